@@ -1,0 +1,178 @@
+//! The glibc backend: ptmalloc through glibc's exported `__libc_*` entry points (no dlsym needed on
+//! the hot path), plus the real `malloc_usable_size`, `mallinfo2`, `malloc_trim`, `malloc_stats`
+//! and `malloc_info`, found once with `dlsym(RTLD_NEXT)` because the shim exports those names too.
+//! These are loaded whatever the active backend, for the introspection calls.
+
+use super::MemStats;
+use core::cell::UnsafeCell;
+use core::ffi::{c_char, c_int, c_void};
+
+extern "C" {
+    fn __libc_malloc(size: usize) -> *mut c_void;
+    fn __libc_free(p: *mut c_void);
+    fn __libc_calloc(n: usize, size: usize) -> *mut c_void;
+    fn __libc_realloc(p: *mut c_void, size: usize) -> *mut c_void;
+    fn __libc_memalign(align: usize, size: usize) -> *mut c_void;
+}
+
+/// glibc's `struct mallinfo2` (all fields in bytes, except the counts).
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+pub struct Mallinfo2 {
+    pub arena: usize,
+    pub ordblks: usize,
+    pub smblks: usize,
+    pub hblks: usize,
+    pub hblkhd: usize,
+    pub usmblks: usize,
+    pub fsmblks: usize,
+    pub uordblks: usize,
+    pub fordblks: usize,
+    pub keepcost: usize,
+}
+
+/// glibc's legacy `struct mallinfo` (int fields, which wrap above 2 GiB).
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+pub struct Mallinfo {
+    pub arena: c_int,
+    pub ordblks: c_int,
+    pub smblks: c_int,
+    pub hblks: c_int,
+    pub hblkhd: c_int,
+    pub usmblks: c_int,
+    pub fsmblks: c_int,
+    pub uordblks: c_int,
+    pub fordblks: c_int,
+    pub keepcost: c_int,
+}
+
+/// glibc's own introspection functions.
+#[derive(Clone, Copy)]
+pub struct Real {
+    pub usable_size: unsafe extern "C" fn(*mut c_void) -> usize,
+    pub mallinfo2: Option<unsafe extern "C" fn() -> Mallinfo2>,
+    pub mallinfo: Option<unsafe extern "C" fn() -> Mallinfo>,
+    pub malloc_trim: Option<unsafe extern "C" fn(usize) -> c_int>,
+    pub malloc_stats: Option<unsafe extern "C" fn()>,
+    pub malloc_info: Option<unsafe extern "C" fn(c_int, *mut libc::FILE) -> c_int>,
+}
+
+unsafe extern "C" fn no_usable_size(_: *mut c_void) -> usize {
+    0
+}
+
+struct Cell(UnsafeCell<Real>);
+// SAFETY: written once by the initialising thread before the shim is published; read-only after.
+unsafe impl Sync for Cell {}
+
+static REAL: Cell = Cell(UnsafeCell::new(Real {
+    usable_size: no_usable_size,
+    mallinfo2: None,
+    mallinfo: None,
+    malloc_trim: None,
+    malloc_stats: None,
+    malloc_info: None,
+}));
+
+/// glibc's own functions (valid once the shim is ready).
+#[inline(always)]
+pub fn real() -> &'static Real {
+    // SAFETY: see `Cell`.
+    unsafe { &*REAL.0.get() }
+}
+
+unsafe fn next(name: &core::ffi::CStr) -> *mut c_void {
+    // SAFETY: dlsym with a valid NUL-terminated name; RTLD_NEXT skips the shim's own exports.
+    unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr() as *const c_char) }
+}
+
+/// Finds glibc's introspection functions. Always succeeds for `malloc_usable_size`'s absence
+/// (usable size then reports 0); the others are optional.
+///
+/// # Safety
+/// Initialisation only (single writer before publication).
+pub unsafe fn load() -> bool {
+    // SAFETY: single writer (caller's contract); each pointer is transmuted to the C signature
+    // glibc documents for that symbol.
+    unsafe {
+        let r = &mut *REAL.0.get();
+        let p = next(c"malloc_usable_size");
+        if p.is_null() {
+            crate::shim_warn!("glibc's malloc_usable_size not found; usable sizes will read 0");
+        } else {
+            r.usable_size = core::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> usize>(p);
+        }
+        r.mallinfo2 = core::mem::transmute::<*mut c_void, Option<unsafe extern "C" fn() -> Mallinfo2>>(next(c"mallinfo2"));
+        r.mallinfo = core::mem::transmute::<*mut c_void, Option<unsafe extern "C" fn() -> Mallinfo>>(next(c"mallinfo"));
+        r.malloc_trim = core::mem::transmute::<*mut c_void, Option<unsafe extern "C" fn(usize) -> c_int>>(next(c"malloc_trim"));
+        r.malloc_stats = core::mem::transmute::<*mut c_void, Option<unsafe extern "C" fn()>>(next(c"malloc_stats"));
+        r.malloc_info =
+            core::mem::transmute::<*mut c_void, Option<unsafe extern "C" fn(c_int, *mut libc::FILE) -> c_int>>(next(c"malloc_info"));
+    }
+    true
+}
+
+#[inline(always)]
+pub unsafe fn malloc(size: usize) -> *mut c_void {
+    // SAFETY: glibc's allocator accepts any size.
+    unsafe { __libc_malloc(size) }
+}
+
+#[inline(always)]
+pub unsafe fn calloc(n: usize, size: usize) -> *mut c_void {
+    // SAFETY: as above.
+    unsafe { __libc_calloc(n, size) }
+}
+
+#[inline(always)]
+pub unsafe fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    // SAFETY: `p` is a glibc block (caller's contract).
+    unsafe { __libc_realloc(p, size) }
+}
+
+#[inline(always)]
+pub unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
+    // SAFETY: `align` is a power of two (caller's contract).
+    unsafe { __libc_memalign(align, size) }
+}
+
+/// glibc's free keeps errno itself (since 2.33), so no save/restore here.
+#[inline(always)]
+pub unsafe fn free(p: *mut c_void) {
+    // SAFETY: `p` is a glibc block (caller's contract).
+    unsafe { __libc_free(p) }
+}
+
+#[inline(always)]
+pub unsafe fn usable_size(p: *mut c_void) -> usize {
+    // SAFETY: `p` is a glibc block (caller's contract).
+    unsafe { (real().usable_size)(p) }
+}
+
+/// glibc's real `mallinfo2`, or zeros when it is missing.
+pub fn mallinfo2() -> Mallinfo2 {
+    // SAFETY: the pointer came from dlsym for this exact signature.
+    real().mallinfo2.map(|f| unsafe { f() }).unwrap_or_default()
+}
+
+pub unsafe fn mem_stats() -> MemStats {
+    let m = mallinfo2();
+    MemStats {
+        allocated: (m.uordblks + m.hblkhd) as u64,
+        resident: (m.arena + m.hblkhd) as u64,
+        free: m.fordblks as u64,
+    }
+}
+
+pub unsafe fn release(pad: usize) -> bool {
+    // SAFETY: the pointer came from dlsym for this exact signature.
+    real().malloc_trim.map(|f| unsafe { f(pad) } != 0).unwrap_or(false)
+}
+
+pub unsafe fn version(out: &mut crate::diag::LineBuf) {
+    // SAFETY: gnu_get_libc_version returns a static NUL-terminated string.
+    let v = unsafe { core::ffi::CStr::from_ptr(libc::gnu_get_libc_version()) };
+    out.put(b"glibc ");
+    out.put(v.to_bytes());
+}

@@ -1,0 +1,86 @@
+//! The jemalloc backend: jemalloc 5 statically linked from tikv-jemalloc-sys with its `_rjem_`
+//! prefix, so it never captures `malloc` or `__libc_*` for anyone else. Its run-time options come
+//! from `_RJEM_MALLOC_CONF` (not `MALLOC_CONF`). Statistics go through tikv-jemalloc-ctl's typed
+//! mallctl wrappers; the one name those refuse to write (`arena.<all>.purge`) is called raw.
+
+use super::MemStats;
+use core::ffi::c_void;
+use tikv_jemalloc_sys as je;
+
+/// `arena.<MALLCTL_ARENAS_ALL>.purge`: purge unused dirty pages of every arena.
+const PURGE_ALL: &core::ffi::CStr = c"arena.4096.purge";
+
+/// Initialises jemalloc now (one allocation) so that a failure shows at start.
+///
+/// # Safety
+/// Initialisation only.
+pub unsafe fn load() -> bool {
+    // SAFETY: plain jemalloc calls with valid arguments.
+    unsafe {
+        let p = je::malloc(16);
+        if p.is_null() {
+            return false;
+        }
+        je::free(p);
+    }
+    true
+}
+
+#[inline(always)]
+pub unsafe fn malloc(size: usize) -> *mut c_void {
+    // SAFETY: size is non-zero (caller's contract).
+    unsafe { je::malloc(size) }
+}
+
+#[inline(always)]
+pub unsafe fn calloc(n: usize, size: usize) -> *mut c_void {
+    // SAFETY: the product does not overflow (caller's contract).
+    unsafe { je::calloc(n, size) }
+}
+
+#[inline(always)]
+pub unsafe fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    // SAFETY: `p` is a jemalloc block, size non-zero (caller's contract).
+    unsafe { je::realloc(p, size) }
+}
+
+#[inline(always)]
+pub unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
+    // SAFETY: `align` is a power of two, size non-zero (caller's contract).
+    unsafe { je::aligned_alloc(align, size) }
+}
+
+/// jemalloc's free may purge (madvise) and so touch errno: keep the caller's.
+#[inline(always)]
+pub unsafe fn free(p: *mut c_void) {
+    let e = crate::csem::errno();
+    // SAFETY: `p` is a jemalloc block (caller's contract).
+    unsafe { je::free(p) };
+    crate::csem::set_errno(e);
+}
+
+#[inline(always)]
+pub unsafe fn usable_size(p: *mut c_void) -> usize {
+    // SAFETY: `p` is a jemalloc block (caller's contract).
+    unsafe { je::malloc_usable_size(p) }
+}
+
+/// stats.allocated / stats.resident after an `epoch` refresh.
+pub unsafe fn mem_stats() -> MemStats {
+    use tikv_jemalloc_ctl::{epoch, stats};
+    let _ = epoch::advance();
+    let allocated = stats::allocated::read().unwrap_or(0) as u64;
+    let resident = stats::resident::read().unwrap_or(0) as u64;
+    MemStats { allocated, resident, free: resident.saturating_sub(allocated) }
+}
+
+/// `mallctl("arena.4096.purge", NULL, NULL, NULL, 0)`.
+pub unsafe fn release(_pad: usize) -> bool {
+    // SAFETY: a void mallctl: no old or new value pointers.
+    unsafe { je::mallctl(PURGE_ALL.as_ptr(), core::ptr::null_mut(), core::ptr::null_mut(), core::ptr::null_mut(), 0) == 0 }
+}
+
+pub unsafe fn version(out: &mut crate::diag::LineBuf) {
+    out.put(b"jemalloc ");
+    out.put(tikv_jemalloc_ctl::version::read().unwrap_or("?").as_bytes());
+}

@@ -1,0 +1,194 @@
+//! The tcmalloc backend: gperftools' `libtcmalloc_minimal.so.4`, dlopen()ed with RTLD_LOCAL (it
+//! exports `malloc`, `__libc_malloc` and `mmap` itself, which must not capture anyone's calls),
+//! and called through its `tc_*` entry points, found once with dlsym. The dlopen runs under the
+//! reentrancy guard: the allocations it makes come from the bootstrap pool.
+
+use super::MemStats;
+use core::cell::UnsafeCell;
+use core::ffi::{c_char, c_int, c_void, CStr};
+
+type Fmalloc = unsafe extern "C" fn(usize) -> *mut c_void;
+type Fcalloc = unsafe extern "C" fn(usize, usize) -> *mut c_void;
+type Frealloc = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
+type Fmemalign = unsafe extern "C" fn(usize, usize) -> *mut c_void;
+type Ffree = unsafe extern "C" fn(*mut c_void);
+type Fsize = unsafe extern "C" fn(*mut c_void) -> usize;
+type Fprop = unsafe extern "C" fn(*const c_char, *mut usize) -> c_int;
+type Frelease = unsafe extern "C" fn();
+type Fversion = unsafe extern "C" fn(*mut c_int, *mut c_int, *mut *const c_char) -> *const c_char;
+
+/// The tcmalloc entry points the shim uses.
+#[derive(Clone, Copy)]
+struct Tc {
+    malloc: Fmalloc,
+    calloc: Fcalloc,
+    realloc: Frealloc,
+    memalign: Fmemalign,
+    free: Ffree,
+    usable_size: Fsize,
+    get_property: Option<Fprop>,
+    release: Option<Frelease>,
+    version: Option<Fversion>,
+}
+
+unsafe extern "C" fn none_malloc(_: usize) -> *mut c_void {
+    core::ptr::null_mut()
+}
+unsafe extern "C" fn none_calloc(_: usize, _: usize) -> *mut c_void {
+    core::ptr::null_mut()
+}
+unsafe extern "C" fn none_realloc(_: *mut c_void, _: usize) -> *mut c_void {
+    core::ptr::null_mut()
+}
+unsafe extern "C" fn none_free(_: *mut c_void) {}
+unsafe extern "C" fn none_size(_: *mut c_void) -> usize {
+    0
+}
+
+struct Cell(UnsafeCell<Tc>);
+// SAFETY: written once by the initialising thread before the shim is published; read-only after.
+unsafe impl Sync for Cell {}
+
+static TC: Cell = Cell(UnsafeCell::new(Tc {
+    malloc: none_malloc,
+    calloc: none_calloc,
+    realloc: none_realloc,
+    memalign: none_calloc,
+    free: none_free,
+    usable_size: none_size,
+    get_property: None,
+    release: None,
+    version: None,
+}));
+
+#[inline(always)]
+fn tc() -> &'static Tc {
+    // SAFETY: see `Cell`.
+    unsafe { &*TC.0.get() }
+}
+
+/// dlopen()s `path` RTLD_LOCAL and resolves the `tc_*` entry points. On failure writes the reason
+/// (dlerror's text, or the missing symbol) into `why` and returns false.
+///
+/// # Safety
+/// Initialisation only, under the reentrancy guard.
+pub unsafe fn load(path: &CStr, why: &mut crate::diag::LineBuf) -> bool {
+    use core::fmt::Write;
+    // SAFETY: dlopen/dlsym/dlerror with valid NUL-terminated strings; each symbol is transmuted
+    // to the signature gperftools' tcmalloc.h / malloc_extension_c.h declares for it.
+    unsafe {
+        let h = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+        if h.is_null() {
+            let e = libc::dlerror();
+            let msg = if e.is_null() { &b"unknown error"[..] } else { CStr::from_ptr(e).to_bytes() };
+            let _ = write!(why, "{}", crate::config::Lossy(msg));
+            return false;
+        }
+        let sym = |n: &CStr| libc::dlsym(h, n.as_ptr());
+        let need = [c"tc_malloc", c"tc_calloc", c"tc_realloc", c"tc_memalign", c"tc_free", c"tc_malloc_size"];
+        let mut p = [core::ptr::null_mut(); 6];
+        for (i, n) in need.iter().enumerate() {
+            p[i] = sym(n);
+            if p[i].is_null() {
+                let _ = write!(why, "{} has no symbol {}", crate::config::Lossy(path.to_bytes()), crate::config::Lossy(n.to_bytes()));
+                return false;
+            }
+        }
+        let t = &mut *TC.0.get();
+        t.malloc = core::mem::transmute::<*mut c_void, Fmalloc>(p[0]);
+        t.calloc = core::mem::transmute::<*mut c_void, Fcalloc>(p[1]);
+        t.realloc = core::mem::transmute::<*mut c_void, Frealloc>(p[2]);
+        t.memalign = core::mem::transmute::<*mut c_void, Fmemalign>(p[3]);
+        t.free = core::mem::transmute::<*mut c_void, Ffree>(p[4]);
+        t.usable_size = core::mem::transmute::<*mut c_void, Fsize>(p[5]);
+        t.get_property = core::mem::transmute::<*mut c_void, Option<Fprop>>(sym(c"MallocExtension_GetNumericProperty"));
+        t.release = core::mem::transmute::<*mut c_void, Option<Frelease>>(sym(c"MallocExtension_ReleaseFreeMemory"));
+        t.version = core::mem::transmute::<*mut c_void, Option<Fversion>>(sym(c"tc_version"));
+    }
+    true
+}
+
+#[inline(always)]
+pub unsafe fn malloc(size: usize) -> *mut c_void {
+    // SAFETY: a loaded tc_malloc.
+    unsafe { (tc().malloc)(size) }
+}
+
+#[inline(always)]
+pub unsafe fn calloc(n: usize, size: usize) -> *mut c_void {
+    // SAFETY: a loaded tc_calloc.
+    unsafe { (tc().calloc)(n, size) }
+}
+
+#[inline(always)]
+pub unsafe fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    // SAFETY: a loaded tc_realloc; `p` is a tcmalloc block.
+    unsafe { (tc().realloc)(p, size) }
+}
+
+#[inline(always)]
+pub unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
+    // SAFETY: a loaded tc_memalign; `align` is a power of two.
+    unsafe { (tc().memalign)(align, size) }
+}
+
+/// tcmalloc may return pages to the OS inside free: keep the caller's errno.
+#[inline(always)]
+pub unsafe fn free(p: *mut c_void) {
+    let e = crate::csem::errno();
+    // SAFETY: a loaded tc_free; `p` is a tcmalloc block.
+    unsafe { (tc().free)(p) };
+    crate::csem::set_errno(e);
+}
+
+#[inline(always)]
+pub unsafe fn usable_size(p: *mut c_void) -> usize {
+    // SAFETY: a loaded tc_malloc_size; `p` is a tcmalloc block.
+    unsafe { (tc().usable_size)(p) }
+}
+
+/// One `MallocExtension_GetNumericProperty` value, 0 when unknown.
+pub fn property(name: &CStr) -> u64 {
+    let mut v = 0usize;
+    match tc().get_property {
+        // SAFETY: a valid property name and out-pointer.
+        Some(f) if unsafe { f(name.as_ptr(), &mut v) } != 0 => v as u64,
+        _ => 0,
+    }
+}
+
+pub unsafe fn mem_stats() -> MemStats {
+    let heap = property(c"generic.heap_size");
+    let unmapped = property(c"tcmalloc.pageheap_unmapped_bytes");
+    MemStats {
+        allocated: property(c"generic.current_allocated_bytes"),
+        resident: heap.saturating_sub(unmapped),
+        free: property(c"tcmalloc.pageheap_free_bytes"),
+    }
+}
+
+/// `MallocExtension_ReleaseFreeMemory()`.
+pub unsafe fn release(_pad: usize) -> bool {
+    match tc().release {
+        Some(f) => {
+            // SAFETY: a loaded MallocExtension_ReleaseFreeMemory.
+            unsafe { f() };
+            true
+        }
+        None => false,
+    }
+}
+
+pub unsafe fn version(out: &mut crate::diag::LineBuf) {
+    match tc().version {
+        Some(f) => {
+            // SAFETY: tc_version accepts NULL out-pointers and returns a static string.
+            let s = unsafe { f(core::ptr::null_mut(), core::ptr::null_mut(), core::ptr::null_mut()) };
+            if !s.is_null() {
+                // SAFETY: a static NUL-terminated string.
+                out.put(unsafe { CStr::from_ptr(s) }.to_bytes());
+            }
+        }
+        None => out.put(b"tcmalloc"),
+    }
+}

@@ -1,0 +1,127 @@
+//! The shim's own C API, exported from `libmallocshim.so` and declared in
+//! `shim/include/mallocshim.h` (generated from this file by cbindgen). Reached with dlsym or by
+//! linking `-lmallocshim`. Every function here may be called before or after the first malloc and
+//! from any thread; none is async-signal-safe.
+
+use crate::backend;
+use crate::slots::{self, ENTRIES};
+use crate::tls::Reentry;
+use core::ffi::{c_char, c_int};
+
+/// Calls the shim routed, per exported entry point, since the process started (all threads,
+/// live and exited). Counted only while `MALLOCSHIM_PROFILE` is on; calls the shim makes itself
+/// are not counted.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+pub struct MallocshimCalls {
+    pub malloc: u64,
+    pub free: u64,
+    pub calloc: u64,
+    pub realloc: u64,
+    pub reallocarray: u64,
+    pub posix_memalign: u64,
+    pub aligned_alloc: u64,
+    pub memalign: u64,
+    pub valloc: u64,
+    pub pvalloc: u64,
+    pub malloc_usable_size: u64,
+    pub free_sized: u64,
+    pub free_aligned_sized: u64,
+}
+
+/// A snapshot of the shim's figures, filled by `mallocshim_get_stats`.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+pub struct MallocshimStats {
+    /// Calls per entry point.
+    pub calls: MallocshimCalls,
+    /// Bytes in live blocks, from the backend: glibc mallinfo2 `uordblks + hblkhd`; jemalloc
+    /// `stats.allocated` (after an `epoch` refresh); tcmalloc `generic.current_allocated_bytes`.
+    pub backend_allocated_bytes: u64,
+    /// Bytes the backend holds in memory: glibc mallinfo2 `arena + hblkhd`; jemalloc
+    /// `stats.resident`; tcmalloc `generic.heap_size - tcmalloc.pageheap_unmapped_bytes`.
+    pub backend_resident_bytes: u64,
+    /// Free bytes the backend could return to the OS: glibc mallinfo2 `fordblks`; jemalloc
+    /// `stats.resident - stats.allocated`; tcmalloc `tcmalloc.pageheap_free_bytes`.
+    pub backend_free_bytes: u64,
+    /// Bytes served from the static bootstrap pool while the backend loaded (never freed).
+    pub bootstrap_bytes: u64,
+}
+
+impl MallocshimCalls {
+    fn from_array(a: [u64; ENTRIES]) -> Self {
+        let [malloc, free, calloc, realloc, reallocarray, posix_memalign, aligned_alloc, memalign, valloc, pvalloc, malloc_usable_size, free_sized, free_aligned_sized] =
+            a;
+        MallocshimCalls {
+            malloc,
+            free,
+            calloc,
+            realloc,
+            reallocarray,
+            posix_memalign,
+            aligned_alloc,
+            memalign,
+            valloc,
+            pvalloc,
+            malloc_usable_size,
+            free_sized,
+            free_aligned_sized,
+        }
+    }
+}
+
+/// Takes a snapshot (used by the C API and the exit summary).
+pub fn snapshot() -> MallocshimStats {
+    let _g = Reentry::enter();
+    crate::init::ensure();
+    let m = backend::mem_stats();
+    MallocshimStats {
+        calls: MallocshimCalls::from_array(slots::totals()),
+        backend_allocated_bytes: m.allocated,
+        backend_resident_bytes: m.resident,
+        backend_free_bytes: m.free,
+        bootstrap_bytes: crate::bootstrap::used() as u64,
+    }
+}
+
+/// Name of the active backend: `"glibc"`, `"jemalloc"` or `"tcmalloc"` (a static string; never
+/// NULL). After a failed backend load this is `"glibc"`, the fallback actually serving calls.
+#[no_mangle]
+pub extern "C" fn mallocshim_backend_name() -> *const c_char {
+    crate::init::ensure();
+    backend::active().c_name().as_ptr()
+}
+
+/// Fills `*out` with the current figures. Returns 0, or `EINVAL` when `out` is NULL.
+/// Reading the backend's statistics takes its own locks (for jemalloc an `epoch` refresh), so
+/// this costs microseconds: do not call it per allocation.
+///
+/// # Safety
+/// `out` must be NULL or point to writable memory for one `struct mallocshim_stats`.
+#[no_mangle]
+pub unsafe extern "C" fn mallocshim_get_stats(out: *mut MallocshimStats) -> c_int {
+    if out.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: `out` is valid for a write (caller's contract).
+    unsafe { out.write(snapshot()) };
+    0
+}
+
+/// Writes the exit summary line (`MALLOCSHIM_VERBOSE=1`).
+pub fn print_summary() {
+    let s = snapshot();
+    let t = slots::totals();
+    let mut o = crate::diag::LineBuf::new();
+    use core::fmt::Write;
+    let _ = write!(o, "summary backend={}", backend::active().name());
+    for (n, v) in slots::ENTRY_NAMES.iter().zip(t.iter()) {
+        let _ = write!(o, " {n}={v}");
+    }
+    let _ = write!(
+        o,
+        " allocated_bytes={} resident_bytes={} free_bytes={} bootstrap_bytes={}",
+        s.backend_allocated_bytes, s.backend_resident_bytes, s.backend_free_bytes, s.bootstrap_bytes
+    );
+    crate::diag::line(format_args!("{}", crate::config::Lossy(o.as_bytes())));
+}

@@ -1,0 +1,224 @@
+//! The configuration table: one row per `MALLOCSHIM_*` variable (name, default, one-line doc) and
+//! the parsed [`Config`]. Read once, at lazy initialisation, straight from `environ` (no getenv, no
+//! allocation). A bad value gives one `mallocshim:` line naming the variable, the value and the
+//! default kept; an unknown `MALLOCSHIM_*` variable gives one line too. Path-valued variables are
+//! ignored in secure-execution processes (AT_SECURE), as `secure_getenv` would.
+//! Must not allocate: it runs before any backend exists.
+
+use crate::backend::Backend;
+use crate::diag::LineBuf;
+use core::cell::UnsafeCell;
+
+/// Longest path accepted for path-valued variables, in bytes.
+pub const PATH_MAX: usize = 512;
+
+/// The effective configuration. Written once during initialisation, read-only afterwards.
+#[derive(Clone, Copy)]
+pub struct Config {
+    pub backend: Backend,
+    /// NUL-terminated library path for the tcmalloc backend.
+    pub tcmalloc_lib: [u8; PATH_MAX],
+    pub profile: bool,
+    pub verbose: bool,
+}
+
+/// One row of the table.
+pub struct Opt {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub doc: &'static str,
+    /// Path-valued: ignored under AT_SECURE.
+    pub path: bool,
+    /// Applies a value; `Err` says what was expected.
+    parse: fn(&[u8], &mut Config) -> Result<(), &'static str>,
+    /// Writes the effective value.
+    show: fn(&Config, &mut LineBuf),
+}
+
+/// Every variable the shim reads. The README's table matches this one row for row.
+pub static OPTIONS: [Opt; 4] = [
+    Opt {
+        name: "MALLOCSHIM_BACKEND",
+        default: "glibc",
+        doc: "allocator that serves every call: glibc, jemalloc or tcmalloc",
+        path: false,
+        parse: |v, c| {
+            c.backend = Backend::from_name(v).ok_or("one of glibc, jemalloc, tcmalloc")?;
+            Ok(())
+        },
+        show: |c, out| out.put(c.backend.name().as_bytes()),
+    },
+    Opt {
+        name: "MALLOCSHIM_TCMALLOC_LIB",
+        default: "libtcmalloc_minimal.so.4",
+        doc: "gperftools library dlopen()ed (RTLD_LOCAL) for the tcmalloc backend",
+        path: true,
+        parse: |v, c| {
+            if v.is_empty() || v.len() >= PATH_MAX || v.contains(&0) {
+                return Err("a library path shorter than 512 bytes");
+            }
+            c.tcmalloc_lib = [0; PATH_MAX];
+            c.tcmalloc_lib[..v.len()].copy_from_slice(v);
+            Ok(())
+        },
+        show: |c, out| out.put(cstr_bytes(&c.tcmalloc_lib)),
+    },
+    Opt {
+        name: "MALLOCSHIM_PROFILE",
+        default: "on",
+        doc: "count calls per entry point and thread; off leaves pure routing",
+        path: false,
+        parse: |v, c| {
+            c.profile = parse_bool(v)?;
+            Ok(())
+        },
+        show: |c, out| out.put(if c.profile { b"on" } else { b"off" }),
+    },
+    Opt {
+        name: "MALLOCSHIM_VERBOSE",
+        default: "0",
+        doc: "1 prints this table at start and a call summary at exit, on stderr",
+        path: false,
+        parse: |v, c| {
+            c.verbose = parse_bool(v)?;
+            Ok(())
+        },
+        show: |c, out| out.put(if c.verbose { b"1" } else { b"0" }),
+    },
+];
+
+fn parse_bool(v: &[u8]) -> Result<bool, &'static str> {
+    match v {
+        b"1" | b"on" | b"yes" | b"true" => Ok(true),
+        b"0" | b"off" | b"no" | b"false" => Ok(false),
+        _ => Err("one of 1, 0, on, off, yes, no, true, false"),
+    }
+}
+
+struct Cell(UnsafeCell<Config>);
+// SAFETY: written only by the initialising thread before the shim is published as ready
+// (a Release store in `init`); every later access is a read.
+unsafe impl Sync for Cell {}
+
+static CONFIG: Cell = Cell(UnsafeCell::new(Config {
+    backend: Backend::Glibc,
+    tcmalloc_lib: [0; PATH_MAX],
+    profile: true,
+    verbose: false,
+}));
+
+/// The effective configuration (valid once initialisation has run).
+#[inline(always)]
+pub fn get() -> &'static Config {
+    // SAFETY: see `Cell`: no writes happen after initialisation.
+    unsafe { &*CONFIG.0.get() }
+}
+
+/// Which rows were set by the environment (for the verbose table).
+static mut FROM_ENV: [bool; OPTIONS.len()] = [false; OPTIONS.len()];
+
+extern "C" {
+    static environ: *const *const libc::c_char;
+}
+
+/// Reads the table's defaults, then `environ`. Called once, by the initialising thread.
+///
+/// # Safety
+/// Must run before the shim is published as ready and never concurrently with itself.
+pub unsafe fn load() {
+    // SAFETY: single writer before publication (see `Cell`).
+    let cfg = unsafe { &mut *CONFIG.0.get() };
+    for o in OPTIONS.iter() {
+        let _ = (o.parse)(o.default.as_bytes(), cfg);
+    }
+    // SAFETY: getauxval is async-signal-safe and does not allocate.
+    let secure = unsafe { libc::getauxval(libc::AT_SECURE) } != 0;
+    // SAFETY: `environ` is the NUL-terminated array libc set up before any constructor ran.
+    let mut ep = unsafe { environ };
+    if ep.is_null() {
+        return;
+    }
+    loop {
+        // SAFETY: `ep` walks the array until its NULL terminator.
+        let e = unsafe { *ep };
+        if e.is_null() {
+            break;
+        }
+        ep = unsafe { ep.add(1) };
+        // SAFETY: each entry is a NUL-terminated C string.
+        let entry = unsafe { core::ffi::CStr::from_ptr(e) }.to_bytes();
+        let Some(rest) = entry.strip_prefix(b"MALLOCSHIM_") else { continue };
+        let eq = rest.iter().position(|&b| b == b'=').unwrap_or(rest.len());
+        let name = &entry[..11 + eq];
+        let value = entry.get(11 + eq + 1..).unwrap_or(b"");
+        let name_s = core::str::from_utf8(name).unwrap_or("MALLOCSHIM_?");
+        match OPTIONS.iter().position(|o| o.name.as_bytes() == name) {
+            None => crate::shim_warn!("unknown variable {} ignored (see MALLOCSHIM_VERBOSE=1 for the table)", name_s),
+            Some(i) => {
+                let o = &OPTIONS[i];
+                if o.path && secure {
+                    crate::shim_warn!("{} ignored in a secure-execution (setuid) process; using default {}", o.name, o.default);
+                    continue;
+                }
+                let before = *cfg;
+                match (o.parse)(value, cfg) {
+                    // SAFETY: single writer before publication.
+                    Ok(()) => unsafe { FROM_ENV[i] = true },
+                    Err(expected) => {
+                        *cfg = before;
+                        crate::shim_warn!(
+                            "{}={} is not valid (expected {}); using default {}",
+                            o.name,
+                            Lossy(value),
+                            expected,
+                            o.default
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Prints the effective table, one `mallocshim:` line per row.
+pub fn print_table() {
+    let c = get();
+    crate::shim_warn!("mallocshim {} options in effect (backend {}):", env!("CARGO_PKG_VERSION"), crate::backend::active().name());
+    for (i, o) in OPTIONS.iter().enumerate() {
+        // SAFETY: FROM_ENV is only written during initialisation, before this runs.
+        let src = if unsafe { FROM_ENV[i] } { "env" } else { "default" };
+        let mut v = LineBuf::new();
+        (o.show)(c, &mut v);
+        crate::shim_warn!(
+            "  {:<24} = {:<26} [{}; default {}] {}",
+            o.name,
+            Lossy(v.as_bytes()),
+            src,
+            o.default,
+            o.doc
+        );
+    }
+}
+
+/// The bytes of a NUL-terminated buffer, without the NUL.
+pub fn cstr_bytes(b: &[u8]) -> &[u8] {
+    &b[..b.iter().position(|&x| x == 0).unwrap_or(b.len())]
+}
+
+/// Displays bytes as UTF-8, replacing what is not.
+pub struct Lossy<'a>(pub &'a [u8]);
+
+impl core::fmt::Display for Lossy<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        if let Ok(s) = core::str::from_utf8(self.0) {
+            return f.pad(s);
+        }
+        for chunk in self.0.utf8_chunks() {
+            f.write_str(chunk.valid())?;
+            if !chunk.invalid().is_empty() {
+                f.write_str("\u{fffd}")?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,221 @@
+//! glibc's C semantics for the malloc family, shared by every backend (the snmalloc
+//! `override/` pattern): errno values, size overflow, alignment rules, realloc edge cases, the
+//! 16-byte minimum alignment and bootstrap-pool pointers. Backends below get only validated
+//! arguments; the exported symbols above are one-line forwards. Must not allocate or lock.
+
+use crate::{backend, bootstrap};
+use core::ffi::{c_int, c_void};
+use core::ptr;
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+/// Minimum alignment of every block, as glibc guarantees on x86-64.
+pub const MIN_ALIGN: usize = 16;
+/// Largest request any allocation accepts (glibc refuses sizes above PTRDIFF_MAX).
+const MAX_REQUEST: usize = isize::MAX as usize;
+
+static PAGE: AtomicUsize = AtomicUsize::new(4096);
+
+/// Records the system page size (initialisation).
+pub fn set_page_size(p: usize) {
+    if p.is_power_of_two() {
+        PAGE.store(p, Ordering::Relaxed);
+    }
+}
+
+fn page() -> usize {
+    PAGE.load(Ordering::Relaxed)
+}
+
+#[inline(always)]
+pub fn errno() -> c_int {
+    // SAFETY: __errno_location returns this thread's errno slot.
+    unsafe { *libc::__errno_location() }
+}
+
+#[inline(always)]
+pub fn set_errno(e: c_int) {
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = e }
+}
+
+#[cold]
+fn enomem() -> *mut c_void {
+    set_errno(libc::ENOMEM);
+    ptr::null_mut()
+}
+
+/// Rounds tiny requests up so that every backend returns 16-byte aligned blocks (jemalloc and
+/// tcmalloc serve 1..8 bytes from an 8-byte class).
+#[inline(always)]
+fn min16(size: usize) -> usize {
+    if size < MIN_ALIGN {
+        MIN_ALIGN
+    } else {
+        size
+    }
+}
+
+/// `malloc`: a unique block for 0; NULL + ENOMEM on failure or a size above PTRDIFF_MAX.
+#[inline(always)]
+pub unsafe fn malloc(size: usize) -> *mut c_void {
+    if size > MAX_REQUEST {
+        return enomem();
+    }
+    // SAFETY: 16 <= size <= isize::MAX.
+    let p = unsafe { backend::malloc(min16(size)) };
+    if p.is_null() {
+        return enomem();
+    }
+    p
+}
+
+/// `calloc`: NULL + ENOMEM when `n * size` overflows.
+#[inline(always)]
+pub unsafe fn calloc(n: usize, size: usize) -> *mut c_void {
+    let total = match n.checked_mul(size) {
+        Some(t) if t <= MAX_REQUEST => t,
+        _ => return enomem(),
+    };
+    // SAFETY: the product fits and is at least 16.
+    let p = unsafe { if total < MIN_ALIGN { backend::calloc(1, MIN_ALIGN) } else { backend::calloc(n, size) } };
+    if p.is_null() {
+        return enomem();
+    }
+    p
+}
+
+/// `free`: NULL and bootstrap-pool blocks are ignored; errno is kept.
+#[inline(always)]
+pub unsafe fn free(p: *mut c_void) {
+    if p.is_null() || bootstrap::contains(p) {
+        return;
+    }
+    // SAFETY: a non-null block handed out by the active backend (the program's contract).
+    unsafe { backend::free(p) }
+}
+
+/// `realloc`: NULL acts as malloc; size 0 frees and returns NULL (glibc); a failure leaves the
+/// block intact and sets ENOMEM; pool blocks move to the backend.
+#[inline(always)]
+pub unsafe fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    if p.is_null() {
+        // SAFETY: forwarded.
+        return unsafe { malloc(size) };
+    }
+    if size == 0 {
+        // SAFETY: forwarded.
+        unsafe { free(p) };
+        return ptr::null_mut();
+    }
+    if size > MAX_REQUEST {
+        return enomem();
+    }
+    if bootstrap::contains(p) {
+        // SAFETY: `p` is a pool block; the copy stays within both blocks.
+        return unsafe {
+            let q = malloc(size);
+            if !q.is_null() {
+                ptr::copy_nonoverlapping(p as *const u8, q as *mut u8, bootstrap::usable_size(p).min(size));
+            }
+            q
+        };
+    }
+    // SAFETY: a live backend block, 16 <= size <= isize::MAX.
+    let q = unsafe { backend::realloc(p, min16(size)) };
+    if q.is_null() {
+        return enomem();
+    }
+    q
+}
+
+/// `reallocarray`: NULL + ENOMEM (old block intact) when `n * size` overflows.
+pub unsafe fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
+    match n.checked_mul(size) {
+        // SAFETY: forwarded.
+        Some(t) => unsafe { realloc(p, t) },
+        None => enomem(),
+    }
+}
+
+/// The aligned family's common core; `align` is a power of two.
+#[inline]
+unsafe fn aligned(align: usize, size: usize) -> *mut c_void {
+    if align <= MIN_ALIGN {
+        // SAFETY: forwarded.
+        return unsafe { malloc(size) };
+    }
+    if size > MAX_REQUEST - align {
+        return enomem();
+    }
+    // SAFETY: power-of-two align above 16, size + align does not overflow.
+    let p = unsafe { backend::memalign(align, min16(size)) };
+    if p.is_null() {
+        return enomem();
+    }
+    p
+}
+
+/// `posix_memalign`: EINVAL (errno untouched) unless `align` is a power of two multiple of
+/// `sizeof(void *)`; ENOMEM on failure (errno set too, as glibc does).
+pub unsafe fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
+    if align == 0 || align % core::mem::size_of::<usize>() != 0 || !align.is_power_of_two() {
+        return libc::EINVAL;
+    }
+    // SAFETY: forwarded.
+    let p = unsafe { aligned(align, size) };
+    if p.is_null() {
+        return libc::ENOMEM;
+    }
+    // SAFETY: `out` is the caller's out-pointer.
+    unsafe { *out = p };
+    0
+}
+
+/// `aligned_alloc` with glibc 2.38's rule: NULL + EINVAL unless `align` is a power of two.
+pub unsafe fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
+    if !align.is_power_of_two() {
+        set_errno(libc::EINVAL);
+        return ptr::null_mut();
+    }
+    // SAFETY: forwarded.
+    unsafe { aligned(align, size) }
+}
+
+/// `memalign`: EINVAL above SIZE_MAX/2+1; other alignments round up to a power of two.
+pub unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
+    if align > usize::MAX / 2 + 1 {
+        set_errno(libc::EINVAL);
+        return ptr::null_mut();
+    }
+    // SAFETY: forwarded; next_power_of_two cannot overflow below 2^63.
+    unsafe { aligned(align.max(1).next_power_of_two(), size) }
+}
+
+/// `valloc`: page-aligned.
+pub unsafe fn valloc(size: usize) -> *mut c_void {
+    // SAFETY: forwarded.
+    unsafe { aligned(page(), size) }
+}
+
+/// `pvalloc`: page-aligned and rounded up to whole pages; ENOMEM when rounding overflows.
+pub unsafe fn pvalloc(size: usize) -> *mut c_void {
+    let pg = page();
+    match size.checked_add(pg - 1) {
+        // SAFETY: forwarded.
+        Some(r) => unsafe { aligned(pg, (r & !(pg - 1)).max(pg)) },
+        None => enomem(),
+    }
+}
+
+/// `malloc_usable_size`: 0 for NULL; the pool's recorded size for pool blocks.
+pub unsafe fn usable_size(p: *mut c_void) -> usize {
+    if p.is_null() {
+        return 0;
+    }
+    if bootstrap::contains(p) {
+        // SAFETY: a pool block.
+        return unsafe { bootstrap::usable_size(p) };
+    }
+    // SAFETY: a live backend block (the program's contract).
+    unsafe { backend::usable_size(p) }
+}

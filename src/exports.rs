@@ -1,0 +1,99 @@
+//! The exported C symbols: one-line forwards to `front` (the malloc family) and `introspect`.
+//! No logic lives here. `__libc_*` names are deliberately not exported.
+
+use crate::backend::glibc::{Mallinfo, Mallinfo2};
+use crate::{front, introspect};
+use core::ffi::{c_int, c_void};
+
+// SAFETY (for every function below): each is called by C code with the C contract of the
+// function of the same name; the forwards keep that contract.
+
+#[no_mangle]
+pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
+    unsafe { front::malloc(size) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn free(p: *mut c_void) {
+    unsafe { front::free(p) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
+    unsafe { front::calloc(n, size) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    unsafe { front::realloc(p, size) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
+    unsafe { front::reallocarray(p, n, size) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
+    unsafe { front::posix_memalign(out, align, size) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
+    unsafe { front::aligned_alloc(align, size) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
+    unsafe { front::memalign(align, size) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
+    unsafe { front::valloc(size) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
+    unsafe { front::pvalloc(size) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
+    unsafe { front::malloc_usable_size(p) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn free_sized(p: *mut c_void, size: usize) {
+    unsafe { front::free_sized(p, size) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn free_aligned_sized(p: *mut c_void, align: usize, size: usize) {
+    unsafe { front::free_aligned_sized(p, align, size) }
+}
+
+#[no_mangle]
+pub extern "C" fn mallinfo2() -> Mallinfo2 {
+    introspect::mallinfo2()
+}
+
+#[no_mangle]
+pub extern "C" fn mallinfo() -> Mallinfo {
+    introspect::mallinfo()
+}
+
+#[no_mangle]
+pub extern "C" fn malloc_trim(pad: usize) -> c_int {
+    introspect::malloc_trim(pad)
+}
+
+#[no_mangle]
+pub extern "C" fn malloc_stats() {
+    introspect::malloc_stats()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn malloc_info(options: c_int, fp: *mut libc::FILE) -> c_int {
+    unsafe { introspect::malloc_info(options, fp) }
+}

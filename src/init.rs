@@ -1,0 +1,54 @@
+//! Lazy initialisation, run by whichever thread makes the first call (often another library's
+//! constructor, before the shim's own would run): page size, configuration from `environ`, the
+//! backend (dlopen for tcmalloc), the slot key, then the backend is published. It runs under the
+//! reentrancy guard; nothing here waits for another thread, so a dlopen lock can never deadlock it.
+
+use crate::tls::Reentry;
+use crate::{backend, config, csem, front, slots};
+use core::sync::atomic::{AtomicU8, Ordering};
+
+const UNINIT: u8 = 0;
+const BUSY: u8 = 1;
+const DONE: u8 = 2;
+
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+
+/// Initialises the shim if nobody has. True when the shim is ready for the caller's call; false
+/// while initialisation runs (the caller then uses the bootstrap pool).
+#[cold]
+#[inline(never)]
+pub fn ensure() -> bool {
+    match STATE.compare_exchange(UNINIT, BUSY, Ordering::Acquire, Ordering::Acquire) {
+        Ok(_) => {
+            run();
+            STATE.store(DONE, Ordering::Release);
+            true
+        }
+        Err(DONE) => true,
+        Err(_) => false,
+    }
+}
+
+/// True once a backend is published.
+#[inline(always)]
+pub fn ready() -> bool {
+    backend::active() != backend::Backend::Bootstrap
+}
+
+fn run() {
+    let _g = Reentry::enter();
+    // SAFETY: getauxval does not allocate.
+    csem::set_page_size(unsafe { libc::getauxval(libc::AT_PAGESZ) } as usize);
+    // SAFETY: this thread won the UNINIT->BUSY race: it is the only initialiser.
+    unsafe { config::load() };
+    let cfg = config::get();
+    let lib = core::ffi::CStr::from_bytes_until_nul(&cfg.tcmalloc_lib).unwrap_or(c"libtcmalloc_minimal.so.4");
+    // SAFETY: single initialiser, under the guard.
+    let b = unsafe { backend::load(cfg.backend, lib) };
+    slots::init();
+    front::set_profile(cfg.profile);
+    backend::publish(b);
+    if cfg.verbose {
+        config::print_table();
+    }
+}

@@ -1,0 +1,51 @@
+//! # mallocshim
+//!
+//! `libmallocshim.so`, loaded with `LD_PRELOAD` into mysqld (or any program), interposes the
+//! malloc family and routes every call to the backend chosen by `MALLOCSHIM_BACKEND`: glibc,
+//! jemalloc or tcmalloc, with glibc's C semantics whatever the backend, and counts calls per
+//! entry point and thread.
+//!
+//! Layout (a thin front over a core, after heaptrack and snmalloc):
+//! - [`exports`]: the exported C symbols, one-line forwards;
+//! - [`front`]: the hot path's recording;
+//! - [`csem`]: glibc's C semantics shared by every backend;
+//! - [`backend`]: glibc, jemalloc, tcmalloc and the bootstrap pseudo-backend;
+//! - [`bootstrap`]: the static pool for allocations made while a backend loads;
+//! - [`init`], [`config`]: lazy start-up and the option table;
+//! - [`tls`], [`slots`]: per-thread state and per-thread counters;
+//! - [`introspect`]: mallinfo and friends for the active backend;
+//! - [`capi`]: the shim's own C API (`shim/include/mallocshim.h`).
+
+pub mod backend;
+pub mod bootstrap;
+pub mod capi;
+pub mod config;
+pub mod csem;
+pub mod diag;
+pub mod exports;
+pub mod front;
+pub mod init;
+pub mod introspect;
+pub mod slots;
+pub mod tls;
+
+/// Runs when the library is loaded (`.init_array`): initialises the shim if no allocation has
+/// done so yet, so a program that never allocates still gets its configuration checked.
+extern "C" fn at_load() {
+    init::ensure();
+}
+
+#[used]
+#[link_section = ".init_array"]
+static AT_LOAD: extern "C" fn() = at_load;
+
+/// Runs at unload/exit (`.fini_array`): the summary line under `MALLOCSHIM_VERBOSE=1`.
+extern "C" fn at_exit() {
+    if init::ready() && config::get().verbose {
+        capi::print_summary();
+    }
+}
+
+#[used]
+#[link_section = ".fini_array"]
+static AT_EXIT: extern "C" fn() = at_exit;

@@ -1,0 +1,209 @@
+//! Per-thread counter slots: a pool of cache-line-aligned slots in mmap()ed chunks, claimed
+//! lock-free on a thread's first recorded call and released by a pthread_key destructor that folds
+//! the counts into the `EXITED` aggregate, so thread churn loses no count and grows no memory.
+//! Calls made after a thread's slot is gone (other libraries' TSD destructors) count in `EXITED`.
+//! Owns the `Entry` list. The owner thread writes its slot with relaxed load+store (no lock
+//! prefix); readers sum with relaxed loads. Must not allocate except under the guard.
+
+use crate::tls::{self, Reentry};
+use core::ffi::c_void;
+use core::ptr;
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering::*};
+
+/// The exported entry points whose calls are counted, in C API order.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(usize)]
+pub enum Entry {
+    Malloc,
+    Free,
+    Calloc,
+    Realloc,
+    Reallocarray,
+    PosixMemalign,
+    AlignedAlloc,
+    Memalign,
+    Valloc,
+    Pvalloc,
+    MallocUsableSize,
+    FreeSized,
+    FreeAlignedSized,
+}
+
+/// Number of [`Entry`] values.
+pub const ENTRIES: usize = 13;
+
+/// Names of the entry points, indexed by [`Entry`].
+pub const ENTRY_NAMES: [&str; ENTRIES] = [
+    "malloc",
+    "free",
+    "calloc",
+    "realloc",
+    "reallocarray",
+    "posix_memalign",
+    "aligned_alloc",
+    "memalign",
+    "valloc",
+    "pvalloc",
+    "malloc_usable_size",
+    "free_sized",
+    "free_aligned_sized",
+];
+
+/// One thread's counters.
+#[repr(C, align(64))]
+pub struct Slot {
+    /// Calls per entry point.
+    pub calls: [AtomicU64; ENTRIES],
+    /// Kernel thread id of the owner (0 when free).
+    pub tid: AtomicU32,
+    in_use: AtomicBool,
+}
+
+impl Slot {
+    const fn new() -> Slot {
+        Slot { calls: [const { AtomicU64::new(0) }; ENTRIES], tid: AtomicU32::new(0), in_use: AtomicBool::new(false) }
+    }
+}
+
+const CHUNK_SLOTS: usize = 64;
+const MAX_CHUNKS: usize = 256;
+
+static CHUNKS: [AtomicPtr<Slot>; MAX_CHUNKS] = [const { AtomicPtr::new(ptr::null_mut()) }; MAX_CHUNKS];
+
+/// Counts of exited threads, and of calls made by threads without a slot.
+pub static EXITED: Slot = Slot::new();
+
+static KEY: AtomicU32 = AtomicU32::new(u32::MAX);
+
+/// Creates the pthread key whose destructor releases a thread's slot (initialisation).
+pub fn init() {
+    let mut k: libc::pthread_key_t = 0;
+    // SAFETY: a valid out-pointer and an extern "C" destructor.
+    if unsafe { libc::pthread_key_create(&mut k, Some(release)) } == 0 {
+        KEY.store(k, Relaxed);
+    } else {
+        crate::shim_warn!("pthread_key_create failed: counts of exiting threads go to the shared aggregate");
+    }
+}
+
+fn exited_ptr() -> *mut Slot {
+    ptr::addr_of!(EXITED) as *mut Slot
+}
+
+/// Counts one call of `e` for the calling thread.
+#[inline(always)]
+pub fn count(e: Entry) {
+    let st = tls::state();
+    // SAFETY: `st` is this thread's TLS block.
+    let (guard, mut s) = unsafe { ((*st).guard, (*st).slot) };
+    if guard != 0 {
+        return;
+    }
+    if s.is_null() {
+        s = claim(st);
+    }
+    // SAFETY: `s` is this thread's claimed slot or EXITED, both live for the process's lifetime;
+    // `e` indexes within ENTRIES.
+    unsafe {
+        let c = (*s).calls.get_unchecked(e as usize);
+        if s == exited_ptr() {
+            c.fetch_add(1, Relaxed);
+        } else {
+            c.store(c.load(Relaxed) + 1, Relaxed);
+        }
+    }
+}
+
+/// Claims a free slot for the calling thread (its first recorded call). Falls back to EXITED.
+#[cold]
+#[inline(never)]
+fn claim(st: *mut tls::ThreadState) -> *mut Slot {
+    let _g = Reentry::enter();
+    let mut got = exited_ptr();
+    'outer: for c in CHUNKS.iter() {
+        let mut chunk = c.load(Acquire);
+        if chunk.is_null() {
+            chunk = new_chunk(c);
+            if chunk.is_null() {
+                break;
+            }
+        }
+        for i in 0..CHUNK_SLOTS {
+            // SAFETY: `chunk` holds CHUNK_SLOTS initialised slots for the process's lifetime.
+            let s = unsafe { &*chunk.add(i) };
+            if !s.in_use.load(Relaxed) && s.in_use.compare_exchange(false, true, Acquire, Relaxed).is_ok() {
+                // SAFETY: gettid has no preconditions.
+                s.tid.store(unsafe { libc::gettid() } as u32, Relaxed);
+                got = s as *const Slot as *mut Slot;
+                break 'outer;
+            }
+        }
+    }
+    let key = KEY.load(Relaxed);
+    if got != exited_ptr() && key != u32::MAX {
+        // SAFETY: a key created by `init`; may allocate, which the guard routes unrecorded.
+        unsafe { libc::pthread_setspecific(key, got as *const c_void) };
+    }
+    // SAFETY: this thread's TLS block.
+    unsafe { (*st).slot = got };
+    got
+}
+
+/// Maps a chunk of zeroed slots and publishes it in `cell` (or adopts a racing thread's).
+fn new_chunk(cell: &AtomicPtr<Slot>) -> *mut Slot {
+    let bytes = CHUNK_SLOTS * core::mem::size_of::<Slot>();
+    // SAFETY: an anonymous private mapping; zeroed memory is a valid array of free slots.
+    let m = unsafe {
+        libc::mmap(ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    };
+    if m == libc::MAP_FAILED {
+        return ptr::null_mut();
+    }
+    match cell.compare_exchange(ptr::null_mut(), m.cast(), AcqRel, Acquire) {
+        Ok(_) => m.cast(),
+        Err(theirs) => {
+            // SAFETY: our mapping was never published.
+            unsafe { libc::munmap(m, bytes) };
+            theirs
+        }
+    }
+}
+
+/// pthread_key destructor: folds the exiting thread's counts into EXITED and frees its slot.
+unsafe extern "C" fn release(p: *mut c_void) {
+    let s = p as *mut Slot;
+    if s.is_null() || s == exited_ptr() {
+        return;
+    }
+    // SAFETY: `p` is the slot this thread claimed (set by `claim`).
+    let slot = unsafe { &*s };
+    for (c, e) in slot.calls.iter().zip(EXITED.calls.iter()) {
+        e.fetch_add(c.swap(0, Relaxed), Relaxed);
+    }
+    slot.tid.store(0, Relaxed);
+    // SAFETY: this thread's TLS block: later calls count in EXITED.
+    unsafe { (*tls::state()).slot = exited_ptr() };
+    slot.in_use.store(false, Release);
+}
+
+/// Calls per entry point over all threads, live and exited.
+pub fn totals() -> [u64; ENTRIES] {
+    let mut t = [0u64; ENTRIES];
+    let mut add = |s: &Slot| {
+        for (a, c) in t.iter_mut().zip(s.calls.iter()) {
+            *a += c.load(Relaxed);
+        }
+    };
+    add(&EXITED);
+    for c in CHUNKS.iter() {
+        let chunk = c.load(Acquire);
+        if chunk.is_null() {
+            break;
+        }
+        for i in 0..CHUNK_SLOTS {
+            // SAFETY: published chunks hold CHUNK_SLOTS initialised slots forever.
+            add(unsafe { &*chunk.add(i) });
+        }
+    }
+    t
+}

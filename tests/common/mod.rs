@@ -1,0 +1,129 @@
+//! Shared helpers for the black-box tests: build the release `libmallocshim.so`, compile the C
+//! programs under `tests/c/`, and run programs with the shim preloaded. Nothing here links the
+//! shim into the test binary; every check goes through `LD_PRELOAD` and what a program prints.
+//! A missing tool (gcc, mariadbd, sysbench, tcmalloc) is a failure, never a skip.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+/// The three backends, in the order the tests and the README use.
+pub const BACKENDS: [&str; 3] = ["glibc", "jemalloc", "tcmalloc"];
+
+/// Debian's gperftools library, needed by the tcmalloc backend and the direct-preload baselines.
+pub const TCMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4";
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"))
+}
+
+/// Scratch directory for compiled C programs and test output.
+pub fn work_dir() -> PathBuf {
+    let d = target_dir().join("ctest");
+    std::fs::create_dir_all(&d).expect("create target/ctest");
+    d
+}
+
+/// Builds the release cdylib once per test binary and returns its absolute path.
+pub fn shim() -> PathBuf {
+    static SO: OnceLock<PathBuf> = OnceLock::new();
+    SO.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let st = Command::new(cargo)
+            .args(["build", "--release", "--lib", "--quiet"])
+            .current_dir(root())
+            .status()
+            .expect("run cargo build --release");
+        assert!(st.success(), "cargo build --release failed");
+        let so = target_dir().join("release/libmallocshim.so");
+        assert!(so.exists(), "{} missing after build", so.display());
+        so
+    })
+    .clone()
+}
+
+/// Panics (fails the test) when a required program is not installed.
+pub fn require(cmd: &str) -> PathBuf {
+    let out = Command::new("sh").arg("-c").arg(format!("command -v {cmd}")).output().expect("sh");
+    let p = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        out.status.success() && !p.is_empty(),
+        "required program `{cmd}` is not installed: run scripts/install-deps.sh (the README's test command does)"
+    );
+    PathBuf::from(p)
+}
+
+/// Fails when a required file (a library) is missing.
+pub fn require_file(path: &str) -> PathBuf {
+    assert!(Path::new(path).exists(), "required file {path} is missing: run scripts/install-deps.sh");
+    PathBuf::from(path)
+}
+
+/// Compiles `tests/c/<src>` (plus `extra` gcc arguments) into `target/ctest/<out>` and returns its path.
+pub fn cc(src: &str, out: &str, extra: &[&str]) -> PathBuf {
+    require("gcc");
+    let dst = work_dir().join(out);
+    let srcp = root().join("tests/c").join(src);
+    let mut cmd = Command::new("gcc");
+    cmd.args(["-O1", "-g", "-Wall", "-pthread", "-I"]).arg(root().join("shim/include"));
+    cmd.arg("-o").arg(&dst).arg(&srcp).args(extra).args(["-ldl", "-lpthread"]);
+    let o = cmd.output().expect("run gcc");
+    assert!(o.status.success(), "gcc {src} failed:\n{}", String::from_utf8_lossy(&o.stderr));
+    dst
+}
+
+/// A command that will run `prog` with the shim preloaded and `MALLOCSHIM_BACKEND=backend`.
+/// The caller's environment is kept except for other `MALLOCSHIM_*` variables.
+pub fn preloaded(prog: impl AsRef<Path>, backend: &str) -> Command {
+    let mut c = Command::new(prog.as_ref());
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("MALLOCSHIM_") || k == "LD_PRELOAD" {
+            c.env_remove(k);
+        }
+    }
+    c.env("LD_PRELOAD", shim()).env("MALLOCSHIM_BACKEND", backend);
+    if backend == "tcmalloc" {
+        require_file(TCMALLOC_LIB);
+    }
+    c.stdin(Stdio::null());
+    c
+}
+
+/// Runs a command, returning its output; fails the test with both streams if it did not exit 0.
+pub fn run_ok(mut cmd: Command, what: &str) -> Output {
+    let o = cmd.output().unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
+    if !o.status.success() {
+        panic!(
+            "{what}: exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
+            o.status,
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    o
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Lines of stderr that the shim wrote (prefixed `mallocshim:`).
+pub fn shim_lines(o: &Output) -> Vec<String> {
+    stderr(o).lines().filter(|l| l.starts_with("mallocshim:")).map(String::from).collect()
+}
+
+/// Parses `key=value` pairs out of a line such as the shim's exit summary.
+pub fn kv(line: &str, key: &str) -> Option<u64> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+        .and_then(|v| v.parse().ok())
+}
