@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 /// The three backends, in the order the tests and the README use.
 pub const BACKENDS: [&str; 3] = ["glibc", "jemalloc", "tcmalloc"];
@@ -64,16 +64,26 @@ pub fn require_file(path: &str) -> PathBuf {
     PathBuf::from(path)
 }
 
-/// Compiles `tests/c/<src>` (plus `extra` gcc arguments) into `target/ctest/<out>` and returns its path.
+/// Compiles `tests/c/<src>` (plus `extra` gcc arguments) into `target/ctest/<out>` and returns its
+/// path. Compiled once per test binary and output name; written to a temporary name and renamed,
+/// so tests running in parallel never exec a half-written file.
 pub fn cc(src: &str, out: &str, extra: &[&str]) -> PathBuf {
-    require("gcc");
+    static DONE: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let mut done = DONE.lock().unwrap_or_else(|e| e.into_inner());
     let dst = work_dir().join(out);
+    if done.iter().any(|d| d == out) {
+        return dst;
+    }
+    require("gcc");
+    let tmp = work_dir().join(format!(".{out}.{}.tmp", std::process::id()));
     let srcp = root().join("tests/c").join(src);
     let mut cmd = Command::new("gcc");
     cmd.args(["-O1", "-g", "-Wall", "-pthread", "-I"]).arg(root().join("shim/include"));
-    cmd.arg("-o").arg(&dst).arg(&srcp).args(extra).args(["-ldl", "-lpthread"]);
+    cmd.arg("-o").arg(&tmp).arg(&srcp).args(extra).args(["-ldl", "-lpthread"]);
     let o = cmd.output().expect("run gcc");
     assert!(o.status.success(), "gcc {src} failed:\n{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::rename(&tmp, &dst).expect("rename compiled program");
+    done.push(out.to_string());
     dst
 }
 

@@ -1,0 +1,79 @@
+//! Bad configuration: each malformed variable gives one `mallocshim:` line naming the variable,
+//! the bad value and the default kept, and the program still runs and exits 0. A backend that
+//! cannot be loaded gives one line and the process carries on with glibc.
+
+mod common;
+use common::*;
+
+fn run(env: &[(&str, &str)]) -> (String, Vec<String>) {
+    let bin = cc("alloc_some.c", "alloc_some", &[]);
+    let mut c = preloaded(&bin, "glibc");
+    c.env_remove("MALLOCSHIM_BACKEND");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = run_ok(c, &format!("alloc_some with {env:?}"));
+    (stdout(&o), shim_lines(&o))
+}
+
+#[test]
+fn malformed_values_warn_once_and_keep_defaults() {
+    let cases: [(&str, &str, &str); 4] = [
+        ("MALLOCSHIM_BACKEND", "mimalloc", "glibc"),
+        ("MALLOCSHIM_PROFILE", "sometimes", "on"),
+        ("MALLOCSHIM_VERBOSE", "2", "0"),
+        ("MALLOCSHIM_TCMALLOC_LIB", "", "libtcmalloc_minimal.so.4"),
+    ];
+    for (var, bad, default) in cases {
+        let (out, lines) = run(&[(var, bad)]);
+        assert!(out.contains("ok"), "{var}: program output {out}");
+        assert_eq!(lines.len(), 1, "{var}={bad}: expected exactly one line, got {lines:?}");
+        let l = &lines[0];
+        assert!(l.contains(&format!("{var}={bad}")), "line must name variable and value: {l}");
+        assert!(l.contains(&format!("default {default}")), "line must name the default: {l}");
+    }
+}
+
+#[test]
+fn unknown_variable_is_named() {
+    let (_, lines) = run(&[("MALLOCSHIM_BAKEND", "jemalloc")]);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("unknown variable MALLOCSHIM_BAKEND"), "{lines:?}");
+}
+
+#[test]
+fn unloadable_tcmalloc_falls_back_to_glibc() {
+    let (out, lines) = run(&[("MALLOCSHIM_BACKEND", "tcmalloc"), ("MALLOCSHIM_TCMALLOC_LIB", "/nonexistent/libtc.so")]);
+    assert!(out.contains("backend=glibc"), "{out}");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("backend tcmalloc could not be loaded") && lines[0].contains("/nonexistent/libtc.so"), "{lines:?}");
+}
+
+#[test]
+fn verbose_prints_every_option_row() {
+    let (_, lines) = run(&[("MALLOCSHIM_VERBOSE", "1"), ("MALLOCSHIM_BACKEND", "jemalloc")]);
+    for name in ["MALLOCSHIM_BACKEND", "MALLOCSHIM_TCMALLOC_LIB", "MALLOCSHIM_PROFILE", "MALLOCSHIM_VERBOSE"] {
+        assert!(lines.iter().any(|l| l.contains(name) && l.contains("default")), "no row for {name}: {lines:?}");
+    }
+    assert!(lines.iter().any(|l| l.contains("MALLOCSHIM_BACKEND") && l.contains("= jemalloc")), "{lines:?}");
+    let summary = lines.iter().find(|l| l.starts_with("mallocshim: summary ")).expect("summary line at exit");
+    assert!(summary.contains("backend=jemalloc"), "{summary}");
+    assert!(kv(summary, "malloc").unwrap() >= 100, "{summary}");
+}
+
+#[test]
+fn readme_env_table_matches_the_shim_table() {
+    // The README's env table lists exactly the variables the shim prints with MALLOCSHIM_VERBOSE=1.
+    let (_, lines) = run(&[("MALLOCSHIM_VERBOSE", "1")]);
+    let shim_vars: Vec<String> = lines
+        .iter()
+        .filter_map(|l| l.split_whitespace().nth(1).filter(|w| w.starts_with("MALLOCSHIM_")).map(String::from))
+        .collect();
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    let readme_vars: Vec<String> = readme
+        .lines()
+        .filter(|l| l.starts_with("| `MALLOCSHIM_"))
+        .map(|l| l.split('`').nth(1).unwrap().to_string())
+        .collect();
+    assert_eq!(shim_vars, readme_vars, "README env table and the shim's table differ");
+}
