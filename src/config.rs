@@ -20,7 +20,27 @@ pub struct Config {
     pub tcmalloc_lib: [u8; PATH_MAX],
     pub profile: bool,
     pub verbose: bool,
+    /// Time 1 call in this many per thread (1 = every call).
+    pub sample_every: u32,
+    /// Signal that requests a dump; 0 = none.
+    pub dump_signal: i32,
+    /// Seconds between periodic dumps; 0 = off.
+    pub dump_interval_s: u64,
+    /// Write one dump at exit.
+    pub dump_at_exit: bool,
+    /// NUL-terminated dump directory; empty = `$TMPDIR` or `/tmp`, resolved when dumping.
+    pub dump_dir: [u8; PATH_MAX],
+    /// Bit set of dump formats (`FMT_*`).
+    pub dump_formats: u8,
 }
+
+/// Dump format bits for [`Config::dump_formats`].
+pub const FMT_JSON: u8 = 1;
+pub const FMT_PROM: u8 = 2;
+pub const FMT_HDR: u8 = 4;
+pub const FMT_TEXT: u8 = 8;
+/// Format names and bits, in file order.
+pub const FORMATS: [(&str, u8); 4] = [("json", FMT_JSON), ("prom", FMT_PROM), ("hdr", FMT_HDR), ("text", FMT_TEXT)];
 
 /// One row of the table.
 pub struct Opt {
@@ -36,7 +56,7 @@ pub struct Opt {
 }
 
 /// Every variable the shim reads. The README's table matches this one row for row.
-pub static OPTIONS: [Opt; 4] = [
+pub static OPTIONS: [Opt; 10] = [
     Opt {
         name: "MALLOCSHIM_BACKEND",
         default: "glibc",
@@ -85,7 +105,128 @@ pub static OPTIONS: [Opt; 4] = [
         },
         show: |c, out| out.put(if c.verbose { b"1" } else { b"0" }),
     },
+    Opt {
+        name: "MALLOCSHIM_SAMPLE",
+        default: "64",
+        doc: "time 1 call in N per thread with the cycle counter (1 times every call)",
+        path: false,
+        parse: |v, c| {
+            c.sample_every = parse_u64(v, 1, 1 << 30)? as u32;
+            Ok(())
+        },
+        show: |c, out| put_u64(out, c.sample_every as u64),
+    },
+    Opt {
+        name: "MALLOCSHIM_DUMP_SIGNAL",
+        default: "SIGUSR1",
+        doc: "signal that writes a dump when sent to the process (kill -USR1 PID); none disables",
+        path: false,
+        parse: |v, c| {
+            c.dump_signal = match v {
+                b"none" => 0,
+                b"SIGUSR1" | b"USR1" => libc::SIGUSR1,
+                b"SIGUSR2" | b"USR2" => libc::SIGUSR2,
+                _ => match parse_u64(v, 1, 64) {
+                    Ok(n) if n != libc::SIGKILL as u64 && n != libc::SIGSTOP as u64 => n as i32,
+                    _ => return Err("SIGUSR1, SIGUSR2, a signal number or none"),
+                },
+            };
+            Ok(())
+        },
+        show: |c, out| match c.dump_signal {
+            0 => out.put(b"none"),
+            libc::SIGUSR1 => out.put(b"SIGUSR1"),
+            libc::SIGUSR2 => out.put(b"SIGUSR2"),
+            n => put_u64(out, n as u64),
+        },
+    },
+    Opt {
+        name: "MALLOCSHIM_DUMP_INTERVAL_S",
+        default: "0",
+        doc: "also write a dump every N seconds (0 = off)",
+        path: false,
+        parse: |v, c| {
+            c.dump_interval_s = parse_u64(v, 0, 86_400 * 365)?;
+            Ok(())
+        },
+        show: |c, out| put_u64(out, c.dump_interval_s),
+    },
+    Opt {
+        name: "MALLOCSHIM_DUMP_AT_EXIT",
+        default: "0",
+        doc: "1 writes one dump when the process exits",
+        path: false,
+        parse: |v, c| {
+            c.dump_at_exit = parse_bool(v)?;
+            Ok(())
+        },
+        show: |c, out| out.put(if c.dump_at_exit { b"1" } else { b"0" }),
+    },
+    Opt {
+        name: "MALLOCSHIM_DUMP_DIR",
+        default: "$TMPDIR or /tmp",
+        doc: "directory for mallocshim.<pid>.<seq>.<ext> dump files",
+        path: true,
+        parse: |v, c| {
+            if v == b"$TMPDIR or /tmp" {
+                c.dump_dir = [0; PATH_MAX];
+                return Ok(());
+            }
+            if v.is_empty() || v.len() >= PATH_MAX || v.contains(&0) {
+                return Err("a directory path shorter than 512 bytes");
+            }
+            c.dump_dir = [0; PATH_MAX];
+            c.dump_dir[..v.len()].copy_from_slice(v);
+            Ok(())
+        },
+        show: |c, out| match cstr_bytes(&c.dump_dir) {
+            b"" => out.put(b"$TMPDIR or /tmp"),
+            d => out.put(d),
+        },
+    },
+    Opt {
+        name: "MALLOCSHIM_DUMP_FORMATS",
+        default: "json,prom",
+        doc: "dump formats, comma-separated: json, prom, hdr, text",
+        path: false,
+        parse: |v, c| {
+            let mut bits = 0;
+            for part in v.split(|&b| b == b',') {
+                bits |= FORMATS.iter().find(|f| f.0.as_bytes() == part).map(|f| f.1).ok_or("a comma-separated list of json, prom, hdr, text")?;
+            }
+            c.dump_formats = bits;
+            Ok(())
+        },
+        show: |c, out| {
+            let mut first = true;
+            for (n, b) in FORMATS {
+                if c.dump_formats & b != 0 {
+                    if !first {
+                        out.put(b",");
+                    }
+                    out.put(n.as_bytes());
+                    first = false;
+                }
+            }
+        },
+    },
 ];
+
+fn parse_u64(v: &[u8], min: u64, max: u64) -> Result<u64, &'static str> {
+    const ERR: &str = "a whole number in range";
+    if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
+        return Err(ERR);
+    }
+    let n = v.iter().fold(0u64, |a, &d| a * 10 + (d - b'0') as u64);
+    if n < min || n > max {
+        return Err(ERR);
+    }
+    Ok(n)
+}
+
+fn put_u64(out: &mut LineBuf, n: u64) {
+    let _ = core::fmt::Write::write_fmt(out, format_args!("{n}"));
+}
 
 fn parse_bool(v: &[u8]) -> Result<bool, &'static str> {
     match v {
@@ -105,6 +246,12 @@ static CONFIG: Cell = Cell(UnsafeCell::new(Config {
     tcmalloc_lib: [0; PATH_MAX],
     profile: true,
     verbose: false,
+    sample_every: 64,
+    dump_signal: 0,
+    dump_interval_s: 0,
+    dump_at_exit: false,
+    dump_dir: [0; PATH_MAX],
+    dump_formats: 0,
 }));
 
 /// The effective configuration (valid once initialisation has run).

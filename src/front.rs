@@ -1,104 +1,213 @@
-//! The hot path's front: what every exported entry point does before the C semantics run —
-//! count the call for the calling thread (unless profiling is off or the shim itself is calling).
-//! Never allocates, locks, panics or makes a syscall.
+//! The hot path's front: what every exported entry point does around the C semantics — count
+//! the call per entry point, op and size class for the calling thread, and on 1 call in
+//! `MALLOCSHIM_SAMPLE` time it with the cheap clock into the thread's and the size class's
+//! latency buckets. Skipped when profiling is off or the shim itself is calling (guard).
+//! Never allocates, locks, panics or makes a syscall other than the clock.
 
-use crate::csem;
-use crate::slots::{self, Entry};
+use crate::classes::{bucket_of, class_of, Op};
+use crate::slots::{self, Entry, Slot, CLASS_HIST, CLASS_MAX};
+use crate::{clock, csem, tls};
 use core::ffi::{c_int, c_void};
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 static PROFILE: AtomicBool = AtomicBool::new(false);
+static SAMPLE_EVERY: AtomicU32 = AtomicU32::new(64);
 
-/// Turns recording on or off (initialisation).
-pub fn set_profile(on: bool) {
-    PROFILE.store(on, Ordering::Relaxed);
+/// Turns recording on or off and sets the sampling period (initialisation).
+pub fn set_profile(on: bool, sample_every: u32) {
+    SAMPLE_EVERY.store(sample_every.max(1), Relaxed);
+    PROFILE.store(on, Relaxed);
+}
+
+/// One call being recorded.
+struct Rec {
+    slot: *mut Slot,
+    /// The slot is the shared EXITED sink: add atomically.
+    shared: bool,
+    /// Clock reading before the call, 0 when this call is not sampled.
+    t0: u64,
 }
 
 #[inline(always)]
-fn record(e: Entry) {
-    if PROFILE.load(Ordering::Relaxed) {
-        slots::count(e);
+fn bump(c: &AtomicU64, v: u64, shared: bool) {
+    if shared {
+        c.fetch_add(v, Relaxed);
+    } else {
+        // Only the owning thread writes its slot: a plain load+store, no lock prefix.
+        c.store(c.load(Relaxed).wrapping_add(v), Relaxed);
     }
 }
 
 #[inline(always)]
-pub unsafe fn malloc(size: usize) -> *mut c_void {
-    record(Entry::Malloc);
-    // SAFETY: forwarded C contract.
-    unsafe { csem::malloc(size) }
+fn start(e: Entry) -> Option<Rec> {
+    if !PROFILE.load(Relaxed) {
+        return None;
+    }
+    let st = tls::state();
+    // SAFETY: `st` is this thread's TLS block; the slot is claimed for this thread or EXITED,
+    // both live for the life of the process; `e` indexes within ENTRIES.
+    unsafe {
+        if (*st).guard != 0 {
+            return None;
+        }
+        let mut s = (*st).slot;
+        if s.is_null() {
+            s = slots::claim(st);
+        }
+        let shared = s == slots::exited_ptr();
+        bump((*s).calls.get_unchecked(e as usize), 1, shared);
+        let cd = (*st).countdown;
+        let t0 = if cd == 0 {
+            (*st).countdown = SAMPLE_EVERY.load(Relaxed) - 1;
+            clock::ticks() | 1
+        } else {
+            (*st).countdown = cd - 1;
+            0
+        };
+        Some(Rec { slot: s, shared, t0 })
+    }
 }
 
 #[inline(always)]
-pub unsafe fn free(p: *mut c_void) {
-    record(Entry::Free);
+fn finish(r: Rec, op: Op, size: usize) {
+    let c = class_of(size);
+    let o = op as usize;
+    // SAFETY: `r.slot` as in `start`; `o` < OPS, `c` < CLASSES and buckets < BUCKETS by
+    // construction of `Op`, `class_of` and `bucket_of`.
+    unsafe {
+        let s = &*r.slot;
+        bump(s.count.get_unchecked(o).get_unchecked(c), 1, r.shared);
+        bump(s.bytes.get_unchecked(o).get_unchecked(c), size as u64, r.shared);
+        if r.t0 != 0 {
+            sample(s, r.shared, o, c, clock::ticks().wrapping_sub(r.t0));
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn sample(s: &Slot, shared: bool, o: usize, c: usize, d: u64) {
+    let b = bucket_of(d);
+    // SAFETY: indices in range (see `finish`).
+    unsafe {
+        bump(s.hist.get_unchecked(o).get_unchecked(b), 1, shared);
+        let m = s.max.get_unchecked(o);
+        if d > m.load(Relaxed) {
+            if shared {
+                m.fetch_max(d, Relaxed);
+            } else {
+                m.store(d, Relaxed);
+            }
+        }
+        CLASS_HIST.get_unchecked(o).get_unchecked(c).get_unchecked(b).fetch_add(1, Relaxed);
+        CLASS_MAX.get_unchecked(o).get_unchecked(c).fetch_max(d, Relaxed);
+    }
+}
+
+/// Records `call` as entry `e`, op `op`, for a size of `size` bytes.
+macro_rules! recorded {
+    ($e:expr, $op:expr, $size:expr, $call:expr) => {
+        match start($e) {
+            None => $call,
+            Some(r) => {
+                let out = $call;
+                finish(r, $op, $size);
+                out
+            }
+        }
+    };
+}
+
+#[inline(always)]
+pub unsafe fn malloc(size: usize) -> *mut c_void {
     // SAFETY: forwarded C contract.
-    unsafe { csem::free(p) }
+    recorded!(Entry::Malloc, Op::Malloc, size, unsafe { csem::malloc(size) })
 }
 
 #[inline(always)]
 pub unsafe fn calloc(n: usize, size: usize) -> *mut c_void {
-    record(Entry::Calloc);
     // SAFETY: forwarded C contract.
-    unsafe { csem::calloc(n, size) }
+    recorded!(Entry::Calloc, Op::Calloc, n.saturating_mul(size), unsafe { csem::calloc(n, size) })
 }
 
 #[inline(always)]
 pub unsafe fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
-    record(Entry::Realloc);
     // SAFETY: forwarded C contract.
-    unsafe { csem::realloc(p, size) }
+    recorded!(Entry::Realloc, Op::Realloc, size, unsafe { csem::realloc(p, size) })
 }
 
 pub unsafe fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
-    record(Entry::Reallocarray);
     // SAFETY: forwarded C contract.
-    unsafe { csem::reallocarray(p, n, size) }
+    recorded!(Entry::Reallocarray, Op::Realloc, n.saturating_mul(size), unsafe { csem::reallocarray(p, n, size) })
 }
 
-pub unsafe fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
-    record(Entry::PosixMemalign);
-    // SAFETY: forwarded C contract.
-    unsafe { csem::posix_memalign(out, align, size) }
+/// Free and its sized variants: the size class is the block's usable size, read before the free.
+#[inline(always)]
+unsafe fn free_as(e: Entry, p: *mut c_void) {
+    match start(e) {
+        None => {
+            // SAFETY: forwarded C contract.
+            unsafe { csem::free(p) }
+        }
+        Some(mut r) => {
+            // SAFETY: `p` is NULL or a live block (the program's contract).
+            let size = unsafe { csem::usable_size(p) };
+            if r.t0 != 0 {
+                r.t0 = clock::ticks() | 1;
+            }
+            // SAFETY: forwarded C contract.
+            unsafe { csem::free(p) };
+            finish(r, Op::Free, size);
+        }
+    }
 }
 
-pub unsafe fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
-    record(Entry::AlignedAlloc);
+#[inline(always)]
+pub unsafe fn free(p: *mut c_void) {
     // SAFETY: forwarded C contract.
-    unsafe { csem::aligned_alloc(align, size) }
-}
-
-pub unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
-    record(Entry::Memalign);
-    // SAFETY: forwarded C contract.
-    unsafe { csem::memalign(align, size) }
-}
-
-pub unsafe fn valloc(size: usize) -> *mut c_void {
-    record(Entry::Valloc);
-    // SAFETY: forwarded C contract.
-    unsafe { csem::valloc(size) }
-}
-
-pub unsafe fn pvalloc(size: usize) -> *mut c_void {
-    record(Entry::Pvalloc);
-    // SAFETY: forwarded C contract.
-    unsafe { csem::pvalloc(size) }
-}
-
-pub unsafe fn malloc_usable_size(p: *mut c_void) -> usize {
-    record(Entry::MallocUsableSize);
-    // SAFETY: forwarded C contract.
-    unsafe { csem::usable_size(p) }
+    unsafe { free_as(Entry::Free, p) }
 }
 
 pub unsafe fn free_sized(p: *mut c_void, _size: usize) {
-    record(Entry::FreeSized);
     // SAFETY: forwarded C contract.
-    unsafe { csem::free(p) }
+    unsafe { free_as(Entry::FreeSized, p) }
 }
 
 pub unsafe fn free_aligned_sized(p: *mut c_void, _align: usize, _size: usize) {
-    record(Entry::FreeAlignedSized);
     // SAFETY: forwarded C contract.
-    unsafe { csem::free(p) }
+    unsafe { free_as(Entry::FreeAlignedSized, p) }
+}
+
+pub unsafe fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
+    // SAFETY: forwarded C contract.
+    recorded!(Entry::PosixMemalign, Op::Memalign, size, unsafe { csem::posix_memalign(out, align, size) })
+}
+
+pub unsafe fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
+    // SAFETY: forwarded C contract.
+    recorded!(Entry::AlignedAlloc, Op::Memalign, size, unsafe { csem::aligned_alloc(align, size) })
+}
+
+pub unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
+    // SAFETY: forwarded C contract.
+    recorded!(Entry::Memalign, Op::Memalign, size, unsafe { csem::memalign(align, size) })
+}
+
+pub unsafe fn valloc(size: usize) -> *mut c_void {
+    // SAFETY: forwarded C contract.
+    recorded!(Entry::Valloc, Op::Memalign, size, unsafe { csem::valloc(size) })
+}
+
+pub unsafe fn pvalloc(size: usize) -> *mut c_void {
+    // SAFETY: forwarded C contract.
+    recorded!(Entry::Pvalloc, Op::Memalign, size, unsafe { csem::pvalloc(size) })
+}
+
+/// Counted per entry point only (it is not an allocation op).
+pub unsafe fn malloc_usable_size(p: *mut c_void) -> usize {
+    if let Some(r) = start(Entry::MallocUsableSize) {
+        let _ = r;
+    }
+    // SAFETY: forwarded C contract.
+    unsafe { csem::usable_size(p) }
 }

@@ -4,7 +4,7 @@
 //! reentrancy guard; nothing here waits for another thread, so a dlopen lock can never deadlock it.
 
 use crate::tls::Reentry;
-use crate::{backend, config, csem, front, slots};
+use crate::{backend, clock, config, csem, front, slots};
 use core::sync::atomic::{AtomicU8, Ordering};
 
 const UNINIT: u8 = 0;
@@ -46,7 +46,8 @@ fn run() {
     // SAFETY: single initialiser, under the guard.
     let b = unsafe { backend::load(cfg.backend, lib) };
     slots::init();
-    front::set_profile(cfg.profile);
+    clock::start();
+    front::set_profile(cfg.profile, cfg.sample_every);
     backend::publish(b);
     if cfg.verbose {
         config::print_table();

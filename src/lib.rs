@@ -19,6 +19,8 @@
 pub mod backend;
 pub mod bootstrap;
 pub mod capi;
+pub mod classes;
+pub mod clock;
 pub mod config;
 pub mod csem;
 pub mod diag;

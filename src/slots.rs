@@ -1,10 +1,11 @@
-//! Per-thread counter slots: a pool of cache-line-aligned slots in mmap()ed chunks, claimed
+//! Per-thread recording slots: a pool of cache-line-aligned slots in mmap()ed chunks, claimed
 //! lock-free on a thread's first recorded call and released by a pthread_key destructor that folds
 //! the counts into the `EXITED` aggregate, so thread churn loses no count and grows no memory.
 //! Calls made after a thread's slot is gone (other libraries' TSD destructors) count in `EXITED`.
 //! Owns the `Entry` list. The owner thread writes its slot with relaxed load+store (no lock
 //! prefix); readers sum with relaxed loads. Must not allocate except under the guard.
 
+use crate::classes::{BUCKETS, CLASSES, OPS};
 use crate::tls::{self, Reentry};
 use core::ffi::c_void;
 use core::ptr;
@@ -49,21 +50,56 @@ pub const ENTRY_NAMES: [&str; ENTRIES] = [
     "free_aligned_sized",
 ];
 
-/// One thread's counters.
+/// One thread's recording: about 13 KiB.
 #[repr(C, align(64))]
 pub struct Slot {
     /// Calls per entry point.
     pub calls: [AtomicU64; ENTRIES],
+    /// Calls per op and size class (exact).
+    pub count: [[AtomicU64; CLASSES]; OPS],
+    /// Bytes per op and size class (requested; free: usable size).
+    pub bytes: [[AtomicU64; CLASSES]; OPS],
+    /// Sampled latencies per op, in clock ticks, by [`crate::classes::bucket_of`].
+    pub hist: [[AtomicU64; BUCKETS]; OPS],
+    /// Largest sampled latency per op, in ticks.
+    pub max: [AtomicU64; OPS],
     /// Kernel thread id of the owner (0 when free).
     pub tid: AtomicU32,
     in_use: AtomicBool,
 }
 
+const Z: AtomicU64 = AtomicU64::new(0);
+const ZC: [AtomicU64; CLASSES] = [Z; CLASSES];
+const ZB: [AtomicU64; BUCKETS] = [Z; BUCKETS];
+const ZCB: [[AtomicU64; BUCKETS]; CLASSES] = [ZB; CLASSES];
+
 impl Slot {
     const fn new() -> Slot {
-        Slot { calls: [const { AtomicU64::new(0) }; ENTRIES], tid: AtomicU32::new(0), in_use: AtomicBool::new(false) }
+        Slot {
+            calls: [Z; ENTRIES],
+            count: [ZC; OPS],
+            bytes: [ZC; OPS],
+            hist: [ZB; OPS],
+            max: [Z; OPS],
+            tid: AtomicU32::new(0),
+            in_use: AtomicBool::new(false),
+        }
+    }
+
+    /// Every counter of the slot, for folding and zeroing (max excluded).
+    fn counters(&self) -> impl Iterator<Item = &AtomicU64> {
+        self.calls
+            .iter()
+            .chain(self.count.iter().flatten())
+            .chain(self.bytes.iter().flatten())
+            .chain(self.hist.iter().flatten())
     }
 }
+
+/// Sampled latencies per op and size class, all threads (written with `fetch_add` on sampled
+/// calls only), and their maxima, in ticks.
+pub static CLASS_HIST: [[[AtomicU64; BUCKETS]; CLASSES]; OPS] = [ZCB; OPS];
+pub static CLASS_MAX: [[AtomicU64; CLASSES]; OPS] = [ZC; OPS];
 
 const CHUNK_SLOTS: usize = 64;
 const MAX_CHUNKS: usize = 256;
@@ -86,38 +122,16 @@ pub fn init() {
     }
 }
 
-fn exited_ptr() -> *mut Slot {
-    ptr::addr_of!(EXITED) as *mut Slot
-}
-
-/// Counts one call of `e` for the calling thread.
+/// The shared sink: calls of threads without a slot are added here with `fetch_add`.
 #[inline(always)]
-pub fn count(e: Entry) {
-    let st = tls::state();
-    // SAFETY: `st` is this thread's TLS block.
-    let (guard, mut s) = unsafe { ((*st).guard, (*st).slot) };
-    if guard != 0 {
-        return;
-    }
-    if s.is_null() {
-        s = claim(st);
-    }
-    // SAFETY: `s` is this thread's claimed slot or EXITED, both live for the process's lifetime;
-    // `e` indexes within ENTRIES.
-    unsafe {
-        let c = (*s).calls.get_unchecked(e as usize);
-        if s == exited_ptr() {
-            c.fetch_add(1, Relaxed);
-        } else {
-            c.store(c.load(Relaxed) + 1, Relaxed);
-        }
-    }
+pub fn exited_ptr() -> *mut Slot {
+    ptr::addr_of!(EXITED) as *mut Slot
 }
 
 /// Claims a free slot for the calling thread (its first recorded call). Falls back to EXITED.
 #[cold]
 #[inline(never)]
-fn claim(st: *mut tls::ThreadState) -> *mut Slot {
+pub fn claim(st: *mut tls::ThreadState) -> *mut Slot {
     let _g = Reentry::enter();
     let mut got = exited_ptr();
     'outer: for c in CHUNKS.iter() {
@@ -177,8 +191,11 @@ unsafe extern "C" fn release(p: *mut c_void) {
     }
     // SAFETY: `p` is the slot this thread claimed (set by `claim`).
     let slot = unsafe { &*s };
-    for (c, e) in slot.calls.iter().zip(EXITED.calls.iter()) {
+    for (c, e) in slot.counters().zip(EXITED.counters()) {
         e.fetch_add(c.swap(0, Relaxed), Relaxed);
+    }
+    for (m, e) in slot.max.iter().zip(EXITED.max.iter()) {
+        e.fetch_max(m.swap(0, Relaxed), Relaxed);
     }
     slot.tid.store(0, Relaxed);
     // SAFETY: this thread's TLS block: later calls count in EXITED.
@@ -186,15 +203,8 @@ unsafe extern "C" fn release(p: *mut c_void) {
     slot.in_use.store(false, Release);
 }
 
-/// Calls per entry point over all threads, live and exited.
-pub fn totals() -> [u64; ENTRIES] {
-    let mut t = [0u64; ENTRIES];
-    let mut add = |s: &Slot| {
-        for (a, c) in t.iter_mut().zip(s.calls.iter()) {
-            *a += c.load(Relaxed);
-        }
-    };
-    add(&EXITED);
+/// Calls `f` with every slot in use (live threads), then with EXITED (`live` false).
+pub fn for_each(mut f: impl FnMut(&Slot, bool)) {
     for c in CHUNKS.iter() {
         let chunk = c.load(Acquire);
         if chunk.is_null() {
@@ -202,8 +212,22 @@ pub fn totals() -> [u64; ENTRIES] {
         }
         for i in 0..CHUNK_SLOTS {
             // SAFETY: published chunks hold CHUNK_SLOTS initialised slots forever.
-            add(unsafe { &*chunk.add(i) });
+            let s = unsafe { &*chunk.add(i) };
+            if s.in_use.load(Acquire) {
+                f(s, true);
+            }
         }
     }
+    f(&EXITED, false);
+}
+
+/// Calls per entry point over all threads, live and exited.
+pub fn totals() -> [u64; ENTRIES] {
+    let mut t = [0u64; ENTRIES];
+    for_each(|s, _| {
+        for (a, c) in t.iter_mut().zip(s.calls.iter()) {
+            *a += c.load(Relaxed);
+        }
+    });
     t
 }
