@@ -108,6 +108,18 @@ pub unsafe extern "C" fn mallocshim_get_stats(out: *mut MallocshimStats) -> c_in
     0
 }
 
+/// Writes one dump now, on the calling thread, in every format of `MALLOCSHIM_DUMP_FORMATS`, to
+/// `MALLOCSHIM_DUMP_DIR` (files `mallocshim.<pid>.<seq>.<ext>`). Returns 0, or `EIO` when a file
+/// could not be written (the reason is on stderr, prefixed `mallocshim:`).
+#[no_mangle]
+pub extern "C" fn mallocshim_dump() -> c_int {
+    crate::init::ensure();
+    match crate::dump::write_all() {
+        Ok(_) => 0,
+        Err(_) => libc::EIO,
+    }
+}
+
 /// Writes the exit summary line (`MALLOCSHIM_VERBOSE=1`).
 pub fn print_summary() {
     let s = snapshot();

@@ -1,8 +1,9 @@
-//! The exported C symbols: one-line forwards to `front` (the malloc family) and `introspect`.
+//! The exported C symbols: one-line forwards to `front` (the malloc family), `introspect` and
+//! `signals` (the dump signal's interposers).
 //! No logic lives here. `__libc_*` names are deliberately not exported.
 
 use crate::backend::glibc::{Mallinfo, Mallinfo2};
-use crate::{front, introspect};
+use crate::{front, introspect, signals};
 use core::ffi::{c_int, c_void};
 
 // SAFETY (for every function below): each is called by C code with the C contract of the
@@ -96,4 +97,29 @@ pub extern "C" fn malloc_stats() {
 #[no_mangle]
 pub unsafe extern "C" fn malloc_info(options: c_int, fp: *mut libc::FILE) -> c_int {
     unsafe { introspect::malloc_info(options, fp) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
+    unsafe { signals::sigaction(sig, act, old) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    unsafe { signals::signal(sig, handler) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sigtimedwait(set: *const libc::sigset_t, info: *mut libc::siginfo_t, timeout: *const libc::timespec) -> c_int {
+    unsafe { signals::sigtimedwait(set, info, timeout) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sigwaitinfo(set: *const libc::sigset_t, info: *mut libc::siginfo_t) -> c_int {
+    unsafe { signals::sigwaitinfo(set, info) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sigwait(set: *const libc::sigset_t, sig: *mut c_int) -> c_int {
+    unsafe { signals::sigwait(set, sig) }
 }

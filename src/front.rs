@@ -58,8 +58,12 @@ fn start(e: Entry) -> Option<Rec> {
         bump((*s).calls.get_unchecked(e as usize), 1, shared);
         let cd = (*st).countdown;
         let t0 = if cd == 0 {
-            (*st).countdown = SAMPLE_EVERY.load(Relaxed) - 1;
-            clock::ticks() | 1
+            let t = clock::ticks() | 1;
+            // The next period is drawn from [N/2, 3N/2) with the clock's low bits (mean N), so a
+            // strictly alternating pattern (malloc, free, malloc...) samples every op.
+            let n = SAMPLE_EVERY.load(Relaxed);
+            (*st).countdown = if n > 1 { n / 2 + ((t >> 4) as u32 % n) } else { 0 };
+            t
         } else {
             (*st).countdown = cd - 1;
             0

@@ -48,7 +48,9 @@ fn run() {
     slots::init();
     clock::start();
     front::set_profile(cfg.profile, cfg.sample_every);
+    crate::report::mark_start();
     backend::publish(b);
+    crate::signals::install(cfg.dump_signal);
     if cfg.verbose {
         config::print_table();
     }

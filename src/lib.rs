@@ -24,17 +24,23 @@ pub mod clock;
 pub mod config;
 pub mod csem;
 pub mod diag;
+pub mod dump;
 pub mod exports;
 pub mod front;
 pub mod init;
 pub mod introspect;
+pub mod report;
+pub mod signals;
 pub mod slots;
 pub mod tls;
+pub mod worker;
 
 /// Runs when the library is loaded (`.init_array`): initialises the shim if no allocation has
 /// done so yet, so a program that never allocates still gets its configuration checked.
 extern "C" fn at_load() {
-    init::ensure();
+    if init::ensure() {
+        worker::start();
+    }
 }
 
 #[used]
@@ -43,7 +49,13 @@ static AT_LOAD: extern "C" fn() = at_load;
 
 /// Runs at unload/exit (`.fini_array`): the summary line under `MALLOCSHIM_VERBOSE=1`.
 extern "C" fn at_exit() {
-    if init::ready() && config::get().verbose {
+    if !init::ready() {
+        return;
+    }
+    if config::get().dump_at_exit {
+        let _ = dump::write_all();
+    }
+    if config::get().verbose {
         capi::print_summary();
     }
 }

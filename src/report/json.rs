@@ -1,0 +1,65 @@
+//! The JSON dump, the contract tools and tests read:
+//! `{"format":"mallocshim-dump","version":1,"pid","backend","unix_time_ms","uptime_s",
+//! "sample_every","totals":{op:{count,bytes}},"size_classes":[{op,min_bytes,max_bytes,count,bytes,
+//! sampled,p50_ns,p90_ns,p99_ns,p999_ns,max_ns}],"threads":[{tid,name,state,ops:{op:{count,bytes,
+//! sampled,p50_ns,p99_ns,max_ns}}}],"memory":{rss_bytes,vsz_bytes,backend_allocated_bytes,
+//! backend_resident_bytes,backend_free_bytes}}`. Latencies in ns; sizes in bytes. Fields may be
+//! added; these names and meanings stay.
+
+use super::{Snapshot, OPS_NAMES};
+use crate::classes::class_bounds;
+use serde_json::{json, Map, Value};
+
+pub fn render(s: &Snapshot) -> String {
+    let mut totals = Map::new();
+    for (o, (count, bytes)) in s.totals().into_iter().enumerate() {
+        totals.insert(OPS_NAMES[o].into(), json!({"count": count, "bytes": bytes}));
+    }
+    let mut classes = Vec::new();
+    for (o, cs) in s.classes.iter().enumerate() {
+        for (c, r) in cs.iter().enumerate() {
+            let sampled = r.latency.sampled();
+            if r.count == 0 && sampled == 0 {
+                continue;
+            }
+            let (lo, hi) = class_bounds(c);
+            let p = r.latency.percentiles(&[0.5, 0.9, 0.99, 0.999]);
+            classes.push(json!({
+                "op": OPS_NAMES[o], "min_bytes": lo, "max_bytes": hi, "count": r.count, "bytes": r.bytes,
+                "sampled": sampled, "p50_ns": p[0], "p90_ns": p[1], "p99_ns": p[2], "p999_ns": p[3],
+                "max_ns": r.latency.max_ns,
+            }));
+        }
+    }
+    let threads: Vec<Value> = s
+        .threads
+        .iter()
+        .map(|t| {
+            let mut ops = Map::new();
+            for (o, r) in t.ops.iter().enumerate() {
+                if r.count == 0 {
+                    continue;
+                }
+                let p = r.latency.percentiles(&[0.5, 0.99]);
+                ops.insert(
+                    OPS_NAMES[o].into(),
+                    json!({"count": r.count, "bytes": r.bytes, "sampled": r.latency.sampled(),
+                           "p50_ns": p[0], "p99_ns": p[1], "max_ns": r.latency.max_ns}),
+                );
+            }
+            json!({"tid": t.tid, "name": t.name, "state": if t.live { "live" } else { "exited" }, "ops": ops})
+        })
+        .collect();
+    let m = &s.memory;
+    let v = json!({
+        "format": "mallocshim-dump", "version": 1, "pid": s.pid, "backend": s.backend,
+        "unix_time_ms": s.unix_time_ms, "uptime_s": s.uptime_s, "sample_every": s.sample_every,
+        "totals": totals, "size_classes": classes, "threads": threads,
+        "memory": {"rss_bytes": m.rss_bytes, "vsz_bytes": m.vsz_bytes,
+                   "backend_allocated_bytes": m.backend.allocated, "backend_resident_bytes": m.backend.resident,
+                   "backend_free_bytes": m.backend.free},
+    });
+    let mut out = serde_json::to_string_pretty(&v).unwrap_or_default();
+    out.push('\n');
+    out
+}

@@ -1,0 +1,197 @@
+//! Reporting: a [`Snapshot`] of everything recorded, taken by the shim's own thread (or a C API
+//! caller) under the reentrancy guard, and its serialisations — `json` (the contract tools read),
+//! `prom` (Prometheus text exposition), `hdr` (HdrHistogram interval log), `text` (a table).
+//! Kept apart from recording: nothing here runs on the hot path, and it may allocate.
+
+pub mod hdr;
+pub mod json;
+pub mod prom;
+pub mod text;
+
+use crate::classes::{bucket_mid, BUCKETS, CLASSES, OPS, OP_NAMES};
+use crate::slots::{self, CLASS_HIST, CLASS_MAX};
+use core::sync::atomic::Ordering::Relaxed;
+use hdrhistogram::Histogram;
+
+/// Sampled latencies of one row, converted to nanoseconds.
+#[derive(Clone, Debug, Default)]
+pub struct Latency {
+    /// Samples per bucket (`classes::BUCKETS` entries; bucket midpoints via `ns`).
+    pub buckets: Vec<u64>,
+    /// Largest sample, in ns.
+    pub max_ns: u64,
+    /// ns per clock tick used for the conversion.
+    pub ns_per_tick: f64,
+}
+
+impl Latency {
+    fn from_atomics(b: &[core::sync::atomic::AtomicU64], max_ticks: u64, ns_per_tick: f64) -> Latency {
+        Latency { buckets: b.iter().map(|x| x.load(Relaxed)).collect(), max_ns: (max_ticks as f64 * ns_per_tick) as u64, ns_per_tick }
+    }
+
+    fn add(&mut self, o: &Latency) {
+        if self.buckets.is_empty() {
+            self.buckets = vec![0; BUCKETS];
+        }
+        for (a, b) in self.buckets.iter_mut().zip(&o.buckets) {
+            *a += b;
+        }
+        self.max_ns = self.max_ns.max(o.max_ns);
+        self.ns_per_tick = o.ns_per_tick;
+    }
+
+    /// Number of sampled calls.
+    pub fn sampled(&self) -> u64 {
+        self.buckets.iter().sum()
+    }
+
+    /// The value reported for bucket `b`, in ns (its midpoint; at least 1).
+    pub fn ns(&self, b: usize) -> u64 {
+        ((bucket_mid(b) as f64 * self.ns_per_tick) as u64).max(1)
+    }
+
+    /// An HdrHistogram of the samples (ns, 1 ns to 100 s, 3 significant digits).
+    pub fn histogram(&self) -> Histogram<u64> {
+        let mut h = Histogram::<u64>::new_with_bounds(1, 100_000_000_000, 3).expect("valid hdrhistogram bounds");
+        for (b, &n) in self.buckets.iter().enumerate() {
+            if n > 0 {
+                let _ = h.record_n(self.ns(b).min(100_000_000_000), n);
+            }
+        }
+        h
+    }
+
+    /// Percentiles (q in 0..=1) from hdrhistogram, capped at the exact maximum; 0 without samples.
+    pub fn percentiles(&self, qs: &[f64]) -> Vec<u64> {
+        if self.sampled() == 0 {
+            return vec![0; qs.len()];
+        }
+        let h = self.histogram();
+        qs.iter().map(|&q| h.value_at_quantile(q).min(self.max_ns.max(1))).collect()
+    }
+}
+
+/// Calls and bytes of one op (in one size class, or in one thread).
+#[derive(Clone, Debug, Default)]
+pub struct OpRow {
+    pub count: u64,
+    pub bytes: u64,
+    pub latency: Latency,
+}
+
+/// One thread, live or the aggregate of exited ones.
+#[derive(Clone, Debug)]
+pub struct ThreadRow {
+    pub tid: u32,
+    pub name: String,
+    pub live: bool,
+    pub ops: Vec<OpRow>,
+}
+
+/// Memory figures at snapshot time, in bytes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Memory {
+    /// Resident set size from /proc/self/statm.
+    pub rss_bytes: u64,
+    /// Virtual size from /proc/self/statm.
+    pub vsz_bytes: u64,
+    pub backend: crate::backend::MemStats,
+}
+
+/// Everything recorded, at one instant.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub pid: u32,
+    pub backend: &'static str,
+    pub unix_time_ms: u64,
+    pub uptime_s: f64,
+    pub sample_every: u32,
+    /// Per op (index `classes::Op`) and size class.
+    pub classes: Vec<Vec<OpRow>>,
+    pub threads: Vec<ThreadRow>,
+    pub memory: Memory,
+}
+
+impl Snapshot {
+    /// Totals per op over all size classes.
+    pub fn totals(&self) -> Vec<(u64, u64)> {
+        self.classes.iter().map(|cs| (cs.iter().map(|r| r.count).sum(), cs.iter().map(|r| r.bytes).sum())).collect()
+    }
+}
+
+/// Resident and virtual size from /proc/self/statm, in bytes.
+pub fn statm() -> (u64, u64) {
+    let s = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let mut it = s.split_whitespace().map(|v| v.parse::<u64>().unwrap_or(0));
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+    let vsz = it.next().unwrap_or(0) * page;
+    let rss = it.next().unwrap_or(0) * page;
+    (rss, vsz)
+}
+
+fn thread_name(tid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).map(|s| s.trim_end().to_string()).unwrap_or_default()
+}
+
+static START_MS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// Records the process start for `uptime_s` (initialisation).
+pub fn mark_start() {
+    START_MS.store(crate::clock::mono_ns() / 1_000_000, Relaxed);
+}
+
+/// Takes a snapshot. Call under the reentrancy guard.
+pub fn snapshot() -> Snapshot {
+    let npt = crate::clock::ns_per_tick();
+    let mut threads = Vec::new();
+    let mut classes: Vec<Vec<OpRow>> = (0..OPS).map(|_| vec![OpRow::default(); CLASSES]).collect();
+    slots::for_each(|s, live| {
+        let tid = s.tid.load(Relaxed);
+        let mut ops = Vec::with_capacity(OPS);
+        for o in 0..OPS {
+            let mut row = OpRow { latency: Latency::from_atomics(&s.hist[o], s.max[o].load(Relaxed), npt), ..OpRow::default() };
+            for c in 0..CLASSES {
+                let (n, b) = (s.count[o][c].load(Relaxed), s.bytes[o][c].load(Relaxed));
+                row.count += n;
+                row.bytes += b;
+                classes[o][c].count += n;
+                classes[o][c].bytes += b;
+            }
+            ops.push(row);
+        }
+        let name = if live { thread_name(tid) } else { "exited threads".to_string() };
+        threads.push(ThreadRow { tid: if live { tid } else { 0 }, name, live, ops });
+    });
+    for (o, cs) in classes.iter_mut().enumerate() {
+        for (c, row) in cs.iter_mut().enumerate() {
+            row.latency = Latency::from_atomics(&CLASS_HIST[o][c], CLASS_MAX[o][c].load(Relaxed), npt);
+        }
+    }
+    let (rss, vsz) = statm();
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    let up = (crate::clock::mono_ns() / 1_000_000).saturating_sub(START_MS.load(Relaxed));
+    Snapshot {
+        // SAFETY: getpid has no preconditions.
+        pid: unsafe { libc::getpid() } as u32,
+        backend: crate::backend::active().name(),
+        unix_time_ms: now_ms,
+        uptime_s: up as f64 / 1000.0,
+        sample_every: crate::config::get().sample_every,
+        classes,
+        threads,
+        memory: Memory { rss_bytes: rss, vsz_bytes: vsz, backend: crate::backend::mem_stats() },
+    }
+}
+
+/// Merges op rows of one thread for the top-thread listings.
+pub fn thread_total(t: &ThreadRow) -> (u64, Latency) {
+    let mut l = Latency::default();
+    for r in &t.ops {
+        l.add(&r.latency);
+    }
+    (t.ops.iter().map(|r| r.count).sum(), l)
+}
+
+/// The op names, re-exported for the serialisers.
+pub const OPS_NAMES: [&str; OPS] = OP_NAMES;

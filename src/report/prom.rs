@@ -1,0 +1,73 @@
+//! Prometheus text exposition (for node_exporter's textfile collector): real histogram families
+//! with cumulative `_bucket{le}` rows ending at `+Inf` (equal to `_count`) and `_sum`, labelled by
+//! backend, op and size class; counters of calls and bytes; memory gauges. No timestamps.
+
+use super::{Snapshot, OPS_NAMES};
+use crate::classes::class_label;
+use core::fmt::Write;
+
+/// Bucket upper bounds, in ns.
+const LE_NS: [u64; 16] = [
+    10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 50_000, 100_000, 1_000_000, 10_000_000, 100_000_000, 1_000_000_000,
+];
+
+pub fn render(s: &Snapshot) -> String {
+    let mut o = String::new();
+    let b = s.backend;
+    let _ = writeln!(o, "# HELP mallocshim_call_latency_seconds Latency of sampled allocator calls (1 in {} per thread), by op and size class.", s.sample_every);
+    let _ = writeln!(o, "# TYPE mallocshim_call_latency_seconds histogram");
+    for (op, cs) in s.classes.iter().enumerate() {
+        for (c, r) in cs.iter().enumerate() {
+            let n = r.latency.sampled();
+            if n == 0 {
+                continue;
+            }
+            let labels = format!("backend=\"{b}\",op=\"{}\",size_class=\"{}\"", OPS_NAMES[op], class_label(c));
+            let mut cum = vec![0u64; LE_NS.len()];
+            let mut sum_ns = 0f64;
+            for (k, &cnt) in r.latency.buckets.iter().enumerate() {
+                if cnt == 0 {
+                    continue;
+                }
+                let v = r.latency.ns(k);
+                sum_ns += v as f64 * cnt as f64;
+                for (i, &le) in LE_NS.iter().enumerate() {
+                    if v <= le {
+                        cum[i] += cnt;
+                    }
+                }
+            }
+            for (i, &le) in LE_NS.iter().enumerate() {
+                let _ = writeln!(o, "mallocshim_call_latency_seconds_bucket{{{labels},le=\"{}\"}} {}", le as f64 / 1e9, cum[i]);
+            }
+            let _ = writeln!(o, "mallocshim_call_latency_seconds_bucket{{{labels},le=\"+Inf\"}} {n}");
+            let _ = writeln!(o, "mallocshim_call_latency_seconds_sum{{{labels}}} {}", sum_ns / 1e9);
+            let _ = writeln!(o, "mallocshim_call_latency_seconds_count{{{labels}}} {n}");
+        }
+    }
+    for (name, help, pick) in [
+        ("mallocshim_calls_total", "Allocator calls routed, by op and size class.", 0),
+        ("mallocshim_bytes_total", "Bytes requested (free: usable size), by op and size class.", 1),
+    ] {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter");
+        for (op, cs) in s.classes.iter().enumerate() {
+            for (c, r) in cs.iter().enumerate() {
+                if r.count == 0 {
+                    continue;
+                }
+                let v = if pick == 0 { r.count } else { r.bytes };
+                let _ = writeln!(o, "{name}{{backend=\"{b}\",op=\"{}\",size_class=\"{}\"}} {v}", OPS_NAMES[op], class_label(c));
+            }
+        }
+    }
+    let m = &s.memory;
+    for (name, help, v) in [
+        ("mallocshim_rss_bytes", "Resident set size (/proc/self/statm).", m.rss_bytes),
+        ("mallocshim_backend_allocated_bytes", "Bytes in live blocks, from the backend.", m.backend.allocated),
+        ("mallocshim_backend_resident_bytes", "Bytes the backend holds in memory.", m.backend.resident),
+        ("mallocshim_backend_free_bytes", "Free bytes the backend could return to the OS.", m.backend.free),
+    ] {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{backend=\"{b}\"}} {v}");
+    }
+    o
+}

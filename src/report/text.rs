@@ -1,0 +1,50 @@
+//! The human table: ops x size classes with count, p50, p99 and max, then the top threads by
+//! calls.
+
+use super::{thread_total, Snapshot, OPS_NAMES};
+use crate::classes::class_label;
+use core::fmt::Write;
+
+pub fn render(s: &Snapshot) -> String {
+    let mut o = String::new();
+    let m = &s.memory;
+    let _ = writeln!(
+        o,
+        "mallocshim dump: pid {} backend {} uptime {:.1}s sample 1/{}  rss {} MiB  backend allocated {} MiB resident {} MiB",
+        s.pid,
+        s.backend,
+        s.uptime_s,
+        s.sample_every,
+        m.rss_bytes >> 20,
+        m.backend.allocated >> 20,
+        m.backend.resident >> 20
+    );
+    let _ = writeln!(o, "{:<9} {:>6} {:>12} {:>9} {:>9} {:>9} {:>9}", "op", "size", "calls", "sampled", "p50_ns", "p99_ns", "max_ns");
+    for (op, cs) in s.classes.iter().enumerate() {
+        for (c, r) in cs.iter().enumerate() {
+            if r.count == 0 {
+                continue;
+            }
+            let p = r.latency.percentiles(&[0.5, 0.99]);
+            let _ = writeln!(
+                o,
+                "{:<9} {:>6} {:>12} {:>9} {:>9} {:>9} {:>9}",
+                OPS_NAMES[op],
+                class_label(c),
+                r.count,
+                r.latency.sampled(),
+                p[0],
+                p[1],
+                r.latency.max_ns
+            );
+        }
+    }
+    let mut ts: Vec<_> = s.threads.iter().map(|t| (thread_total(t), t)).collect();
+    ts.sort_by(|a, b| b.0 .0.cmp(&a.0 .0));
+    let _ = writeln!(o, "\ntop threads by calls:\n{:>8} {:<16} {:<7} {:>12} {:>9} {:>9}", "tid", "name", "state", "calls", "p50_ns", "p99_ns");
+    for ((calls, lat), t) in ts.into_iter().take(15) {
+        let p = lat.percentiles(&[0.5, 0.99]);
+        let _ = writeln!(o, "{:>8} {:<16} {:<7} {:>12} {:>9} {:>9}", t.tid, t.name, if t.live { "live" } else { "exited" }, calls, p[0], p[1]);
+    }
+    o
+}
