@@ -5,7 +5,8 @@
 #   env LD_PRELOAD=<abs>/target/release/libmallocshim.so MALLOCSHIM_BACKEND=<b> MALLOCSHIM_VERBOSE=1 mariadbd ...
 # sysbench oltp_read_only for MAIN_SECONDS (8) at MAIN_THREADS (4), a clean mariadb-admin shutdown,
 # and prints a table of sysbench's and the shim's figures (the latter from the
-# `mallocshim: summary` line the shim writes to mariadbd's error log at exit).
+# `mallocshim: summary` line the shim writes to mariadbd's error log at exit), then, per backend,
+# the latency table of the dump taken with `kill -USR1` half-way through the load.
 # Exits non-zero when anything went wrong: build, mariadbd start/exit status, a crash report,
 # sysbench errors, a missing summary line, or a summary naming another backend than requested
 # (a silent fallback to glibc).
@@ -57,12 +58,21 @@ declare -A R
 for b in "${backends[@]}"; do
     echo "main-job: === backend $b ===" >&2
     R[$b, qps]=n/a R[$b, errors]=n/a R[$b, p95]=n/a R[$b, exit]=n/a R[$b, calls]=n/a
-    R[$b, malloc]=n/a R[$b, free]=n/a R[$b, alloc]=n/a R[$b, rss]=n/a R[$b, seen]=n/a
-    if ! mdb_start "${base_prefix[@]}" LD_PRELOAD="$so" MALLOCSHIM_BACKEND="$b" MALLOCSHIM_VERBOSE=1; then
+    R[$b, malloc]=n/a R[$b, free]=n/a R[$b, alloc]=n/a R[$b, rss]=n/a R[$b, seen]=n/a R[$b, dump]=
+    dumpdir=$MDB_DIR/dumps-$b
+    mkdir -p "$dumpdir"
+    if ! mdb_start "${base_prefix[@]}" LD_PRELOAD="$so" MALLOCSHIM_BACKEND="$b" MALLOCSHIM_VERBOSE=1 \
+        MALLOCSHIM_DUMP_DIR="$dumpdir" MALLOCSHIM_DUMP_FORMATS=json,text; then
         problems+=("$b: mariadbd did not start under the shim")
         continue
     fi
+    # Half-way through the load, ask the running server for a dump, as a DBA would.
+    (sleep "$(((secs + 1) / 2))" && kill -USR1 "$MDB_PID") &
+    dumper=$!
     mdb_sysbench_run oltp_read_only "$secs" "$threads" || problems+=("$b: sysbench exit status $SB_EXIT")
+    wait "$dumper" || problems+=("$b: kill -USR1 failed")
+    R[$b, dump]=$(find "$dumpdir" -name 'mallocshim.*.text' | sort | head -n 1)
+    [[ -n ${R[$b, dump]} ]] || problems+=("$b: no dump in $dumpdir after kill -USR1")
     mdb_stop
     R[$b, qps]=$SB_QPS R[$b, errors]=$SB_ERRORS R[$b, p95]=$SB_P95 R[$b, exit]=$MDB_EXIT
     [[ $SB_ERRORS == 0 ]] || problems+=("$b: sysbench errors $SB_ERRORS")
@@ -107,6 +117,12 @@ for b in "${backends[@]}"; do
         "${R[$b, calls]}" "${R[$b, malloc]}" "${R[$b, free]}" "${R[$b, alloc]}" "${R[$b, rss]}"
 done
 echo "(summary = the backend named by the shim's summary line; exit = mariadbd's exit status)"
+for b in "${backends[@]}"; do
+    [[ -n ${R[$b, dump]:-} && -f ${R[$b, dump]} ]] || continue
+    echo
+    echo "=== $b: latency per op and size class, from the dump taken with kill -USR1 during the load ==="
+    cat "${R[$b, dump]}"
+done
 echo "main-job: took $((SECONDS - t_start)) s"
 
 if ((${#problems[@]})); then
