@@ -120,6 +120,34 @@ pub fn init() {
     } else {
         crate::shim_warn!("pthread_key_create failed: counts of exiting threads go to the shared aggregate");
     }
+    // SAFETY: registering a plain extern "C" function.
+    unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
+}
+
+/// In a forked child only the forking thread survives: fold every other thread's slot into
+/// EXITED and give the survivor's slot its new tid. Runs single-threaded, before the child
+/// returns from fork.
+extern "C" fn after_fork_child() {
+    // SAFETY: this thread's TLS block.
+    let own = unsafe { (*tls::state()).slot };
+    for_each(|s, live| {
+        let p = s as *const Slot as *mut Slot;
+        if !live || p == own {
+            return;
+        }
+        for (c, e) in s.counters().zip(EXITED.counters()) {
+            e.fetch_add(c.swap(0, Relaxed), Relaxed);
+        }
+        for (m, e) in s.max.iter().zip(EXITED.max.iter()) {
+            e.fetch_max(m.swap(0, Relaxed), Relaxed);
+        }
+        s.tid.store(0, Relaxed);
+        s.in_use.store(false, Release);
+    });
+    if !own.is_null() && own != exited_ptr() {
+        // SAFETY: the survivor's own slot; gettid has no preconditions.
+        unsafe { (*own).tid.store(libc::gettid() as u32, Relaxed) };
+    }
 }
 
 /// The shared sink: calls of threads without a slot are added here with `fetch_add`.

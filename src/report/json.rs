@@ -3,8 +3,10 @@
 //! "sample_every","totals":{op:{count,bytes}},"size_classes":[{op,min_bytes,max_bytes,count,bytes,
 //! sampled,p50_ns,p90_ns,p99_ns,p999_ns,max_ns}],"threads":[{tid,name,state,ops:{op:{count,bytes,
 //! sampled,p50_ns,p99_ns,max_ns}}}],"memory":{rss_bytes,vsz_bytes,backend_allocated_bytes,
-//! backend_resident_bytes,backend_free_bytes}}`. Latencies in ns; sizes in bytes. Fields may be
-//! added; these names and meanings stay.
+//! backend_resident_bytes,backend_free_bytes}}`. Latencies in ns; sizes in bytes; percentiles and
+//! max are 0 where `sampled` is 0; `max_bytes` is null for the last (>64 MiB) class; free is
+//! classed by the block's usable size (free(NULL) counts in the <=16 B class with 0 bytes).
+//! Fields may be added; these names and meanings stay.
 
 use super::{Snapshot, OPS_NAMES};
 use crate::classes::class_bounds;
@@ -23,6 +25,8 @@ pub fn render(s: &Snapshot) -> String {
                 continue;
             }
             let (lo, hi) = class_bounds(c);
+            // The last class has no upper bound: null (u64::MAX would lose precision in jq/JS).
+            let hi = if hi == u64::MAX { Value::Null } else { json!(hi) };
             let p = r.latency.percentiles(&[0.5, 0.9, 0.99, 0.999]);
             classes.push(json!({
                 "op": OPS_NAMES[o], "min_bytes": lo, "max_bytes": hi, "count": r.count, "bytes": r.bytes,
