@@ -8,4 +8,4 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 command -v cargo >/dev/null || { echo "test.sh: cargo is required (rustup)" >&2; exit 1; }
 cargo build --release
-cargo test --release "$@"
+cargo test --release --no-fail-fast "$@"

@@ -65,6 +65,11 @@ const char *mallocshim_backend_name(void);
 // `out` must be NULL or point to writable memory for one `struct mallocshim_stats`.
 int mallocshim_get_stats(struct mallocshim_stats *out);
 
+// Writes one dump now, on the calling thread, in every format of `MALLOCSHIM_DUMP_FORMATS`, to
+// `MALLOCSHIM_DUMP_DIR` (files `mallocshim.<pid>.<seq>.<ext>`). Returns 0, or `EIO` when a file
+// could not be written (the reason is on stderr, prefixed `mallocshim:`).
+int mallocshim_dump(void);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus
