@@ -40,9 +40,6 @@ fn bump(c: &AtomicU64, v: u64, shared: bool) {
 
 #[inline(always)]
 fn start(e: Entry) -> Option<Rec> {
-    if !PROFILE.load(Relaxed) {
-        return None;
-    }
     let st = tls::state();
     // SAFETY: `st` is this thread's TLS block; the slot is claimed for this thread or EXITED,
     // both live for the life of the process; `e` indexes within ENTRIES.
@@ -108,18 +105,29 @@ fn sample(s: &Slot, shared: bool, o: usize, c: usize, d: u64) {
     }
 }
 
-/// Records `call` as entry `e`, op `op`, for a size of `size` bytes.
+/// Records `call` as entry `e`, op `op`, for a size of `size` bytes. The recording path is a
+/// separate, non-inlined function so that the unrecorded path (profiling off) stays a flag test
+/// and a tail call, without the recording path's register saves.
 macro_rules! recorded {
     ($e:expr, $op:expr, $size:expr, $call:expr) => {
-        match start($e) {
-            None => $call,
-            Some(r) => {
-                let out = $call;
-                finish(r, $op, $size);
-                out
-            }
+        if PROFILE.load(Relaxed) {
+            recording($e, $op, $size, || $call)
+        } else {
+            $call
         }
     };
+}
+
+#[inline(never)]
+fn recording<R>(e: Entry, op: Op, size: usize, call: impl FnOnce() -> R) -> R {
+    match start(e) {
+        None => call(),
+        Some(r) => {
+            let out = call();
+            finish(r, op, size);
+            out
+        }
+    }
 }
 
 #[inline(always)]
@@ -148,6 +156,17 @@ pub unsafe fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void
 /// Free and its sized variants: the size class is the block's usable size, read before the free.
 #[inline(always)]
 unsafe fn free_as(e: Entry, p: *mut c_void) {
+    if PROFILE.load(Relaxed) {
+        // SAFETY: forwarded C contract.
+        unsafe { free_recording(e, p) }
+    } else {
+        // SAFETY: forwarded C contract.
+        unsafe { csem::free(p) }
+    }
+}
+
+#[inline(never)]
+unsafe fn free_recording(e: Entry, p: *mut c_void) {
     match start(e) {
         None => {
             // SAFETY: forwarded C contract.
@@ -209,8 +228,8 @@ pub unsafe fn pvalloc(size: usize) -> *mut c_void {
 
 /// Counted per entry point only (it is not an allocation op).
 pub unsafe fn malloc_usable_size(p: *mut c_void) -> usize {
-    if let Some(r) = start(Entry::MallocUsableSize) {
-        let _ = r;
+    if PROFILE.load(Relaxed) {
+        let _ = start(Entry::MallocUsableSize);
     }
     // SAFETY: forwarded C contract.
     unsafe { csem::usable_size(p) }

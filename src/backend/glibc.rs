@@ -144,10 +144,19 @@ pub unsafe fn free(p: *mut c_void) {
     unsafe { __libc_free(p) }
 }
 
+/// glibc's `malloc_usable_size` for an in-use chunk, read inline from the chunk header (the
+/// size word before the block: low bits are flags, IS_MMAPPED = 2), as glibc's `musable` does
+/// without memory tagging: mmapped chunks lose two words of overhead, others one.
 #[inline(always)]
 pub unsafe fn usable_size(p: *mut c_void) -> usize {
-    // SAFETY: `p` is a glibc block (caller's contract).
-    unsafe { (real().usable_size)(p) }
+    // SAFETY: `p` is a live glibc block (caller's contract): its size word precedes it.
+    let head = unsafe { *(p as *const usize).sub(1) };
+    let size = head & !7;
+    if head & 2 != 0 {
+        size - 16
+    } else {
+        size - 8
+    }
 }
 
 /// glibc's real `mallinfo2`, or zeros when it is missing.

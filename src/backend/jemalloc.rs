@@ -53,10 +53,17 @@ pub unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
 /// jemalloc's free may purge (madvise) and so touch errno: keep the caller's.
 #[inline(always)]
 pub unsafe fn free(p: *mut c_void) {
-    let e = crate::csem::errno();
+    // SAFETY: this thread's errno slot; looked up once, restored only if the free changed it.
+    let ep = unsafe { libc::__errno_location() };
+    let e = unsafe { *ep };
     // SAFETY: `p` is a jemalloc block (caller's contract).
     unsafe { je::free(p) };
-    crate::csem::set_errno(e);
+    // SAFETY: as above.
+    unsafe {
+        if *ep != e {
+            *ep = e;
+        }
+    }
 }
 
 #[inline(always)]

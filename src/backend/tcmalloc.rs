@@ -135,10 +135,17 @@ pub unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
 /// tcmalloc may return pages to the OS inside free: keep the caller's errno.
 #[inline(always)]
 pub unsafe fn free(p: *mut c_void) {
-    let e = crate::csem::errno();
+    // SAFETY: this thread's errno slot; looked up once, restored only if the free changed it.
+    let ep = unsafe { libc::__errno_location() };
+    let e = unsafe { *ep };
     // SAFETY: a loaded tc_free; `p` is a tcmalloc block.
     unsafe { (tc().free)(p) };
-    crate::csem::set_errno(e);
+    // SAFETY: as above.
+    unsafe {
+        if *ep != e {
+            *ep = e;
+        }
+    }
 }
 
 #[inline(always)]

@@ -1,0 +1,564 @@
+//! Routing-cost benchmark: what does going through `libmallocshim.so` cost per malloc/free call,
+//! compared with preloading the same allocator directly?
+//!
+//! Run with `cargo bench --bench routing` (a `harness = false` bench: this is a plain `main`).
+//!
+//! It builds the release shim, compiles `benches/microbench.c` into `target/bench/`, and runs
+//! the microbench (workloads `pair64` and `mixed`, 1 and 2 threads) in one process per
+//! measurement under each configuration:
+//!
+//! | configuration          | LD_PRELOAD                       | MALLOCSHIM_*                         |
+//! |------------------------|----------------------------------|--------------------------------------|
+//! | none                   | -                                | -                                    |
+//! | jemalloc.so.2          | Debian libjemalloc.so.2          | -                                    |
+//! | tcmalloc_minimal.so.4  | Debian libtcmalloc_minimal.so.4  | -                                    |
+//! | shim->B (routing)      | libmallocshim.so                 | BACKEND=B, PROFILE=off               |
+//! | shim->B (profile)      | libmallocshim.so                 | BACKEND=B (profiling at defaults)    |
+//!
+//! Rounds are interleaved: round r runs every configuration of every (workload, threads) group
+//! once, in an order rotated by r. The table reports the median ns per malloc/free pair over the
+//! rounds, the ratio of each shim row to its direct row (shim->glibc vs none, shim->jemalloc vs
+//! jemalloc.so.2, shim->tcmalloc vs tcmalloc_minimal.so.4) and the added cost per call,
+//! (shim - direct) / 2 because a pair is two calls. Goal: routing alone (PROFILE=off) costs at
+//! most 1 ns per call, ratio at most 1.10 on pair64.
+//!
+//! Environment knobs (all `MALLOCSHIM_*` variables and `LD_PRELOAD` are removed from the
+//! children's environment):
+//! - `MALLOCSHIM_BENCH_ROUNDS` (default 7, at least 5 recommended)
+//! - `MALLOCSHIM_BENCH_TARGET_MS` (default 300): wall time aimed at for one run
+//! - `MALLOCSHIM_BENCH_ITERS`: fixed iteration count per thread (skips calibration)
+//! - `MALLOCSHIM_BENCH_PIN` (default 1): pin 1-thread runs to one CPU with taskset
+//! - `MALLOCSHIM_BENCH_CALLGRIND` (default 1 when valgrind is installed): also count
+//!   instructions per pair for pair64/1 thread under callgrind (stable on noisy machines).
+//!
+//! Output: the Markdown table on stdout, also written to `target/bench/routing.md`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+const JEMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+const TCMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4";
+
+const WORKLOADS: [&str; 2] = ["pair64", "mixed"];
+const THREADS: [u32; 2] = [1, 2];
+
+#[derive(Clone, Debug)]
+struct Config {
+    /// Row label in the table.
+    name: String,
+    /// Library to preload (None = no preload).
+    preload: Option<PathBuf>,
+    /// MALLOCSHIM_BACKEND for shim rows.
+    backend: Option<&'static str>,
+    /// true: MALLOCSHIM_PROFILE=off; false: MALLOCSHIM_PROFILE unset (defaults).
+    profile_off: bool,
+    /// Index of the direct row this row is compared with (None for direct rows).
+    baseline: Option<usize>,
+    /// Substring that `malloc_lib=` (printed by the microbench) must contain.
+    expect_lib: &'static str,
+}
+
+impl Config {
+    fn is_shim(&self) -> bool {
+        self.backend.is_some()
+    }
+}
+
+fn env_u64(key: &str, default: u64) -> u64 {
+    match std::env::var(key) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{key}={v:?} is not a number")),
+        Err(_) => default,
+    }
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target"))
+}
+
+fn have(cmd: &str) -> Option<PathBuf> {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {cmd}"))
+        .output()
+        .ok()?;
+    let p = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (out.status.success() && !p.is_empty()).then(|| PathBuf::from(p))
+}
+
+fn require_file(path: &str) -> PathBuf {
+    assert!(
+        Path::new(path).exists(),
+        "required library {path} is missing (apt-get install libjemalloc2 libtcmalloc-minimal4)"
+    );
+    PathBuf::from(path)
+}
+
+fn build_shim() -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let st = Command::new(cargo)
+        .args(["build", "--release", "--lib"])
+        .current_dir(root())
+        .status()
+        .expect("run cargo build --release");
+    assert!(st.success(), "cargo build --release failed");
+    let so = target_dir().join("release/libmallocshim.so");
+    assert!(
+        so.exists(),
+        "{} missing after cargo build --release",
+        so.display()
+    );
+    so
+}
+
+fn build_microbench(out_dir: &Path) -> PathBuf {
+    let gcc = have("gcc").expect("gcc is required to build benches/microbench.c");
+    let src = root().join("benches/microbench.c");
+    let dst = out_dir.join("microbench");
+    let o = Command::new(gcc)
+        .args(["-O2", "-g", "-Wall", "-pthread", "-o"])
+        .arg(&dst)
+        .arg(&src)
+        .output()
+        .expect("run gcc");
+    assert!(
+        o.status.success(),
+        "gcc microbench.c failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    dst
+}
+
+/// The nine configurations; direct rows first so `baseline` indices are stable.
+fn configs(shim: &Path) -> Vec<Config> {
+    let je = require_file(JEMALLOC_LIB);
+    let tc = require_file(TCMALLOC_LIB);
+    let mut v = vec![
+        Config {
+            name: "none (glibc)".into(),
+            preload: None,
+            backend: None,
+            profile_off: false,
+            baseline: None,
+            expect_lib: "libc.so",
+        },
+        Config {
+            name: "libjemalloc.so.2".into(),
+            preload: Some(je),
+            backend: None,
+            profile_off: false,
+            baseline: None,
+            expect_lib: "libjemalloc",
+        },
+        Config {
+            name: "libtcmalloc_minimal.so.4".into(),
+            preload: Some(tc),
+            backend: None,
+            profile_off: false,
+            baseline: None,
+            expect_lib: "libtcmalloc_minimal",
+        },
+    ];
+    for (base, backend) in [(0usize, "glibc"), (1, "jemalloc"), (2, "tcmalloc")] {
+        for profile_off in [true, false] {
+            let mode = if profile_off {
+                "routing, PROFILE=off"
+            } else {
+                "profile default"
+            };
+            v.push(Config {
+                name: format!("shim->{backend} ({mode})"),
+                preload: Some(shim.to_path_buf()),
+                backend: Some(backend),
+                profile_off,
+                baseline: Some(base),
+                expect_lib: "libmallocshim",
+            });
+        }
+    }
+    v
+}
+
+struct Runner {
+    bench: PathBuf,
+    taskset: Option<PathBuf>,
+    pin_cpu: Option<u32>,
+}
+
+impl Runner {
+    fn command(&self, cfg: &Config, workload: &str, threads: u32, iters: u64) -> Command {
+        let mut c = match (&self.taskset, self.pin_cpu, threads) {
+            (Some(ts), Some(cpu), 1) => {
+                let mut c = Command::new(ts);
+                c.arg("-c").arg(cpu.to_string()).arg(&self.bench);
+                c
+            }
+            _ => Command::new(&self.bench),
+        };
+        c.arg(workload)
+            .arg(threads.to_string())
+            .arg(iters.to_string());
+        // A clean environment as far as the shim and the preload are concerned.
+        for (k, _) in std::env::vars_os() {
+            let ks = k.to_string_lossy();
+            if ks.starts_with("MALLOCSHIM_") || ks == "LD_PRELOAD" {
+                c.env_remove(&k);
+            }
+        }
+        if let Some(p) = &cfg.preload {
+            c.env("LD_PRELOAD", p);
+        }
+        if let Some(b) = cfg.backend {
+            c.env("MALLOCSHIM_BACKEND", b);
+            if cfg.profile_off {
+                c.env("MALLOCSHIM_PROFILE", "off");
+            }
+        }
+        c.stdin(Stdio::null());
+        c
+    }
+
+    /// One run; returns (ns per pair, stderr).
+    fn run_with(&self, mut c: Command, what: &str) -> (f64, String) {
+        let o = c
+            .output()
+            .unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(
+            o.status.success(),
+            "{what}: exit {:?}\n--- stdout\n{out}\n--- stderr\n{err}",
+            o.status
+        );
+        let ns = out
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("ns_per_pair="))
+            .unwrap_or_else(|| {
+                panic!("{what}: no ns_per_pair= line\n--- stdout\n{out}\n--- stderr\n{err}")
+            })
+            .parse::<f64>()
+            .unwrap_or_else(|e| panic!("{what}: bad ns_per_pair: {e}"));
+        (ns, err)
+    }
+
+    fn run(&self, cfg: &Config, workload: &str, threads: u32, iters: u64) -> f64 {
+        let what = format!("{} {workload} t={threads} n={iters}", cfg.name);
+        self.run_with(self.command(cfg, workload, threads, iters), &what)
+            .0
+    }
+}
+
+/// Checks, before measuring, that each configuration really runs the allocator it claims:
+/// `malloc` resolves into the preloaded object, and the shim's exit summary (MALLOCSHIM_VERBOSE=1)
+/// names the requested backend.
+fn validate(r: &Runner, cfgs: &[Config]) {
+    for cfg in cfgs {
+        let mut c = r.command(cfg, "mixed", 2, 20_000);
+        if cfg.is_shim() {
+            c.env("MALLOCSHIM_VERBOSE", "1");
+        }
+        let what = format!("validate {}", cfg.name);
+        let (_, err) = r.run_with(c, &what);
+        let lib = err
+            .lines()
+            .find_map(|l| l.strip_prefix("malloc_lib="))
+            .unwrap_or("?");
+        assert!(
+            lib.contains(cfg.expect_lib),
+            "{what}: malloc resolves to {lib}, expected an object matching {:?}\n--- stderr\n{err}",
+            cfg.expect_lib
+        );
+        if let Some(b) = cfg.backend {
+            let want = format!("mallocshim: summary backend={b}");
+            let ok = err.lines().any(|l| l.starts_with(&want));
+            if !ok {
+                let msg = format!(
+                    "{what}: no `{want}` line on stderr with MALLOCSHIM_VERBOSE=1\n--- stderr\n{err}"
+                );
+                if cfg.profile_off {
+                    // Routing-only mode may legitimately print no summary; do not block on it.
+                    eprintln!("warning: {msg}");
+                } else {
+                    panic!("{msg}");
+                }
+            }
+        }
+    }
+}
+
+/// The 1-minute load average, to put the wall-clock numbers in context.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(String::from))
+        .unwrap_or_else(|| "?".into())
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Instructions per pair under callgrind, by difference of two run lengths so process start-up
+/// and exit (including the shim's own initialisation and summary) cancel out.
+fn callgrind(r: &Runner, cfgs: &[Config], out_dir: &Path) -> Option<String> {
+    let valgrind = have("valgrind")?;
+    let (n1, n2) = (100_000u64, 300_000u64);
+    let mut md = String::new();
+    writeln!(md, "\nInstructions per pair under callgrind (pair64, 1 thread, ({n2} - {n1}) iterations; machine-independent):\n").unwrap();
+    writeln!(
+        md,
+        "| configuration | instr/pair | vs direct (instr/call) |"
+    )
+    .unwrap();
+    writeln!(md, "|---|---:|---:|").unwrap();
+    let mut per_pair = vec![f64::NAN; cfgs.len()];
+    for (i, cfg) in cfgs.iter().enumerate() {
+        let mut total = [0f64; 2];
+        for (k, n) in [n1, n2].into_iter().enumerate() {
+            let tag = cfg.name.replace(|c: char| !c.is_ascii_alphanumeric(), "_");
+            let file = out_dir.join(format!("callgrind.{tag}.{n}.out"));
+            let inner = r.command(cfg, "pair64", 1, n);
+            let mut c = Command::new(&valgrind);
+            c.arg("--tool=callgrind")
+                .arg(format!("--callgrind-out-file={}", file.display()));
+            c.arg(&r.bench).arg("pair64").arg("1").arg(n.to_string());
+            // Same environment as the timed run: valgrind passes LD_PRELOAD on to the client
+            // (it prepends its own preloads).
+            for (key, val) in inner.get_envs() {
+                match val {
+                    Some(v) => c.env(key, v),
+                    None => c.env_remove(key),
+                };
+            }
+            c.stdin(Stdio::null());
+            let o = c.output().expect("run valgrind");
+            let err = String::from_utf8_lossy(&o.stderr).into_owned();
+            assert!(
+                o.status.success(),
+                "callgrind {}: exit {:?}\n{err}",
+                cfg.name,
+                o.status
+            );
+            let lib = err
+                .lines()
+                .find_map(|l| l.strip_prefix("malloc_lib="))
+                .unwrap_or("?");
+            assert!(
+                lib.contains(cfg.expect_lib),
+                "callgrind {}: malloc resolves to {lib}",
+                cfg.name
+            );
+            let collected = err
+                .lines()
+                .find_map(|l| {
+                    l.split_once("Collected :")
+                        .map(|(_, v)| v.trim().to_string())
+                })
+                .unwrap_or_else(|| panic!("callgrind {}: no `Collected :` line\n{err}", cfg.name));
+            total[k] = collected.parse().expect("Collected count");
+        }
+        per_pair[i] = (total[1] - total[0]) / (n2 - n1) as f64;
+    }
+    for (i, cfg) in cfgs.iter().enumerate() {
+        let vs = match cfg.baseline {
+            Some(b) => format!("{:+.1}", (per_pair[i] - per_pair[b]) / 2.0),
+            None => "-".into(),
+        };
+        writeln!(md, "| {} | {:.1} | {} |", cfg.name, per_pair[i], vs).unwrap();
+    }
+    writeln!(md, "\n(callgrind output files: {}/callgrind.*.out; `callgrind_annotate` them for a per-function breakdown)", out_dir.display()).unwrap();
+    Some(md)
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; accept and ignore libtest-style arguments.
+    let t_start = Instant::now();
+    let rounds = env_u64("MALLOCSHIM_BENCH_ROUNDS", 7).max(1) as usize;
+    let target_ms = env_u64("MALLOCSHIM_BENCH_TARGET_MS", 300).max(10);
+    let fixed_iters = std::env::var("MALLOCSHIM_BENCH_ITERS")
+        .ok()
+        .map(|_| env_u64("MALLOCSHIM_BENCH_ITERS", 0));
+    let pin = env_u64("MALLOCSHIM_BENCH_PIN", 1) != 0;
+    let want_callgrind = env_u64("MALLOCSHIM_BENCH_CALLGRIND", 1) != 0;
+
+    let load_before = loadavg();
+    let out_dir = target_dir().join("bench");
+    std::fs::create_dir_all(&out_dir).expect("create target/bench");
+    let shim = build_shim();
+    let bench = build_microbench(&out_dir);
+    let cfgs = configs(&shim);
+
+    let taskset = if pin { have("taskset") } else { None };
+    // Pin 1-thread runs to the last CPU this process may use (2-thread runs are left free).
+    let pin_cpu = taskset.as_ref().and_then(|_| {
+        let n = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        (n >= 2).then(|| (n - 1) as u32)
+    });
+    let runner = Runner {
+        bench,
+        taskset,
+        pin_cpu,
+    };
+
+    validate(&runner, &cfgs);
+
+    // Calibrate iterations per (workload, threads): one probe per configuration, sized from
+    // the slowest so that no run exceeds ~target_ms.
+    let mut iters: BTreeMap<(usize, u32), u64> = BTreeMap::new();
+    for (wi, w) in WORKLOADS.iter().enumerate() {
+        for &t in &THREADS {
+            let n = match fixed_iters {
+                Some(n) => n,
+                None => {
+                    let probe = 200_000;
+                    let worst = cfgs
+                        .iter()
+                        .map(|c| runner.run(c, w, t, probe))
+                        .fold(0.0f64, f64::max)
+                        .max(1.0);
+                    ((target_ms as f64 * 1e6 / worst) as u64).clamp(100_000, 200_000_000)
+                }
+            };
+            iters.insert((wi, t), n);
+        }
+    }
+
+    // samples[(workload, threads)][config] = ns per pair, one per round
+    let mut samples: BTreeMap<(usize, u32), Vec<Vec<f64>>> = BTreeMap::new();
+    for r in 0..rounds {
+        for (wi, w) in WORKLOADS.iter().enumerate() {
+            for &t in &THREADS {
+                let n = iters[&(wi, t)];
+                let s = samples
+                    .entry((wi, t))
+                    .or_insert_with(|| vec![Vec::new(); cfgs.len()]);
+                for k in 0..cfgs.len() {
+                    let ci = (k + r) % cfgs.len();
+                    s[ci].push(runner.run(&cfgs[ci], w, t, n));
+                }
+            }
+        }
+        eprintln!(
+            "round {}/{rounds} done ({:.0} s)",
+            r + 1,
+            t_start.elapsed().as_secs_f64()
+        );
+    }
+
+    let mut md = String::new();
+    writeln!(md, "# mallocshim routing cost\n").unwrap();
+    let host = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_default();
+    writeln!(
+        md,
+        "{rounds} interleaved rounds, median ns per malloc/free pair; {} CPU(s) ({host}); 1-thread runs {}.",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        match runner.pin_cpu {
+            Some(c) => format!("pinned to CPU {c}"),
+            None => "not pinned".into(),
+        }
+    )
+    .unwrap();
+    writeln!(
+        md,
+        "Load average before / after: {load_before} / {}. Wall-clock numbers on a shared machine are noisy; \
+         the callgrind instruction counts below are not.",
+        loadavg()
+    )
+    .unwrap();
+    writeln!(
+        md,
+        "ratio = shim row / its direct row (shim->glibc vs none); ns/call = (shim - direct) / 2.\n"
+    )
+    .unwrap();
+    writeln!(md, "| workload | threads | iters/thread | configuration | median ns/pair | min..max | ratio vs direct | ns/call added |").unwrap();
+    writeln!(md, "|---|---:|---:|---|---:|---:|---:|---:|").unwrap();
+    let mut verdicts = Vec::new();
+    for (wi, w) in WORKLOADS.iter().enumerate() {
+        for &t in &THREADS {
+            let s = &samples[&(wi, t)];
+            let med: Vec<f64> = s.iter().map(|v| median(&mut v.clone())).collect();
+            for (ci, cfg) in cfgs.iter().enumerate() {
+                let lo = s[ci].iter().cloned().fold(f64::INFINITY, f64::min);
+                let hi = s[ci].iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let (ratio, added) = match cfg.baseline {
+                    Some(b) => {
+                        let ratio = med[ci] / med[b];
+                        let added = (med[ci] - med[b]) / 2.0;
+                        if *w == "pair64" && cfg.profile_off {
+                            let ok = ratio <= 1.10 && added <= 1.0;
+                            verdicts.push(format!(
+                                "{} pair64 t={t}: ratio {ratio:.3}, {added:+.2} ns/call -> {}",
+                                cfg.name,
+                                if ok {
+                                    "meets goal"
+                                } else {
+                                    "MISSES goal (<= 1.10, <= 1 ns/call)"
+                                }
+                            ));
+                        }
+                        (format!("{ratio:.3}"), format!("{added:+.2}"))
+                    }
+                    None => ("-".into(), "-".into()),
+                };
+                writeln!(
+                    md,
+                    "| {w} | {t} | {} | {} | {:.2} | {lo:.2}..{hi:.2} | {ratio} | {added} |",
+                    iters[&(wi, t)],
+                    cfg.name,
+                    med[ci]
+                )
+                .unwrap();
+            }
+        }
+    }
+    writeln!(
+        md,
+        "\nGoal (routing only, pair64): ratio <= 1.10 and <= 1 ns per call.\n"
+    )
+    .unwrap();
+    for v in &verdicts {
+        writeln!(md, "- {v}").unwrap();
+    }
+
+    if want_callgrind {
+        match callgrind(&runner, &cfgs, &out_dir) {
+            Some(cg) => md.push_str(&cg),
+            None => writeln!(md, "\n(callgrind skipped: valgrind not installed)").unwrap(),
+        }
+    }
+
+    print!("{md}");
+    let path = out_dir.join("routing.md");
+    std::fs::write(&path, &md).expect("write target/bench/routing.md");
+    eprintln!(
+        "wrote {} ({:.0} s total)",
+        path.display(),
+        t_start.elapsed().as_secs_f64()
+    );
+}
