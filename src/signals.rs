@@ -18,6 +18,7 @@ use libc::{sigaction as Sigaction, siginfo_t, sigset_t, timespec};
 
 const SI_USER: c_int = 0;
 const SI_QUEUE: c_int = -1;
+const SI_TKILL: c_int = -6;
 
 static DUMP_SIG: AtomicI32 = AtomicI32::new(0);
 static INSTALLED: AtomicBool = AtomicBool::new(false);
@@ -29,11 +30,9 @@ static LOCK: AtomicBool = AtomicBool::new(false);
 
 type SigactionFn = unsafe extern "C" fn(c_int, *const Sigaction, *mut Sigaction) -> c_int;
 type SignalFn = unsafe extern "C" fn(c_int, libc::sighandler_t) -> libc::sighandler_t;
-type SigtimedwaitFn = unsafe extern "C" fn(*const sigset_t, *mut siginfo_t, *const timespec) -> c_int;
 
 static REAL_SIGACTION: AtomicUsize = AtomicUsize::new(0);
 static REAL_SIGNAL: AtomicUsize = AtomicUsize::new(0);
-static REAL_SIGTIMEDWAIT: AtomicUsize = AtomicUsize::new(0);
 
 /// glibc's definition of `name`, looked up once with dlsym(RTLD_NEXT) under the guard.
 fn next(cache: &AtomicUsize, name: &CStr) -> usize {
@@ -215,20 +214,24 @@ pub unsafe fn signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
 }
 
 /// Interposed `sigtimedwait` (and through it `sigwaitinfo` and `sigwait`): a process-directed
-/// dump signal taken here also asks for a dump; the caller receives it unchanged.
+/// dump signal taken here also asks for a dump; the caller receives it unchanged. The kernel's
+/// `rt_sigtimedwait` is called directly because glibc's wrapper rewrites SI_TKILL to SI_USER,
+/// which would make a `pthread_kill` look like `kill -USR1`; the same rewrite is then applied for
+/// the caller. (Unlike glibc's wrapper, this is not a pthread cancellation point.)
 pub unsafe fn sigtimedwait(set: *const sigset_t, info: *mut siginfo_t, timeout: *const timespec) -> c_int {
-    let f = next(&REAL_SIGTIMEDWAIT, c"sigtimedwait");
-    if f == 0 {
-        crate::csem::set_errno(libc::ENOSYS);
-        return -1;
-    }
-    // SAFETY: zeroed siginfo is valid; glibc's sigtimedwait with the caller's arguments.
+    // SAFETY: zeroed siginfo is valid; the kernel call gets the caller's set and timeout and a
+    // valid siginfo pointer; sigset size is the kernel's 8 bytes.
     unsafe {
         let mut local: siginfo_t = core::mem::zeroed();
         let ip = if info.is_null() { &mut local as *mut siginfo_t } else { info };
-        let r = core::mem::transmute::<usize, SigtimedwaitFn>(f)(set, ip, timeout);
-        if r > 0 && is_dump_request(r, ip) {
-            worker::request_dump();
+        let r = libc::syscall(libc::SYS_rt_sigtimedwait, set, ip, timeout, 8usize) as c_int;
+        if r > 0 {
+            if is_dump_request(r, ip) {
+                worker::request_dump();
+            }
+            if (*ip).si_code == SI_TKILL {
+                (*ip).si_code = SI_USER;
+            }
         }
         r
     }

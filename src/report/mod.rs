@@ -26,7 +26,10 @@ pub struct Latency {
 
 impl Latency {
     fn from_atomics(b: &[core::sync::atomic::AtomicU64], max_ticks: u64, ns_per_tick: f64) -> Latency {
-        Latency { buckets: b.iter().map(|x| x.load(Relaxed)).collect(), max_ns: (max_ticks as f64 * ns_per_tick) as u64, ns_per_tick }
+        let buckets: Vec<u64> = b.iter().map(|x| x.load(Relaxed)).collect();
+        // Rounded as bucket values are (at least 1 ns once sampled), so p50 <= ... <= max holds.
+        let max_ns = if buckets.iter().any(|&n| n > 0) { ((max_ticks as f64 * ns_per_tick) as u64).max(1) } else { 0 };
+        Latency { buckets, max_ns, ns_per_tick }
     }
 
     fn add(&mut self, o: &Latency) {
@@ -146,6 +149,13 @@ pub fn snapshot() -> Snapshot {
     let npt = crate::clock::ns_per_tick();
     let mut threads = Vec::new();
     let mut classes: Vec<Vec<OpRow>> = (0..OPS).map(|_| vec![OpRow::default(); CLASSES]).collect();
+    // Latencies first, counts second: a call finishing in between is counted but not sampled,
+    // never sampled but not counted.
+    for (o, cs) in classes.iter_mut().enumerate() {
+        for (c, row) in cs.iter_mut().enumerate() {
+            row.latency = Latency::from_atomics(&CLASS_HIST[o][c], CLASS_MAX[o][c].load(Relaxed), npt);
+        }
+    }
     slots::for_each(|s, live| {
         let tid = s.tid.load(Relaxed);
         let mut ops = Vec::with_capacity(OPS);
@@ -163,11 +173,6 @@ pub fn snapshot() -> Snapshot {
         let name = if live { thread_name(tid) } else { "exited threads".to_string() };
         threads.push(ThreadRow { tid: if live { tid } else { 0 }, name, live, ops });
     });
-    for (o, cs) in classes.iter_mut().enumerate() {
-        for (c, row) in cs.iter_mut().enumerate() {
-            row.latency = Latency::from_atomics(&CLASS_HIST[o][c], CLASS_MAX[o][c].load(Relaxed), npt);
-        }
-    }
     let (rss, vsz) = statm();
     let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
     let up = (crate::clock::mono_ns() / 1_000_000).saturating_sub(START_MS.load(Relaxed));
