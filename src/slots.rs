@@ -135,14 +135,7 @@ extern "C" fn after_fork_child() {
         if !live || p == own {
             return;
         }
-        for (c, e) in s.counters().zip(EXITED.counters()) {
-            e.fetch_add(c.swap(0, Relaxed), Relaxed);
-        }
-        for (m, e) in s.max.iter().zip(EXITED.max.iter()) {
-            e.fetch_max(m.swap(0, Relaxed), Relaxed);
-        }
-        s.tid.store(0, Relaxed);
-        s.in_use.store(false, Release);
+        fold_and_free(s);
     });
     if !own.is_null() && own != exited_ptr() {
         // SAFETY: the survivor's own slot; gettid has no preconditions.
@@ -211,6 +204,18 @@ fn new_chunk(cell: &AtomicPtr<Slot>) -> *mut Slot {
     }
 }
 
+/// Adds a slot's counts into EXITED, zeroes it and returns it to the pool.
+fn fold_and_free(s: &Slot) {
+    for (c, e) in s.counters().zip(EXITED.counters()) {
+        e.fetch_add(c.swap(0, Relaxed), Relaxed);
+    }
+    for (m, e) in s.max.iter().zip(EXITED.max.iter()) {
+        e.fetch_max(m.swap(0, Relaxed), Relaxed);
+    }
+    s.tid.store(0, Relaxed);
+    s.in_use.store(false, Release);
+}
+
 /// pthread_key destructor: folds the exiting thread's counts into EXITED and frees its slot.
 unsafe extern "C" fn release(p: *mut c_void) {
     let s = p as *mut Slot;
@@ -219,16 +224,9 @@ unsafe extern "C" fn release(p: *mut c_void) {
     }
     // SAFETY: `p` is the slot this thread claimed (set by `claim`).
     let slot = unsafe { &*s };
-    for (c, e) in slot.counters().zip(EXITED.counters()) {
-        e.fetch_add(c.swap(0, Relaxed), Relaxed);
-    }
-    for (m, e) in slot.max.iter().zip(EXITED.max.iter()) {
-        e.fetch_max(m.swap(0, Relaxed), Relaxed);
-    }
-    slot.tid.store(0, Relaxed);
     // SAFETY: this thread's TLS block: later calls count in EXITED.
     unsafe { (*tls::state()).slot = exited_ptr() };
-    slot.in_use.store(false, Release);
+    fold_and_free(slot);
 }
 
 /// Calls `f` with every slot in use (live threads), then with EXITED (`live` false).
