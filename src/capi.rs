@@ -72,11 +72,16 @@ impl MallocshimCalls {
 
 /// Takes a snapshot (used by the C API and the exit summary).
 pub fn snapshot() -> MallocshimStats {
+    snapshot_with(slots::totals())
+}
+
+/// A snapshot around call totals already summed by the caller.
+fn snapshot_with(calls: [u64; ENTRIES]) -> MallocshimStats {
     let _g = Reentry::enter();
     crate::init::ensure();
     let m = backend::mem_stats();
     MallocshimStats {
-        calls: MallocshimCalls::from_array(slots::totals()),
+        calls: MallocshimCalls::from_array(calls),
         backend_allocated_bytes: m.allocated,
         backend_resident_bytes: m.resident,
         backend_free_bytes: m.free,
@@ -122,8 +127,8 @@ pub extern "C" fn mallocshim_dump() -> c_int {
 
 /// Writes the exit summary line (`MALLOCSHIM_VERBOSE=1`).
 pub fn print_summary() {
-    let s = snapshot();
     let t = slots::totals();
+    let s = snapshot_with(t);
     let mut o = crate::diag::LineBuf::new();
     use core::fmt::Write;
     let _ = write!(o, "summary backend={}", backend::active().name());

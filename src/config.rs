@@ -74,12 +74,7 @@ pub static OPTIONS: [Opt; 10] = [
         doc: "gperftools library dlopen()ed (RTLD_LOCAL) for the tcmalloc backend",
         path: true,
         parse: |v, c| {
-            if v.is_empty() || v.len() >= PATH_MAX || v.contains(&0) {
-                return Err("a library path shorter than 512 bytes");
-            }
-            c.tcmalloc_lib = [0; PATH_MAX];
-            c.tcmalloc_lib[..v.len()].copy_from_slice(v);
-            Ok(())
+            set_path(&mut c.tcmalloc_lib, v)
         },
         show: |c, out| out.put(cstr_bytes(&c.tcmalloc_lib)),
     },
@@ -172,12 +167,7 @@ pub static OPTIONS: [Opt; 10] = [
                 c.dump_dir = [0; PATH_MAX];
                 return Ok(());
             }
-            if v.is_empty() || v.len() >= PATH_MAX || v.contains(&0) {
-                return Err("a directory path shorter than 512 bytes");
-            }
-            c.dump_dir = [0; PATH_MAX];
-            c.dump_dir[..v.len()].copy_from_slice(v);
-            Ok(())
+            set_path(&mut c.dump_dir, v)
         },
         show: |c, out| match cstr_bytes(&c.dump_dir) {
             b"" => out.put(b"$TMPDIR or /tmp"),
@@ -211,6 +201,16 @@ pub static OPTIONS: [Opt; 10] = [
         },
     },
 ];
+
+/// Stores a path as a NUL-terminated buffer.
+fn set_path(dst: &mut [u8; PATH_MAX], v: &[u8]) -> Result<(), &'static str> {
+    if v.is_empty() || v.len() >= PATH_MAX || v.contains(&0) {
+        return Err("a path shorter than 512 bytes");
+    }
+    *dst = [0; PATH_MAX];
+    dst[..v.len()].copy_from_slice(v);
+    Ok(())
+}
 
 fn parse_u64(v: &[u8], min: u64, max: u64) -> Result<u64, &'static str> {
     const ERR: &str = "a whole number in range";

@@ -9,24 +9,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-fn dump(o: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        o.status,
-        common::stdout(o),
-        common::stderr(o)
-    )
-}
-
-/// Removes the caller's preload and shim settings (for the no-shim baselines).
-fn clean(c: &mut Command) {
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("MALLOCSHIM_") || k == "LD_PRELOAD" {
-            c.env_remove(k);
-        }
-    }
-}
-
 /// A command for `prog`: preloaded with the shim (verbose) for `Some(backend)`, plain otherwise.
 fn command(prog: &Path, backend: Option<&str>) -> Command {
     match backend {
@@ -35,11 +17,7 @@ fn command(prog: &Path, backend: Option<&str>) -> Command {
             c.env("MALLOCSHIM_VERBOSE", "1");
             c
         }
-        None => {
-            let mut c = Command::new(prog);
-            clean(&mut c);
-            c
-        }
+        None => common::plain(prog),
     }
 }
 
@@ -48,12 +26,12 @@ fn command(prog: &Path, backend: Option<&str>) -> Command {
 fn assert_summaries(o: &Output, backend: &str, what: &str) {
     let lines = common::shim_lines(o);
     let sums: Vec<&String> = lines.iter().filter(|l| l.starts_with("mallocshim: summary")).collect();
-    assert!(!sums.is_empty(), "{what}: no `mallocshim: summary` line\n{}", dump(o));
+    assert!(!sums.is_empty(), "{what}: no `mallocshim: summary` line\n{}", common::describe(o));
     for s in &sums {
         assert!(
             s.split_whitespace().any(|w| w == format!("backend={backend}")),
             "{what}: summary does not say backend={backend}: {s}\n{}",
-            dump(o)
+            common::describe(o)
         );
     }
     let last = sums.last().unwrap();
@@ -101,8 +79,7 @@ fn python() -> PathBuf {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
         let py = common::require("python3");
-        let mut c = Command::new(py);
-        clean(&mut c);
+        let mut c = common::plain(py);
         c.args(["-c", "import sys; print(sys.executable)"]);
         let o = common::run_ok(c, "python3 sys.executable");
         let exe = PathBuf::from(common::stdout(&o).trim());
@@ -125,7 +102,7 @@ fn python_expected() -> String {
     E.get_or_init(|| {
         let o = run_python(None);
         let out = common::stdout(&o);
-        assert!(out.contains("roundtrip=ok"), "baseline python run: {}", dump(&o));
+        assert!(out.contains("roundtrip=ok"), "baseline python run: {}", common::describe(&o));
         let elements: u64 = out
             .lines()
             .find_map(|l| l.strip_prefix("elements="))
@@ -141,7 +118,7 @@ fn python_under(backend: &str) {
     let expected = python_expected();
     let o = run_python(Some(backend));
     let what = format!("python JSON under the shim, backend={backend}");
-    assert_eq!(common::stdout(&o), expected, "{what}: output differs from the no-shim run\n{}", dump(&o));
+    assert_eq!(common::stdout(&o), expected, "{what}: output differs from the no-shim run\n{}", common::describe(&o));
     assert_summaries(&o, backend, &what);
     let last = common::shim_lines(&o).into_iter().filter(|l| l.starts_with("mallocshim: summary")).last().unwrap();
     // ~100k objects built, serialized and parsed twice with PYTHONMALLOC=malloc.

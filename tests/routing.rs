@@ -7,7 +7,7 @@ mod common;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::OnceLock;
 
 const MIB: i128 = 1 << 20;
@@ -146,23 +146,14 @@ fn tcmalloc_backend_uses_tcmalloc_heap() {
 /// the probes in routing.c are broken, not the shim.
 #[test]
 fn probes_work_without_shim() {
-    let clean = |c: &mut Command| {
-        for (k, _) in std::env::vars_os() {
-            if k.to_string_lossy().starts_with("MALLOCSHIM_") || k == "LD_PRELOAD" {
-                c.env_remove(k);
-            }
-        }
-    };
-    let mut cmd = Command::new(program());
-    clean(&mut cmd);
+    let cmd = common::plain(program());
     let r = Report::parse(&common::run_ok(cmd, "routing without preload"), "routing without preload");
     assert!(r.str("malloc_object").contains("libc.so"), "{}", r.text);
     assert_eq!(r.str("tcmalloc"), "absent", "{}", r.text);
     assert!(r.glibc_growth() >= ALLOCATED, "plain glibc grew by {}\n{}", r.glibc_growth(), r.text);
 
     let tc = common::require_file(common::TCMALLOC_LIB);
-    let mut cmd = Command::new(program());
-    clean(&mut cmd);
+    let mut cmd = common::plain(program());
     cmd.env("LD_PRELOAD", &tc);
     let what = "routing with libtcmalloc preloaded directly";
     let r = Report::parse(&common::run_ok(cmd, what), what);

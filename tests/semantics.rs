@@ -19,32 +19,18 @@ fn programs() -> (PathBuf, PathBuf) {
     .clone()
 }
 
-/// The value of `key=` in a whitespace-separated line, as a string.
-fn kv_str<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    line.split_whitespace().find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
-}
-
-fn dump(o: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        o.status,
-        common::stdout(o),
-        common::stderr(o)
-    )
-}
-
 /// Asserts the program's own verdict: exit 0, no FAIL line, and `semantics: N checks passed`
 /// with a plausible N (the program has a few thousand checks; a gutted run would have few).
 fn assert_passed(o: &Output, what: &str) -> u64 {
     let out = common::stdout(o);
-    assert!(o.status.success(), "{what}: semantics failed\n{}", dump(o));
-    assert!(!out.lines().any(|l| l.starts_with("FAIL")), "{what}: FAIL lines\n{}", dump(o));
+    assert!(o.status.success(), "{what}: semantics failed\n{}", common::describe(o));
+    assert!(!out.lines().any(|l| l.starts_with("FAIL")), "{what}: FAIL lines\n{}", common::describe(o));
     let n = out
         .lines()
         .find_map(|l| l.strip_prefix("semantics: ").and_then(|r| r.strip_suffix(" checks passed")))
         .and_then(|n| n.trim().parse::<u64>().ok())
-        .unwrap_or_else(|| panic!("{what}: no `semantics: N checks passed` line\n{}", dump(o)));
-    assert!(n >= 2000, "{what}: only {n} checks ran\n{}", dump(o));
+        .unwrap_or_else(|| panic!("{what}: no `semantics: N checks passed` line\n{}", common::describe(o)));
+    assert!(n >= 2000, "{what}: only {n} checks ran\n{}", common::describe(o));
     n
 }
 
@@ -57,20 +43,20 @@ fn run_backend(backend: &str) {
     let n = assert_passed(&o, &what);
     // Under the shim every check runs: the aligned_alloc EINVAL and free_sized checks too.
     let out = common::stdout(&o);
-    assert!(!out.contains("not applicable") && !out.contains("not available"), "{what}: checks skipped\n{}", dump(&o));
+    assert!(!out.contains("not applicable") && !out.contains("not available"), "{what}: checks skipped\n{}", common::describe(&o));
 
     let lines = common::shim_lines(&o);
     let summaries: Vec<&String> = lines.iter().filter(|l| l.starts_with("mallocshim: summary")).collect();
-    assert!(!summaries.is_empty(), "{what}: no `mallocshim: summary` line on stderr\n{}", dump(&o));
+    assert!(!summaries.is_empty(), "{what}: no `mallocshim: summary` line on stderr\n{}", common::describe(&o));
     assert!(
         lines.len() > summaries.len(),
         "{what}: MALLOCSHIM_VERBOSE=1 but no option table lines before the summary\n{}",
-        dump(&o)
+        common::describe(&o)
     );
     // The exec'd children (/bin/true and the program itself) print their own summaries;
     // every one of them must name the requested backend (no silent fallback anywhere).
     for s in &summaries {
-        assert_eq!(kv_str(s, "backend"), Some(backend), "{what}: summary names another backend: {s}\n{}", dump(&o));
+        assert_eq!(common::kv_str(s, "backend"), Some(backend), "{what}: summary names another backend: {s}\n{}", common::describe(&o));
     }
     // The parent waits for all its children, so the last summary is the parent's own.
     let last = summaries.last().unwrap();
@@ -103,16 +89,11 @@ fn semantics_tcmalloc() {
 #[test]
 fn semantics_baseline_without_shim() {
     let (bin, lib) = programs();
-    let mut cmd = Command::new(&bin);
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("MALLOCSHIM_") || k == "LD_PRELOAD" {
-            cmd.env_remove(k);
-        }
-    }
+    let mut cmd = common::plain(&bin);
     cmd.arg(&lib).arg("libc");
     let o = common::run_ok(cmd, "semantics without preload");
     assert_passed(&o, "semantics without preload");
-    assert!(common::shim_lines(&o).is_empty(), "shim output without preload?\n{}", dump(&o));
+    assert!(common::shim_lines(&o).is_empty(), "shim output without preload?\n{}", common::describe(&o));
 }
 
 /// The program must also notice when it is not running on the allocator it was told to
@@ -123,7 +104,7 @@ fn semantics_detects_missing_shim() {
     let mut cmd = Command::new(&bin);
     cmd.env_remove("LD_PRELOAD").arg(&lib).arg("shim");
     let o = cmd.output().expect("start semantics");
-    assert_eq!(o.status.code(), Some(1), "expected failure\n{}", dump(&o));
+    assert_eq!(o.status.code(), Some(1), "expected failure\n{}", common::describe(&o));
     let out = common::stdout(&o);
-    assert!(out.contains("FAIL: [loaded]") && out.contains("expected libmallocshim.so"), "{}", dump(&o));
+    assert!(out.contains("FAIL: [loaded]") && out.contains("expected libmallocshim.so"), "{}", common::describe(&o));
 }

@@ -1,6 +1,7 @@
 //! The glibc backend: ptmalloc through glibc's exported `__libc_*` entry points (no dlsym needed on
-//! the hot path), plus the real `malloc_usable_size`, `mallinfo2`, `malloc_trim`, `malloc_stats`
-//! and `malloc_info`, found once with `dlsym(RTLD_NEXT)` because the shim exports those names too.
+//! the hot path; usable size read from the chunk header), plus the real `mallinfo2`, `mallinfo`,
+//! `malloc_trim`, `malloc_stats` and `malloc_info`, found once with `dlsym(RTLD_NEXT)` because the
+//! shim exports those names too.
 //! These are loaded whatever the active backend, for the introspection calls.
 
 use super::MemStats;
@@ -50,7 +51,6 @@ pub struct Mallinfo {
 /// glibc's own introspection functions.
 #[derive(Clone, Copy)]
 pub struct Real {
-    pub usable_size: unsafe extern "C" fn(*mut c_void) -> usize,
     pub mallinfo2: Option<unsafe extern "C" fn() -> Mallinfo2>,
     pub mallinfo: Option<unsafe extern "C" fn() -> Mallinfo>,
     pub malloc_trim: Option<unsafe extern "C" fn(usize) -> c_int>,
@@ -58,16 +58,11 @@ pub struct Real {
     pub malloc_info: Option<unsafe extern "C" fn(c_int, *mut libc::FILE) -> c_int>,
 }
 
-unsafe extern "C" fn no_usable_size(_: *mut c_void) -> usize {
-    0
-}
-
 struct Cell(UnsafeCell<Real>);
 // SAFETY: written once by the initialising thread before the shim is published; read-only after.
 unsafe impl Sync for Cell {}
 
 static REAL: Cell = Cell(UnsafeCell::new(Real {
-    usable_size: no_usable_size,
     mallinfo2: None,
     mallinfo: None,
     malloc_trim: None,
@@ -87,8 +82,7 @@ unsafe fn next(name: &core::ffi::CStr) -> *mut c_void {
     unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr() as *const c_char) }
 }
 
-/// Finds glibc's introspection functions. Always succeeds for `malloc_usable_size`'s absence
-/// (usable size then reports 0); the others are optional.
+/// Finds glibc's introspection functions; each is optional (a missing one answers zeros).
 ///
 /// # Safety
 /// Initialisation only (single writer before publication).
@@ -97,12 +91,6 @@ pub unsafe fn load() -> bool {
     // glibc documents for that symbol.
     unsafe {
         let r = &mut *REAL.0.get();
-        let p = next(c"malloc_usable_size");
-        if p.is_null() {
-            crate::shim_warn!("glibc's malloc_usable_size not found; usable sizes will read 0");
-        } else {
-            r.usable_size = core::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut c_void) -> usize>(p);
-        }
         r.mallinfo2 = core::mem::transmute::<*mut c_void, Option<unsafe extern "C" fn() -> Mallinfo2>>(next(c"mallinfo2"));
         r.mallinfo = core::mem::transmute::<*mut c_void, Option<unsafe extern "C" fn() -> Mallinfo>>(next(c"mallinfo"));
         r.malloc_trim = core::mem::transmute::<*mut c_void, Option<unsafe extern "C" fn(usize) -> c_int>>(next(c"malloc_trim"));

@@ -2,7 +2,8 @@
 //! tagged histogram per op and size class (`malloc_64`, ...), values in ns, written by the
 //! hdrhistogram crate's `interval_log` writer with V2+DEFLATE encoding.
 
-use super::{Snapshot, OPS_NAMES};
+use super::Snapshot;
+use crate::classes::OP_NAMES;
 use crate::classes::class_label;
 use hdrhistogram::serialization::interval_log::{IntervalLogWriterBuilder, Tag};
 use hdrhistogram::serialization::V2DeflateSerializer;
@@ -24,7 +25,7 @@ pub fn render(s: &Snapshot) -> Vec<u8> {
             if r.latency.sampled() == 0 {
                 continue;
             }
-            let tag = format!("{}_{}", OPS_NAMES[op], class_label(c));
+            let tag = format!("{}_{}", OP_NAMES[op], class_label(c));
             let h = r.latency.histogram();
             let _ = w.write_histogram(&h, Duration::ZERO, Duration::from_secs_f64(s.uptime_s.max(0.001)), Tag::new(&tag));
         }

@@ -8,14 +8,15 @@
 //! classed by the block's usable size (free(NULL) counts in the <=16 B class with 0 bytes).
 //! Fields may be added; these names and meanings stay.
 
-use super::{Snapshot, OPS_NAMES};
+use super::Snapshot;
+use crate::classes::OP_NAMES;
 use crate::classes::class_bounds;
 use serde_json::{json, Map, Value};
 
 pub fn render(s: &Snapshot) -> String {
     let mut totals = Map::new();
     for (o, (count, bytes)) in s.totals().into_iter().enumerate() {
-        totals.insert(OPS_NAMES[o].into(), json!({"count": count, "bytes": bytes}));
+        totals.insert(OP_NAMES[o].into(), json!({"count": count, "bytes": bytes}));
     }
     let mut classes = Vec::new();
     for (o, cs) in s.classes.iter().enumerate() {
@@ -29,7 +30,7 @@ pub fn render(s: &Snapshot) -> String {
             let hi = if hi == u64::MAX { Value::Null } else { json!(hi) };
             let p = r.latency.percentiles(&[0.5, 0.9, 0.99, 0.999]);
             classes.push(json!({
-                "op": OPS_NAMES[o], "min_bytes": lo, "max_bytes": hi, "count": r.count, "bytes": r.bytes,
+                "op": OP_NAMES[o], "min_bytes": lo, "max_bytes": hi, "count": r.count, "bytes": r.bytes,
                 "sampled": sampled, "p50_ns": p[0], "p90_ns": p[1], "p99_ns": p[2], "p999_ns": p[3],
                 "max_ns": r.latency.max_ns,
             }));
@@ -46,7 +47,7 @@ pub fn render(s: &Snapshot) -> String {
                 }
                 let p = r.latency.percentiles(&[0.5, 0.99]);
                 ops.insert(
-                    OPS_NAMES[o].into(),
+                    OP_NAMES[o].into(),
                     json!({"count": r.count, "bytes": r.bytes, "sampled": r.latency.sampled(),
                            "p50_ns": p[0], "p99_ns": p[1], "max_ns": r.latency.max_ns}),
                 );

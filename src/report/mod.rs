@@ -8,7 +8,7 @@ pub mod json;
 pub mod prom;
 pub mod text;
 
-use crate::classes::{bucket_mid, BUCKETS, CLASSES, OPS, OP_NAMES};
+use crate::classes::{bucket_mid, BUCKETS, CLASSES, OPS};
 use crate::slots::{self, CLASS_HIST, CLASS_MAX};
 use core::sync::atomic::Ordering::Relaxed;
 use hdrhistogram::Histogram;
@@ -197,6 +197,3 @@ pub fn thread_total(t: &ThreadRow) -> (u64, Latency) {
     }
     (t.ops.iter().map(|r| r.count).sum(), l)
 }
-
-/// The op names, re-exported for the serialisers.
-pub const OPS_NAMES: [&str; OPS] = OP_NAMES;

@@ -2,7 +2,8 @@
 //! with cumulative `_bucket{le}` rows ending at `+Inf` (equal to `_count`) and `_sum`, labelled by
 //! backend, op and size class; counters of calls and bytes; memory gauges. No timestamps.
 
-use super::{Snapshot, OPS_NAMES};
+use super::Snapshot;
+use crate::classes::OP_NAMES;
 use crate::classes::class_label;
 use core::fmt::Write;
 
@@ -22,7 +23,7 @@ pub fn render(s: &Snapshot) -> String {
             if n == 0 {
                 continue;
             }
-            let labels = format!("backend=\"{b}\",op=\"{}\",size_class=\"{}\"", OPS_NAMES[op], class_label(c));
+            let labels = format!("backend=\"{b}\",op=\"{}\",size_class=\"{}\"", OP_NAMES[op], class_label(c));
             let mut cum = vec![0u64; LE_NS.len()];
             let mut sum_ns = 0f64;
             for (k, &cnt) in r.latency.buckets.iter().enumerate() {
@@ -56,7 +57,7 @@ pub fn render(s: &Snapshot) -> String {
                     continue;
                 }
                 let v = if pick == 0 { r.count } else { r.bytes };
-                let _ = writeln!(o, "{name}{{backend=\"{b}\",op=\"{}\",size_class=\"{}\"}} {v}", OPS_NAMES[op], class_label(c));
+                let _ = writeln!(o, "{name}{{backend=\"{b}\",op=\"{}\",size_class=\"{}\"}} {v}", OP_NAMES[op], class_label(c));
             }
         }
     }

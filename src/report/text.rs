@@ -1,7 +1,8 @@
 //! The human table: ops x size classes with count, p50, p99 and max, then the top threads by
 //! calls.
 
-use super::{thread_total, Snapshot, OPS_NAMES};
+use super::{thread_total, Snapshot};
+use crate::classes::OP_NAMES;
 use crate::classes::class_label;
 use core::fmt::Write;
 
@@ -29,7 +30,7 @@ pub fn render(s: &Snapshot) -> String {
             let _ = writeln!(
                 o,
                 "{:<9} {:>6} {:>12} {:>9} {:>9} {:>9} {:>9}",
-                OPS_NAMES[op],
+                OP_NAMES[op],
                 class_label(c),
                 r.count,
                 r.latency.sampled(),

@@ -87,15 +87,23 @@ pub fn cc(src: &str, out: &str, extra: &[&str]) -> PathBuf {
     dst
 }
 
-/// A command that will run `prog` with the shim preloaded and `MALLOCSHIM_BACKEND=backend`.
-/// The caller's environment is kept except for other `MALLOCSHIM_*` variables.
-pub fn preloaded(prog: impl AsRef<Path>, backend: &str) -> Command {
+/// A command that will run `prog` without the shim: the caller's `LD_PRELOAD` and `MALLOCSHIM_*`
+/// variables removed, stdin closed (the no-shim baselines).
+pub fn plain(prog: impl AsRef<Path>) -> Command {
     let mut c = Command::new(prog.as_ref());
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("MALLOCSHIM_") || k == "LD_PRELOAD" {
             c.env_remove(k);
         }
     }
+    c.stdin(Stdio::null());
+    c
+}
+
+/// A command that will run `prog` with the shim preloaded and `MALLOCSHIM_BACKEND=backend`.
+/// The caller's environment is kept except for other `MALLOCSHIM_*` variables.
+pub fn preloaded(prog: impl AsRef<Path>, backend: &str) -> Command {
+    let mut c = plain(prog);
     c.env("LD_PRELOAD", shim()).env("MALLOCSHIM_BACKEND", backend);
     if backend == "tcmalloc" {
         require_file(TCMALLOC_LIB);
@@ -107,14 +115,7 @@ pub fn preloaded(prog: impl AsRef<Path>, backend: &str) -> Command {
 /// Runs a command, returning its output; fails the test with both streams if it did not exit 0.
 pub fn run_ok(mut cmd: Command, what: &str) -> Output {
     let o = cmd.output().unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
-    if !o.status.success() {
-        panic!(
-            "{what}: exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
-            o.status,
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
+    assert!(o.status.success(), "{what}: {}", describe(&o));
     o
 }
 
@@ -131,9 +132,17 @@ pub fn shim_lines(o: &Output) -> Vec<String> {
     stderr(o).lines().filter(|l| l.starts_with("mallocshim:")).map(String::from).collect()
 }
 
-/// Parses `key=value` pairs out of a line such as the shim's exit summary.
+/// The value of `key=` in a whitespace-separated line such as the shim's exit summary.
+pub fn kv_str<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_whitespace().find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+}
+
+/// The numeric value of `key=` in such a line.
 pub fn kv(line: &str, key: &str) -> Option<u64> {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
-        .and_then(|v| v.parse().ok())
+    kv_str(line, key).and_then(|v| v.parse().ok())
+}
+
+/// A program's exit status and both streams, for failure messages.
+pub fn describe(o: &Output) -> String {
+    format!("status {:?}\n--- stdout\n{}\n--- stderr\n{}", o.status, stdout(o), stderr(o))
 }
