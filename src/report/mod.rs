@@ -113,6 +113,8 @@ pub struct Snapshot {
     pub classes: Vec<Vec<OpRow>>,
     pub threads: Vec<ThreadRow>,
     pub memory: Memory,
+    /// Trims so far (`MALLOCSHIM_TRIM_*`, `mallocshim_trim()`).
+    pub trim: crate::trim::Stats,
 }
 
 impl Snapshot {
@@ -186,6 +188,7 @@ pub fn snapshot() -> Snapshot {
         classes,
         threads,
         memory: Memory { rss_bytes: rss, vsz_bytes: vsz, backend: crate::backend::mem_stats() },
+        trim: crate::trim::stats(),
     }
 }
 
