@@ -118,6 +118,7 @@ pub unsafe extern "C" fn mallocshim_get_stats(out: *mut MallocshimStats) -> c_in
 /// could not be written (the reason is on stderr, prefixed `mallocshim:`).
 #[no_mangle]
 pub extern "C" fn mallocshim_dump() -> c_int {
+    let _g = Reentry::enter();
     crate::init::ensure();
     match crate::dump::write_all() {
         Ok(_) => 0,

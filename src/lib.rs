@@ -55,6 +55,8 @@ extern "C" fn at_exit() {
     if !init::ready() {
         return;
     }
+    // Everything below, including dropping what the dump returns, goes unrecorded.
+    let _g = tls::Reentry::enter();
     if config::get().dump_at_exit {
         let _ = dump::write_all();
     }

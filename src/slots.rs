@@ -4,6 +4,9 @@
 //! Calls made after a thread's slot is gone (other libraries' TSD destructors) count in `EXITED`.
 //! Owns the `Entry` list. The owner thread writes its slot with relaxed load+store (no lock
 //! prefix); readers sum with relaxed loads. Must not allocate except under the guard.
+//! A fold (thread exit) and a reader's walk exclude each other (two counters, Dekker style, the
+//! walk has priority), so a thread exiting during a snapshot is counted exactly once: never in
+//! both its slot and `EXITED`, never in neither. Neither side is on the hot path.
 
 use crate::classes::{BUCKETS, CLASSES, OPS};
 use crate::tls::{self, Reentry};
@@ -128,9 +131,12 @@ pub fn init() {
 /// EXITED and give the survivor's slot its new tid. Runs single-threaded, before the child
 /// returns from fork.
 extern "C" fn after_fork_child() {
+    // Only this thread exists now: no walk or fold is in progress here.
+    WALKING.store(0, SeqCst);
+    FOLDING.store(0, SeqCst);
     // SAFETY: this thread's TLS block.
     let own = unsafe { (*tls::state()).slot };
-    for_each(|s, live| {
+    walk(|s, live| {
         let p = s as *const Slot as *mut Slot;
         if !live || p == own {
             return;
@@ -205,6 +211,28 @@ fn new_chunk(cell: &AtomicPtr<Slot>) -> *mut Slot {
 }
 
 /// Adds a slot's counts into EXITED, zeroes it and returns it to the pool.
+/// Readers walking the slots / threads folding a slot, right now.
+static WALKING: AtomicU32 = AtomicU32::new(0);
+static FOLDING: AtomicU32 = AtomicU32::new(0);
+
+fn pause() {
+    std::thread::sleep(std::time::Duration::from_micros(200));
+}
+
+/// Folds an exiting thread's slot, waiting while a reader walks the slots.
+fn fold_exclusive(s: &Slot) {
+    loop {
+        FOLDING.fetch_add(1, SeqCst);
+        if WALKING.load(SeqCst) == 0 {
+            break;
+        }
+        FOLDING.fetch_sub(1, SeqCst);
+        pause();
+    }
+    fold_and_free(s);
+    FOLDING.fetch_sub(1, SeqCst);
+}
+
 fn fold_and_free(s: &Slot) {
     for (c, e) in s.counters().zip(EXITED.counters()) {
         e.fetch_add(c.swap(0, Relaxed), Relaxed);
@@ -226,11 +254,25 @@ unsafe extern "C" fn release(p: *mut c_void) {
     let slot = unsafe { &*s };
     // SAFETY: this thread's TLS block: later calls count in EXITED.
     unsafe { (*tls::state()).slot = exited_ptr() };
-    fold_and_free(slot);
+    fold_exclusive(slot);
 }
 
-/// Calls `f` with every slot in use (live threads), then with EXITED (`live` false).
-pub fn for_each(mut f: impl FnMut(&Slot, bool)) {
+/// Calls `f` with every slot in use (live threads), then with EXITED (`live` false). No thread's
+/// slot is folded into EXITED during the walk (exiting threads wait for it to end).
+pub fn for_each(f: impl FnMut(&Slot, bool)) {
+    loop {
+        WALKING.fetch_add(1, SeqCst);
+        if FOLDING.load(SeqCst) == 0 {
+            break;
+        }
+        WALKING.fetch_sub(1, SeqCst);
+        pause();
+    }
+    walk(f);
+    WALKING.fetch_sub(1, SeqCst);
+}
+
+fn walk(mut f: impl FnMut(&Slot, bool)) {
     for c in CHUNKS.iter() {
         let chunk = c.load(Acquire);
         if chunk.is_null() {
