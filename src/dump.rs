@@ -60,6 +60,8 @@ pub fn dir() -> PathBuf {
 pub fn write_all() -> Result<Vec<PathBuf>, String> {
     let _g = Reentry::enter();
     let _l = Serial::take();
+    // This dump answers any request still waiting for a thread to write it.
+    crate::worker::clear_pending();
     let formats = config::get().dump_formats;
     let snap = report::snapshot();
     let seq = SEQ.fetch_add(1, Ordering::Relaxed);

@@ -3,7 +3,7 @@
 //! No logic lives here. `__libc_*` names are deliberately not exported.
 
 use crate::backend::glibc::{Mallinfo, Mallinfo2};
-use crate::{front, introspect, signals};
+use crate::{front, introspect, signals, worker};
 use core::ffi::{c_char, c_int, c_void};
 
 // SAFETY (for every function below): each is called by C code with the C contract of the
@@ -102,6 +102,16 @@ pub unsafe extern "C" fn malloc_info(options: c_int, fp: *mut libc::FILE) -> c_i
 #[no_mangle]
 pub unsafe extern "C" fn mallctl(name: *const c_char, oldp: *mut c_void, oldlenp: *mut usize, newp: *mut c_void, newlen: usize) -> c_int {
     unsafe { introspect::mallctl(name, oldp, oldlenp, newp, newlen) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_create(
+    t: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    start: extern "C" fn(*mut c_void) -> *mut c_void,
+    arg: *mut c_void,
+) -> c_int {
+    unsafe { worker::pthread_create(t, attr, start, arg) }
 }
 
 #[no_mangle]

@@ -55,6 +55,9 @@ fn start(e: Entry) -> Option<Rec> {
         bump((*s).calls.get_unchecked(e as usize), 1, shared);
         let cd = (*st).countdown;
         let t0 = if cd == 0 {
+            if crate::worker::dump_pending() {
+                crate::worker::write_pending();
+            }
             let t = clock::ticks() | 1;
             // The next period is drawn from [N/2, 3N/2) with the clock's low bits (mean N), so a
             // strictly alternating pattern (malloc, free, malloc...) samples every op.

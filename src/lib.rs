@@ -60,6 +60,10 @@ extern "C" fn at_exit() {
     if config::get().dump_at_exit {
         let _ = dump::write_all();
     }
+    // A dump requested by signal that no thread has written yet (single-threaded program).
+    if worker::dump_pending() {
+        worker::write_pending();
+    }
     if config::get().verbose > 0 {
         capi::print_summary();
     }

@@ -35,7 +35,7 @@ static REAL_SIGACTION: AtomicUsize = AtomicUsize::new(0);
 static REAL_SIGNAL: AtomicUsize = AtomicUsize::new(0);
 
 /// glibc's definition of `name`, looked up once with dlsym(RTLD_NEXT) under the guard.
-fn next(cache: &AtomicUsize, name: &CStr) -> usize {
+pub(crate) fn next(cache: &AtomicUsize, name: &CStr) -> usize {
     let v = cache.load(Relaxed);
     if v != 0 {
         return v;

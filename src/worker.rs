@@ -4,26 +4,74 @@
 //! `MALLOCSHIM_TRIM_INTERVAL_MS` (`trim::periodic`); a memlog line every
 //! `MALLOCSHIM_MEMLOG_INTERVAL_MS`. A burst of wake-ups while a dump runs is drained into one
 //! more dump. Its allocations bypass recording (its guard is always set).
+//! The thread starts when the program creates its first thread (the shim interposes
+//! `pthread_create`), never in a single-threaded process: a second thread would make glibc's
+//! fork take every arena lock, and a fork from a signal handler that interrupted malloc would
+//! then deadlock. Until then a dump request is left pending and written by the requesting
+//! thread at its next sampled allocator call (or at exit); trims and memlog lines start with
+//! the worker.
 //! Fork: the child closes the inherited pipe and memlog (a signal to the child must not dump the
-//! parent), resets the dump flag, and starts a worker of its own, so a child that keeps running
-//! is trimmed and dumps itself. No lock is held across fork: the shim adds no prepare handler.
+//! parent), resets the dump flag, and, if the parent had a worker, starts one of its own, so a
+//! child that keeps running is trimmed and dumps itself. No lock is held across fork: the shim
+//! adds no prepare handler.
 
 use crate::tls::{self, Reentry};
+use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicI32, Ordering::*};
 
 static WAKE_RD: AtomicI32 = AtomicI32::new(-1);
 static WAKE_WR: AtomicI32 = AtomicI32::new(-1);
 static STARTED: AtomicBool = AtomicBool::new(false);
 static ATFORK: AtomicBool = AtomicBool::new(false);
+/// A dump was requested while there was no worker.
+static PENDING: AtomicBool = AtomicBool::new(false);
 
-/// Asks the worker for a dump. Async-signal-safe: one non-blocking write(2).
+/// Asks the worker for a dump. Async-signal-safe: one non-blocking write(2); without a worker,
+/// two stores (the request and this thread's sample countdown, so that its next recorded call
+/// takes the sampled path and sees the request).
 pub fn request_dump() {
     let fd = WAKE_WR.load(Relaxed);
     if fd >= 0 {
         // SAFETY: writing one byte from a static buffer; a full pipe already holds a request.
         unsafe { libc::write(fd, b"d".as_ptr().cast(), 1) };
+    } else {
+        PENDING.store(true, Relaxed);
+        // SAFETY: this thread's TLS block.
+        unsafe { (*tls::state()).countdown = 0 };
     }
 }
+
+/// True when a dump request waits for a thread to write it.
+#[inline(always)]
+pub fn dump_pending() -> bool {
+    PENDING.load(Relaxed)
+}
+
+/// A dump is being written: a pending request is answered by it.
+pub fn clear_pending() {
+    PENDING.store(false, Relaxed);
+}
+
+/// Writes a pending dump on the calling thread (a sampled call outside the shim, or exit).
+#[cold]
+#[inline(never)]
+pub fn write_pending() {
+    if PENDING.swap(false, Relaxed) {
+        let _g = Reentry::enter();
+        let _ = crate::dump::write_all();
+    }
+}
+
+/// The program is creating a thread (`pthread_create`): start the worker first.
+pub fn on_thread_create() {
+    if STARTED.load(Relaxed) || !LOADED.load(Relaxed) || !wanted() || STARTED.swap(true, AcqRel) {
+        return;
+    }
+    spawn(false);
+}
+
+/// Set once the library constructor has run (the configuration is read).
+static LOADED: AtomicBool = AtomicBool::new(false);
 
 /// True when the configuration gives the worker anything to do.
 fn wanted() -> bool {
@@ -31,12 +79,10 @@ fn wanted() -> bool {
     c.dump_signal != 0 || c.dump_interval_s != 0 || c.trim_interval_ms != 0 || !crate::config::cstr_bytes(&c.memlog).is_empty()
 }
 
-/// Starts the worker once (from the library constructor, after initialisation).
+/// From the library constructor, after initialisation: arms the worker, which starts with the
+/// program's first thread.
 pub fn start() {
-    if !wanted() || STARTED.swap(true, AcqRel) {
-        return;
-    }
-    spawn(false);
+    LOADED.store(true, Release);
     if !ATFORK.swap(true, AcqRel) {
         // SAFETY: registering a plain extern "C" function. Registered after the backends'
         // own handlers, so it runs after they have unlocked the child's heap.
@@ -82,6 +128,10 @@ extern "C" fn after_fork_child() {
     if STARTED.load(Relaxed) {
         spawn(true);
     }
+    if PENDING.load(Relaxed) && WAKE_WR.load(Relaxed) >= 0 {
+        PENDING.store(false, Relaxed);
+        request_dump();
+    }
 }
 
 /// One periodic job: its period (0 = off) and next deadline, in ms of CLOCK_MONOTONIC.
@@ -125,6 +175,10 @@ fn run() {
     if memlog.every != 0 {
         crate::memlog::sample();
     }
+    // A request made before this thread existed.
+    if PENDING.swap(false, Relaxed) {
+        let _ = crate::dump::write_all();
+    }
     loop {
         let rd = WAKE_RD.load(Relaxed);
         if rd < 0 {
@@ -160,4 +214,28 @@ fn run() {
             let _ = crate::dump::write_all();
         }
     }
+}
+
+type PthreadCreateFn =
+    unsafe extern "C" fn(*mut libc::pthread_t, *const libc::pthread_attr_t, extern "C" fn(*mut c_void) -> *mut c_void, *mut c_void) -> c_int;
+static REAL_PTHREAD_CREATE: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+
+/// The interposed `pthread_create`: starts the worker before the program's first thread, then
+/// forwards to glibc's. (The worker's own creation comes back here and is forwarded.)
+///
+/// # Safety
+/// pthread_create's contract.
+pub unsafe fn pthread_create(
+    t: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    start: extern "C" fn(*mut c_void) -> *mut c_void,
+    arg: *mut c_void,
+) -> c_int {
+    on_thread_create();
+    let f = crate::signals::next(&REAL_PTHREAD_CREATE, c"pthread_create");
+    if f == 0 {
+        return libc::EAGAIN;
+    }
+    // SAFETY: glibc's pthread_create, resolved by name, with the caller's arguments.
+    unsafe { core::mem::transmute::<usize, PthreadCreateFn>(f)(t, attr, start, arg) }
 }

@@ -8,7 +8,10 @@
  *   sigfail    kill(getpid(), SIGUSR1), 1 s pause, then mallocshim_dump(); prints api_rc
  *   symlink    umask(0); prints pid=N, waits for a line on stdin, kill(getpid(), SIGUSR1),
  *              1 s pause, then 4 x mallocshim_dump() printing api_rc<i>=rc
- * Prints "dumps=N" (complete dumps of this process found) where it waits for dumps; exits 0. */
+ * Prints "dumps=N" (complete dumps of this process found) where it waits for dumps; exits 0.
+ * untouched, ign, burst, sigfail and symlink are single-threaded: the shim has no worker thread there (it starts
+ * with the program's first thread), so the dump is written by the program's own thread at its
+ * next sampled allocator call. They wait the way a working program does: allocating. */
 #include "dump_util.h"
 #include <dlfcn.h>
 #include <malloc.h>
@@ -49,12 +52,33 @@ static void warm(void) {
 
 static void print_dumps(int n) { printf("dumps=%d\n", n); }
 
+/* Sleeps ms while working (64 pairs every 10 ms), so a pending signal dump gets written. */
+static void work_ms(long ms) {
+  for (long t = 0; t < ms; t += 10) {
+    alloc_pairs(64, 48);
+    sleep_ms(10);
+  }
+}
+
+/* wait_dumps for a single-threaded program that keeps working: 64 pairs between polls. */
+static int wait_dumps_working(int want, long timeout_ms) {
+  const char *ext = dump_last_ext();
+  int n = 0;
+  for (long t = 0; t <= timeout_ms; t += 10) {
+    n = stat_dumps(ext);
+    if (n >= want) break;
+    alloc_pairs(64, 48);
+    sleep_ms(10);
+  }
+  return n;
+}
+
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "untouched";
   warm();
   if (!strcmp(mode, "untouched")) {
     kill(getpid(), SIGUSR1);
-    print_dumps(wait_dumps(1, 5000));
+    print_dumps(wait_dumps_working(1, 5000));
   } else if (!strcmp(mode, "ign")) {
     signal(SIGUSR1, SIG_IGN);
     struct sigaction cur;
@@ -62,12 +86,12 @@ int main(int argc, char **argv) {
     sigaction(SIGUSR1, NULL, &cur);
     printf("ign_kept=%d\n", cur.sa_handler == SIG_IGN);
     kill(getpid(), SIGUSR1);
-    int n = wait_dumps(1, 5000);
+    int n = wait_dumps_working(1, 5000);
     sleep_ms(200);
     print_dumps(n > 0 ? count_dumps(dump_last_ext()) : n);
   } else if (!strcmp(mode, "burst")) {
     for (int i = 0; i < 200; i++) kill(getpid(), SIGUSR1);
-    wait_dumps(1, 5000);
+    wait_dumps_working(1, 5000);
     sleep_ms(500);
     print_dumps(count_dumps(dump_last_ext()));
   } else if (!strcmp(mode, "churn")) {
@@ -85,7 +109,7 @@ int main(int argc, char **argv) {
     printf("threads=%d api_rc=%d vmhwm_kb=%ld\n", created, rc, vmhwm_kb());
   } else if (!strcmp(mode, "sigfail")) {
     kill(getpid(), SIGUSR1);
-    sleep_ms(1000);
+    work_ms(1000);
     printf("api_rc=%d\n", api_dump());
   } else if (!strcmp(mode, "symlink")) {
     umask(0);
@@ -94,7 +118,7 @@ int main(int argc, char **argv) {
     char line[64];
     if (!fgets(line, sizeof line, stdin)) return 3;
     kill(getpid(), SIGUSR1);
-    sleep_ms(1000);
+    work_ms(1000);
     for (int i = 1; i <= 4; i++) printf("api_rc%d=%d\n", i, api_dump());
   } else {
     fprintf(stderr, "dump_misc: unknown mode %s\n", mode);
