@@ -27,8 +27,10 @@ fn canary(name: &str) -> PathBuf {
     }
 }
 
-fn dump_dir() -> PathBuf {
-    let d = common::work_dir().join(format!("fork-dumps-{}", std::process::id()));
+/// A fresh dump directory per run (the shim's forked-child probe writes there); removed after.
+fn dump_dir(name: &str, config: &str) -> PathBuf {
+    let tag: String = config.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    let d = common::work_dir().join(format!("fork-dumps-{}-{name}-{tag}", std::process::id()));
     std::fs::create_dir_all(&d).expect("create dump dir");
     d
 }
@@ -75,7 +77,7 @@ fn command(name: &str, config: &str) -> Command {
         }
         other => panic!("unknown configuration {other}"),
     };
-    c.env("MALLOCSHIM_DUMP_DIR", dump_dir());
+    c.env("MALLOCSHIM_DUMP_DIR", dump_dir(name, config));
     c
 }
 
@@ -87,6 +89,7 @@ fn run(name: &str, config: &str, gdb: bool) -> (String, String, Output) {
         c.env("FORK_CANARY_GDB", "1");
     }
     let o = c.output().unwrap_or_else(|e| panic!("{name} under {config}: cannot start: {e}"));
+    let _ = std::fs::remove_dir_all(dump_dir(name, config));
     let out = common::stdout(&o);
     let line = out
         .lines()
