@@ -22,6 +22,7 @@
 #include "canary_util.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -232,6 +233,15 @@ static int run(void)
         }
     }
     fclose(f);
+    /* keep it open and unlink it now, so a killed (hung) run leaves nothing behind; the reader
+     * reopens it through /proc/self/fd */
+    int keep = open(path, O_RDONLY);
+    unlink(path);
+    if (keep < 0) {
+        printf("canary=fork_stdio result=fail detail=cannot reopen %s\n", path);
+        return 1;
+    }
+    snprintf(path, sizeof path, "/proc/self/fd/%d", keep);
     int pfd[2];
     if (pipe(pfd) != 0)
         return 1;
@@ -286,7 +296,7 @@ static int run(void)
         pthread_join(th[i], NULL);
     fclose(pipe_w);
     fclose(pipe_r);
-    unlink(path);
+    close(keep);
     int pass = hung == 0 && failed == 0 && done >= 50;
     printf("canary=fork_stdio result=%s detail=forks=%d ok=%d failed=%d hung=%d seconds=%.1f getline_lines=%ld pipe_lines=%ld flushes=%ld%s\n",
            pass ? "pass" : hung ? "hang" : "fail", done + hung, done - failed, failed, hung, secs,
