@@ -8,7 +8,7 @@
 # Exits non-zero with a message when something cannot be installed.
 set -euo pipefail
 
-PACKAGES=(mariadb-server mariadb-client sysbench libtcmalloc-minimal4 libjemalloc2 gcc make
+PACKAGES=(mariadb-server mariadb-client sysbench libtcmalloc-minimal4 libjemalloc2 gcc make gdb
     pkg-config python3 git procps)
 
 say() { printf 'install-deps: %s\n' "$*" >&2; }

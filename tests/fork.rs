@@ -1,0 +1,191 @@
+//! The fork canaries of issue 6 (`tests/c/fork_stdio.c`: fork while threads use stdio;
+//! `tests/c/fork_signal.c`: fork from a signal handler that interrupted malloc). Asserts what the
+//! issue requires: both pass under plain glibc and under the shim with the glibc backend and
+//! profiling on (`MALLOCSHIM_PROFILE=1`, also with `MALLOCSHIM_SAMPLE=1`). Runs them too under
+//! jemalloc and tcmalloc preloaded directly and under the shim over those backends, and only
+//! reports those outcomes (printed, and written to target/fork-canaries.md). A hang under an
+//! asserted configuration comes with gdb backtraces of every thread of the stuck process.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+const JEMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+const CANARIES: [&str; 2] = ["fork_stdio", "fork_signal"];
+
+fn canary(name: &str) -> PathBuf {
+    static P: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    let (a, b) = P
+        .get_or_init(|| (common::cc("fork_stdio.c", "fork_stdio", &[]), common::cc("fork_signal.c", "fork_signal", &["-Wl,-z,now"])))
+        .clone();
+    if name == "fork_stdio" {
+        a
+    } else {
+        b
+    }
+}
+
+/// A fresh dump directory per run (the shim's forked-child probe writes there); removed after.
+fn dump_dir(name: &str, config: &str) -> PathBuf {
+    let tag: String = config.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    let d = common::work_dir().join(format!("fork-dumps-{}-{name}-{tag}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("create dump dir");
+    d
+}
+
+/// How to run a canary in one configuration.
+fn command(name: &str, config: &str) -> Command {
+    let prog = canary(name);
+    let mut c = match config {
+        "glibc" => common::plain(&prog),
+        "LD_PRELOAD jemalloc" => {
+            let mut c = common::plain(&prog);
+            c.env("LD_PRELOAD", common::require_file(JEMALLOC_LIB));
+            c
+        }
+        "LD_PRELOAD tcmalloc" => {
+            let mut c = common::plain(&prog);
+            c.env("LD_PRELOAD", common::require_file(common::TCMALLOC_LIB));
+            c
+        }
+        "shim->glibc PROFILE=1" => {
+            let mut c = common::preloaded(&prog, "glibc");
+            c.env("MALLOCSHIM_PROFILE", "1");
+            c
+        }
+        "shim->glibc PROFILE=1 SAMPLE=1" => {
+            let mut c = common::preloaded(&prog, "glibc");
+            c.env("MALLOCSHIM_PROFILE", "1").env("MALLOCSHIM_SAMPLE", "1");
+            c
+        }
+        "shim->glibc DUMP_SIGNAL=none" => {
+            let mut c = common::preloaded(&prog, "glibc");
+            c.env("MALLOCSHIM_PROFILE", "1").env("MALLOCSHIM_DUMP_SIGNAL", "none");
+            c
+        }
+        "shim->jemalloc PROFILE=1" => {
+            let mut c = common::preloaded(&prog, "jemalloc");
+            c.env("MALLOCSHIM_PROFILE", "1");
+            c
+        }
+        "shim->tcmalloc PROFILE=1" => {
+            let mut c = common::preloaded(&prog, "tcmalloc");
+            c.env("MALLOCSHIM_PROFILE", "1");
+            c
+        }
+        other => panic!("unknown configuration {other}"),
+    };
+    c.env("MALLOCSHIM_DUMP_DIR", dump_dir(name, config));
+    c
+}
+
+/// Runs one canary; returns (result, the verdict line, the whole output).
+fn run(name: &str, config: &str, gdb: bool) -> (String, String, Output) {
+    let mut c = command(name, config);
+    if gdb {
+        common::require("gdb");
+        c.env("FORK_CANARY_GDB", "1");
+    }
+    let o = c.output().unwrap_or_else(|e| panic!("{name} under {config}: cannot start: {e}"));
+    let _ = std::fs::remove_dir_all(dump_dir(name, config));
+    let out = common::stdout(&o);
+    let line = out
+        .lines()
+        .find(|l| l.starts_with(&format!("canary={name} ")))
+        .unwrap_or_else(|| panic!("{name} under {config}: no verdict line\n{}", common::describe(&o)))
+        .to_string();
+    let result = common::kv_str(&line, "result").unwrap_or("?").to_string();
+    // The exit status agrees with the verdict.
+    assert_eq!(o.status.success(), result == "pass", "{name} under {config}: exit status vs verdict\n{}", common::describe(&o));
+    (result, line, o)
+}
+
+fn assert_passes(name: &str, config: &str) {
+    let (result, line, o) = run(name, config, true);
+    let detail = line.split_once(" detail=").map(|x| x.1).unwrap_or("");
+    eprintln!("{name} under {config}: {line}");
+    for l in common::stdout(&o).lines().filter(|l| l.starts_with("probe ")) {
+        eprintln!("{name} under {config}: {l}");
+    }
+    assert_eq!(result, "pass", "{name} under {config}: {detail}\n{}", common::describe(&o));
+    // Enough work happened for the pass to mean something.
+    let forks = common::kv(detail, "ok").unwrap_or(0);
+    assert!(forks >= 50, "{name} under {config}: only {forks} children\n{line}");
+    if name == "fork_signal" {
+        let in_alloc = common::kv(detail, "in_alloc").unwrap_or(0);
+        assert!(in_alloc * 2 >= forks, "{name} under {config}: only {in_alloc} of {forks} forks interrupted the allocator\n{line}");
+    }
+}
+
+#[test]
+fn fork_stdio_plain_glibc() {
+    assert_passes("fork_stdio", "glibc");
+}
+
+#[test]
+fn fork_signal_plain_glibc() {
+    assert_passes("fork_signal", "glibc");
+}
+
+#[test]
+fn fork_stdio_shim_glibc_profiled() {
+    assert_passes("fork_stdio", "shim->glibc PROFILE=1");
+    assert_passes("fork_stdio", "shim->glibc PROFILE=1 SAMPLE=1");
+}
+
+#[test]
+fn fork_signal_shim_glibc_profiled() {
+    assert_passes("fork_signal", "shim->glibc PROFILE=1");
+    assert_passes("fork_signal", "shim->glibc PROFILE=1 SAMPLE=1");
+}
+
+/// Report only: every canary under every configuration, in parallel (a hang costs the canary's
+/// 15 s stall watchdog, not CPU). Asserts only that each run produced a verdict.
+#[test]
+fn fork_canaries_report() {
+    let configs = [
+        "glibc",
+        "LD_PRELOAD jemalloc",
+        "LD_PRELOAD tcmalloc",
+        "shim->glibc PROFILE=1",
+        "shim->glibc DUMP_SIGNAL=none",
+        "shim->jemalloc PROFILE=1",
+        "shim->tcmalloc PROFILE=1",
+    ];
+    let mut handles = Vec::new();
+    for name in CANARIES {
+        canary(name);
+        for config in configs {
+            handles.push(std::thread::spawn(move || {
+                let (result, line, o) = run(name, config, false);
+                let probe = common::stdout(&o).lines().find(|l| l.starts_with("probe ")).unwrap_or("").to_string();
+                (name, config, result, line, probe)
+            }));
+        }
+    }
+    let rows: Vec<_> = handles.into_iter().map(|h| h.join().expect("canary thread")).collect();
+    let mut md = String::from("| configuration | fork_stdio | fork_signal |\n|---|---|---|\n");
+    for config in configs {
+        let cell = |n: &str| {
+            let r = rows.iter().find(|r| r.0 == n && r.1 == config).unwrap();
+            if r.2 == "pass" {
+                "pass".to_string()
+            } else {
+                format!("**{}**", r.2)
+            }
+        };
+        md.push_str(&format!("| {config} | {} | {} |\n", cell("fork_stdio"), cell("fork_signal")));
+    }
+    md.push_str("\nVerdict lines:\n\n");
+    for r in &rows {
+        md.push_str(&format!("- {}: `{}`\n", r.1, r.3));
+        if !r.4.is_empty() {
+            md.push_str(&format!("  - forked child of the shim: `{}`\n", r.4));
+        }
+    }
+    let path = common::target_dir().join("fork-canaries.md");
+    std::fs::write(&path, &md).expect("write target/fork-canaries.md");
+    println!("{md}\n(written to {})", path.display());
+}
