@@ -2,7 +2,7 @@
  * - dirties memory first: malloc (or memalign) a block of the size about to be calloc'd, fills it
  *   with non-zero bytes, frees it, then calloc's the same size (the backend likely hands the same
  *   dirty block back), or
- * - calloc's directly, with nmemb x size from 1 x 1 to 4096 x 16 (1 in 256 up to 1 MiB, glibc's
+ * - calloc's directly, with nmemb x size from 1 x 1 to 512 x 16 (1 in 256 up to 1 MiB, glibc's
  *   mmap path), calloc(0, n) and calloc(n, 0) included;
  * every calloc'd block is checked all-zero, then filled with its id's pattern and kept in a ring of
  * 16 per thread; the evicted block is verified and freed, or (1 in 4) handed to the next thread
@@ -12,7 +12,7 @@
 #include "stress_common.h"
 
 #define THREADS 4
-#define STEPS 40000
+#define STEPS 30000
 #define RING 16
 
 static struct st_pool pool;
@@ -26,7 +26,7 @@ static void *worker(void *arg) {
   long steps = st_work ? STEPS : 0;
   for (long s = 0; s < steps; s++) {
     uint64_t r = st_rand(&rng);
-    size_t nmemb = 1 + (r >> 8) % 4096, size = 1 + (r >> 24) % 16;
+    size_t nmemb = 1 + (r >> 8) % 512, size = 1 + (r >> 24) % 16;
     if ((r >> 30) % 256 == 0) nmemb = 1 + (r >> 8) % 65536;
     if ((r >> 36) % 512 == 0) nmemb = 0;
     else if ((r >> 36) % 512 == 1) size = 0;
