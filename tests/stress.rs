@@ -239,6 +239,9 @@ struct Checked {
     /// The final JSON dump: (count, bytes) per op.
     last: BTreeMap<String, (u64, u64)>,
     dumps: usize,
+    /// Ops whose count was lower in a dump than in the one before (asserted empty only by
+    /// `dump_counts_never_decrease_under_thread_churn`: a known shim bug).
+    decreases: Vec<String>,
 }
 
 /// Everything asserted of a single run (before the comparison with the baseline).
@@ -274,6 +277,7 @@ fn check(run: Run, backend: &str) -> Checked {
     assert!(leftovers.is_empty(), "{w}: files other than published JSON dumps in {}: {leftovers:?}", run.dir.display());
     assert!(!files.is_empty(), "{w}: no dump at all in {}", run.dir.display());
     let mut prev: Option<BTreeMap<String, u64>> = None;
+    let mut decreases = Vec::new();
     let mut last = BTreeMap::new();
     for (seq, p) in &files {
         let s = fs::read_to_string(p).unwrap_or_else(|e| panic!("{w}: read {}: {e}", p.display()));
@@ -305,7 +309,9 @@ fn check(run: Run, backend: &str) -> Checked {
         }
         if let Some(p) = &prev {
             for op in OPS {
-                assert!(counts[op] >= p[op], "{dw}: {op} count went down from {} to {}", p[op], counts[op]);
+                if counts[op] < p[op] {
+                    decreases.push(format!("dump seq {seq}: {op} count {} after {} in the dump before", counts[op], p[op]));
+                }
             }
         }
         prev = Some(counts);
@@ -330,7 +336,7 @@ fn check(run: Run, backend: &str) -> Checked {
         }
     }
     let dumps = files.len();
-    Checked { run, prog_calls, prog_bytes, summary, last, dumps }
+    Checked { run, prog_calls, prog_bytes, summary, last, dumps, decreases }
 }
 
 /// One program under every backend: the baseline (work 0) and the real run (work 1), both under
@@ -380,7 +386,8 @@ fn stress(prog: &str) {
             .collect();
         report.push(format!(
             "stress_{prog} {b}: {:.1} s, {} SIGUSR1, {} dumps, {} calls by the program ({}), {} objects / {} bytes verified; \
-             libc+shim calls beyond the program's, equal in baseline and run: {}; baseline {:.1} s, {} SIGUSR1, {} dumps",
+             libc+shim calls beyond the program's, equal in baseline and run: {}; baseline {:.1} s, {} SIGUSR1, {} dumps; \
+             dumps with a count lower than the dump before: {}",
             full.run.secs,
             full.run.signals,
             full.dumps,
@@ -391,7 +398,8 @@ fn stress(prog: &str) {
             noise.join(" "),
             base.run.secs,
             base.run.signals,
-            base.dumps
+            base.dumps,
+            full.decreases.len()
         ));
     }
     for l in report {
@@ -448,4 +456,22 @@ fn exit_summary_equals_final_dump() {
             s as i64 - d as i64
         );
     }
+}
+
+/// Counts in successive dumps never go down (Prometheus reads `mallocshim_calls_total` as a
+/// counter: a decrease is a reset). Thread recycling with SIGUSR1 every 10 ms: 20,000 threads exit
+/// while dumps are taken. Fails today, intermittently (most runs of the three backends): a dump
+/// reads the live threads' slots and then the exited aggregate, so a thread that exits in between
+/// (its slot folded into the aggregate by the pthread key destructor) is counted twice in that
+/// dump, and the next dump is lower.
+#[test]
+fn dump_counts_never_decrease_under_thread_churn() {
+    let mut seen = Vec::new();
+    for b in BACKENDS {
+        let c = check(run_stressed("recycle", b, 1, true), b);
+        for d in &c.decreases {
+            seen.push(format!("{}: {d}", c.run.what));
+        }
+    }
+    assert!(seen.is_empty(), "dump counts went down between consecutive dumps:\n{}", seen.join("\n"));
 }

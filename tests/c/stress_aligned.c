@@ -11,7 +11,7 @@
 #include "stress_common.h"
 
 #define THREADS 4
-#define STEPS 50000
+#define STEPS 120000
 #define POOL 256
 
 static struct st_pool pool;

@@ -12,7 +12,7 @@
 #include "stress_common.h"
 
 #define THREADS 4
-#define STEPS 30000
+#define STEPS 80000
 #define RING 16
 
 static struct st_pool pool;

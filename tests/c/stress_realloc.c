@@ -14,7 +14,7 @@
 
 #define THREADS 4
 #define CHAINS 32
-#define STEPS 40000
+#define STEPS 100000
 #define XSLOTS 8
 
 struct chain {

@@ -1,15 +1,15 @@
-/* stress_recycle.c: thread recycling. 4 worker threads each start 2,500 short-lived child threads
- * (10,000 in all, two in flight per worker, on stacks the program owns). Each child takes 16 random
+/* stress_recycle.c: thread recycling. 4 worker threads each start 5,000 short-lived child threads
+ * (20,000 in all, two in flight per worker, on stacks the program owns). Each child takes 16 random
  * slots of a shared pool of 2,048 objects: it verifies and frees what another, usually long-gone,
  * thread left there, and leaves 16 objects of its own (mixed entry points, 1 B - 2 KiB, 1 in 32 up
  * to 64 KiB, filled with their id's pattern) that outlive it and are freed by later children or,
  * at the end, by main. Prints (tests/stress.rs reads them) calls.<entry>=N, bytes.<op>=N,
  * objects_verified, bytes_verified, threads_created. Argument: work scale (0 = baseline: the same
- * 10,000 threads, each with only its first malloc/free pair). */
+ * 20,000 threads, each with only its first malloc/free pair). */
 #include "stress_common.h"
 
 #define WORKERS 4
-#define CHILDREN 2500
+#define CHILDREN 5000
 #define PER_CHILD 16
 #define POOL 2048
 
