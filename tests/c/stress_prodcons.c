@@ -13,7 +13,7 @@
 #include <stdatomic.h>
 
 #define THREADS 4
-#define PER_THREAD 120000
+#define PER_THREAD 80000
 #define QCAP 512
 
 struct obj {
