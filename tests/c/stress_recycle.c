@@ -5,13 +5,15 @@
  * to 64 KiB, filled with their id's pattern) that outlive it and are freed by later children or,
  * at the end, by main. Prints (tests/stress.rs reads them) calls.<entry>=N, bytes.<op>=N,
  * objects_verified, bytes_verified, threads_created. Argument: work scale (0 = baseline: the same
- * 20,000 threads, each with only its first malloc/free pair). */
+ * 20,000 threads, each with only its first malloc/free pair). Optional second argument: children
+ * in flight per worker (default 2, at most 32). */
 #include "stress_common.h"
 
 #define WORKERS 4
 #define CHILDREN 5000
 #define PER_CHILD 16
 #define POOL 2048
+#define MAX_INFLIGHT 32
 
 static struct st_pool pool;
 static long created;
@@ -34,28 +36,34 @@ static void *child(void *arg) {
   return NULL;
 }
 
+static int inflight = 2;
+
 static void *worker(void *arg) {
   long me = (long)arg;
   st_thread_begin();
-  void *stack[2] = {st_stack_new(), st_stack_new()};
-  pthread_t t[2];
-  int live[2] = {0, 0};
+  void *stack[MAX_INFLIGHT];
+  pthread_t t[MAX_INFLIGHT];
+  int live[MAX_INFLIGHT] = {0};
+  for (int s = 0; s < inflight; s++) stack[s] = st_stack_new();
   for (long i = 0; i < CHILDREN; i++) {
-    int s = i % 2;
+    int s = i % inflight;
     if (live[s] && pthread_join(t[s], NULL)) st_die("pthread_join failed", i, 0);
     st_start_on(&t[s], stack[s], child, (void *)(uintptr_t)(me * CHILDREN + i + 1));
     live[s] = 1;
     __atomic_fetch_add(&created, 1, __ATOMIC_RELAXED);
   }
-  for (int s = 0; s < 2; s++)
+  for (int s = 0; s < inflight; s++) {
     if (live[s] && pthread_join(t[s], NULL)) st_die("pthread_join failed", s, 0);
-  munmap(stack[0], ST_STACK), munmap(stack[1], ST_STACK);
+    munmap(stack[s], ST_STACK);
+  }
   st_thread_end();
   return NULL;
 }
 
 int main(int argc, char **argv) {
   st_init(argc, argv);
+  if (argc > 2) inflight = atoi(argv[2]);
+  if (inflight < 1 || inflight > MAX_INFLIGHT) st_die("in-flight children per worker out of range", inflight, MAX_INFLIGHT);
   st_pool_init(&pool, POOL);
   struct st_thread w[WORKERS];
   for (long i = 0; i < WORKERS; i++) st_start(&w[i], worker, (void *)i);
