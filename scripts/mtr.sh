@@ -187,7 +187,7 @@ sum_grep() { # PATTERN: total matching lines over the error logs
     done
     echo "$n"
 }
-emit server_starts "$(sum_grep '\[Note\] .*mariadbd.* starting as process [0-9]+')"
+emit server_starts "$(sum_grep '\[Note\] .*mariadbd: ready for connections')"
 emit crash_reports "$(sum_grep 'got signal [0-9]+|Attempting backtrace|stack_bottom')"
 
 # --- what /proc showed
