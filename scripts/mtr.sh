@@ -27,7 +27,7 @@
 #   config mtrdir mtr_exit wall_s tests pass fail skipped disabled other
 #   err_logs server_starts crash_reports
 #   procs_seen procs_shim_mapped procs_other_preload sample_cmdline
-#   shim_tables shim_tables_backend summaries summaries_backend
+#   shim_tables shim_tables_backend shim_profile_env summaries summaries_backend
 #   dumps dumps_backend fallback_lines preload_errors
 # then `result <name> <result>` per test (the content of results.txt without reasons).
 # Exit status: mtr's (0 when no test failed); 2 on bad usage or a missing tool.
@@ -199,11 +199,14 @@ emit procs_other_preload "$(grep -v -- '--bootstrap' "$out/procs.txt" |
 emit sample_cmdline "$(grep -v -- '--bootstrap' "$out/procs.txt" | head -n1 | sed 's/.* cmdline=//')"
 
 # --- the shim's own evidence: options table at each start, summary at each clean exit, exit dumps
-emit shim_tables "$(sum_grep '^mallocshim: mallocshim .* options in effect')"
-emit shim_tables_backend "$(sum_grep "^mallocshim: mallocshim .* options in effect \\(backend ${config}\\)")"
-emit summaries "$(sum_grep '^mallocshim: summary ')"
-emit summaries_backend "$(sum_grep "^mallocshim: summary backend=${config} ")"
-emit fallback_lines "$(sum_grep '^mallocshim: .*continuing with glibc')"
+# (not anchored at the start of a line: a test may leave an unterminated line in the log, e.g.
+# a lone `"` before the next line, seen in the baseline too)
+emit shim_tables "$(sum_grep 'mallocshim: mallocshim .* options in effect')"
+emit shim_tables_backend "$(sum_grep "mallocshim: mallocshim .* options in effect \\(backend ${config}\\)")"
+emit shim_profile_env "$(sum_grep 'mallocshim: +MALLOCSHIM_PROFILE += on +\[env;')"
+emit summaries "$(sum_grep 'mallocshim: summary ')"
+emit summaries_backend "$(sum_grep "mallocshim: summary backend=${config} ")"
+emit fallback_lines "$(sum_grep 'mallocshim: .*continuing with glibc')"
 emit preload_errors "$(sum_grep 'ld\.so: object .* cannot be preloaded')"
 nd=0 ndb=0
 if [[ -d $out/dumps ]]; then

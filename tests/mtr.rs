@@ -195,11 +195,17 @@ fn mtr_subset_same_results_under_each_backend() {
             "{backend}: {starts} server starts but only {} options tables for {backend}\n{rep}",
             r.num("shim_tables_backend")
         );
+        assert_eq!(
+            r.num("shim_profile_env"),
+            r.num("shim_tables"),
+            "{backend}: MALLOCSHIM_PROFILE=1 did not reach every server (options table says otherwise)\n{rep}"
+        );
         assert!(r.num("summaries") > 0, "{backend}: no `mallocshim: summary` line in the error logs\n{rep}");
         assert_eq!(r.num("summaries"), r.num("summaries_backend"), "{backend}: a summary names another backend\n{rep}");
         assert_eq!(r.num("fallback_lines"), 0, "{backend}: the shim fell back to glibc\n{rep}");
         assert!(r.num("dumps") > 0, "{backend}: no exit dump\n{rep}");
         assert_eq!(r.num("dumps"), r.num("dumps_backend"), "{backend}: an exit dump names another backend\n{rep}");
+        assert_eq!(r.num("dumps"), r.num("summaries"), "{backend}: every clean exit writes a summary and a dump\n{rep}");
         eprintln!(
             "mtr {backend}: {seen} servers seen in /proc all with the shim mapped; {starts} starts, {} options tables, {} summaries, {} dumps naming {backend}",
             r.num("shim_tables_backend"),
