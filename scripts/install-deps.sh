@@ -8,7 +8,7 @@
 # Exits non-zero with a message when something cannot be installed.
 set -euo pipefail
 
-PACKAGES=(mariadb-server mariadb-client sysbench libtcmalloc-minimal4 libjemalloc2 gcc make gdb
+PACKAGES=(mariadb-server mariadb-client mariadb-test perl sysbench libtcmalloc-minimal4 libjemalloc2 gcc make gdb
     pkg-config python3 git procps)
 
 say() { printf 'install-deps: %s\n' "$*" >&2; }
@@ -90,6 +90,9 @@ fi
 for c in mariadbd mariadb-install-db mariadb-admin mariadb mysqld_safe sysbench gcc make pkg-config python3 git pgrep; do
     command -v "$c" >/dev/null 2>&1 || die "program $c not found after installation (PATH=$PATH)"
 done
+# mariadb-test's mtr (scripts/mtr.sh, tests/mtr.rs)
+[[ -f /usr/share/mysql/mysql-test/mariadb-test-run.pl ]] ||
+    die "/usr/share/mysql/mysql-test/mariadb-test-run.pl (package mariadb-test) not found after installation"
 for f in /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 /usr/lib/x86_64-linux-gnu/libjemalloc.so.2; do
     [[ $(dpkg --print-architecture) != amd64 || -e $f ]] || die "library $f not found after installation"
 done

@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# scripts/mtr.sh CONFIG: runs a subset of MariaDB's own test suite (Debian package mariadb-test,
+# mariadb-test-run.pl = mtr) against Debian's mariadbd, once per call, and says what happened.
+# CONFIG is `baseline` (no shim) or a backend: glibc | jemalloc | tcmalloc. Used by tests/mtr.rs.
+#
+# The subset: main.fulltext main.select main.subselect main.partition main.sp and every test of the
+# innodb_fts suite (each suite/innodb_fts/t/*.test, named one by one so nothing else is collected).
+# Under a backend, only the servers get the shim, through mtr's own option (passed by its
+# my_safe_process to every mariadbd it starts, restarts included):
+#   --mysqld-env=LD_PRELOAD=<libmallocshim.so> --mysqld-env=MALLOCSHIM_BACKEND=<b>
+#   --mysqld-env=MALLOCSHIM_PROFILE=1 --mysqld-env=MALLOCSHIM_VERBOSE=1
+#   --mysqld-env=MALLOCSHIM_DUMP_AT_EXIT=1 --mysqld-env=MALLOCSHIM_DUMP_DIR=<out>/dumps
+#   --mysqld-env=MALLOCSHIM_DUMP_FORMATS=json
+# (not --start-and-exit, which bypasses my_safe_process and so drops --mysqld-env). mtr itself and
+# mariadb-test (the client) run without LD_PRELOAD and without any MALLOCSHIM_* variable.
+# As root, mtr adds --user=root to mariadbd itself; tests that need a non-root user skip themselves
+# (the same way in every configuration).
+#
+# Output directory: ${MTR_OUT:-<repo>/target/mtr}/CONFIG (emptied first):
+#   mtr.log       mtr's whole output          cmd          the mtr command line
+#   var/          mtr's --vardir (error logs: var/<worker>/log/mysqld.1.err)
+#   results.txt   one line per test result: `<suite.test[,combination]> <result> [reason]`
+#   procs.txt     every mariadbd seen in /proc during the run (sampled every 0.5 s): pid, whether
+#                 libmallocshim.so is mapped, its LD_PRELOAD and MALLOCSHIM_BACKEND, its command line
+#   dumps/        under a backend: the shim's exit dumps mallocshim.<pid>.<seq>.json
+# stdout: `key=value` lines:
+#   config mtrdir mtr_exit wall_s tests pass fail skipped disabled other
+#   err_logs server_starts crash_reports
+#   procs_seen procs_shim_mapped procs_other_preload sample_cmdline
+#   shim_tables shim_tables_backend shim_profile_env summaries summaries_backend
+#   dumps dumps_backend fallback_lines preload_errors
+# then `result <name> <result>` per test (the content of results.txt without reasons).
+# Exit status: mtr's (0 when no test failed); 2 on bad usage or a missing tool.
+#
+# Environment: MALLOCSHIM_SO (default <repo>/target/release/libmallocshim.so, not built here),
+# MTR_PARALLEL (default 2), MTR_TESTCASE_TIMEOUT (minutes, default 10), MTR_SUITE_TIMEOUT
+# (minutes, default 40), MTR_DIR (the mysql-test directory; found with dpkg otherwise),
+# MDB_LOCK (default /tmp/mallocshim-mariadb.lock: held while mtr runs, as every mariadbd user does).
+set -uo pipefail
+
+here=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd -- "$here/.." && pwd)
+
+config=${1:-}
+case $config in
+baseline | glibc | jemalloc | tcmalloc) ;;
+*)
+    echo "usage: $0 baseline|glibc|jemalloc|tcmalloc" >&2
+    exit 2
+    ;;
+esac
+
+die() { echo "mtr.sh: $*" >&2; exit 2; }
+
+# --- find mtr and the server
+mtrdir=${MTR_DIR:-}
+if [[ -z $mtrdir ]]; then
+    for d in /usr/share/mysql/mysql-test /usr/share/mariadb/mysql-test /usr/mysql-test; do
+        [[ -f $d/mariadb-test-run.pl ]] && { mtrdir=$d; break; }
+    done
+fi
+if [[ -z $mtrdir ]] && command -v dpkg >/dev/null 2>&1; then
+    f=$(dpkg -L mariadb-test 2>/dev/null | grep -m1 '/mariadb-test-run\.pl$')
+    [[ -n $f ]] && mtrdir=$(dirname -- "$f")
+fi
+[[ -n $mtrdir && -f $mtrdir/mariadb-test-run.pl ]] ||
+    die "mariadb-test-run.pl not found (package mariadb-test; run scripts/install-deps.sh)"
+command -v mariadbd >/dev/null 2>&1 || die "mariadbd not found (package mariadb-server)"
+command -v perl >/dev/null 2>&1 || die "perl not found"
+command -v flock >/dev/null 2>&1 || die "flock not found"
+
+so=
+if [[ $config != baseline ]]; then
+    so=${MALLOCSHIM_SO:-$root/target/release/libmallocshim.so}
+    [[ -f $so ]] || die "shim $so not found (run cargo build --release)"
+    so=$(cd -- "$(dirname -- "$so")" && pwd)/$(basename -- "$so")
+    if [[ $config == tcmalloc ]]; then
+        [[ -e /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 ]] ||
+            die "libtcmalloc_minimal.so.4 missing (package libtcmalloc-minimal4)"
+    fi
+fi
+
+# --- the subset
+tests=(main.fulltext main.select main.subselect main.partition main.sp)
+fts=()
+for t in "$mtrdir"/suite/innodb_fts/t/*.test; do
+    [[ -e $t ]] && fts+=("innodb_fts.$(basename -- "$t" .test)")
+done
+((${#fts[@]} > 0)) || die "no tests in $mtrdir/suite/innodb_fts/t"
+tests+=("${fts[@]}")
+
+# --- output directory
+outroot=${MTR_OUT:-$root/target/mtr}
+mkdir -p -- "$outroot" || die "cannot create $outroot"
+out=$(cd -- "$outroot" && pwd)/$config
+rm -rf -- "$out"
+mkdir -p -- "$out" || die "cannot create $out"
+var=$out/var
+
+args=(perl ./mariadb-test-run.pl --vardir="$var" --force --max-test-fail=0 --retry=0
+    --parallel="${MTR_PARALLEL:-2}" --testcase-timeout="${MTR_TESTCASE_TIMEOUT:-10}"
+    --suite-timeout="${MTR_SUITE_TIMEOUT:-40}")
+if [[ $config != baseline ]]; then
+    mkdir -p "$out/dumps"
+    args+=(--mysqld-env=LD_PRELOAD="$so" --mysqld-env=MALLOCSHIM_BACKEND="$config"
+        --mysqld-env=MALLOCSHIM_PROFILE=1 --mysqld-env=MALLOCSHIM_VERBOSE=1
+        --mysqld-env=MALLOCSHIM_DUMP_AT_EXIT=1 --mysqld-env=MALLOCSHIM_DUMP_DIR="$out/dumps"
+        --mysqld-env=MALLOCSHIM_DUMP_FORMATS=json)
+fi
+args+=("${tests[@]}")
+
+# mtr and its clients run without the shim: drop LD_PRELOAD and every MALLOCSHIM_* variable.
+clean=(env -u LD_PRELOAD)
+while IFS='=' read -r k _; do
+    [[ $k == MALLOCSHIM_* ]] && clean+=(-u "$k")
+done < <(env)
+
+printf '%q ' "${clean[@]}" "${args[@]}" >"$out/cmd"
+echo >>"$out/cmd"
+
+exec 9>"${MDB_LOCK:-/tmp/mallocshim-mariadb.lock}"
+flock -w 1800 9 || die "could not take the lock ${MDB_LOCK:-/tmp/mallocshim-mariadb.lock} within 30 min"
+
+# --- sample the servers of this run from /proc while mtr runs
+sampler() {
+    declare -A seen=()
+    local pid cmd env pre be mapped
+    while :; do
+        for pid in $(pgrep -x mariadbd 2>/dev/null); do
+            [[ -n ${seen[$pid]:-} ]] && continue
+            cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || continue
+            [[ $cmd == *"$var"* ]] || continue
+            env=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || continue
+            pre=$(sed -n 's/^LD_PRELOAD=//p' <<<"$env")
+            be=$(sed -n 's/^MALLOCSHIM_BACKEND=//p' <<<"$env")
+            mapped=0
+            grep -q 'libmallocshim\.so' "/proc/$pid/maps" 2>/dev/null && mapped=1
+            seen[$pid]=1
+            printf 'pid=%s shim_mapped=%s ld_preload=%s backend=%s cmdline=%s\n' \
+                "$pid" "$mapped" "${pre:--}" "${be:--}" "$cmd" >>"$out/procs.txt"
+        done
+        sleep 0.5
+    done
+}
+: >"$out/procs.txt"
+sampler &
+sampler_pid=$!
+trap 'kill "$sampler_pid" 2>/dev/null' EXIT
+
+echo "mtr.sh: $config: running mtr on ${#tests[@]} tests in $mtrdir (log $out/mtr.log)" >&2
+t0=$(date +%s.%N)
+(cd -- "$mtrdir" && "${clean[@]}" "${args[@]}") </dev/null >"$out/mtr.log" 2>&1
+mtr_exit=$?
+t1=$(date +%s.%N)
+kill "$sampler_pid" 2>/dev/null
+wait "$sampler_pid" 2>/dev/null
+trap - EXIT
+
+emit() { printf '%s=%s\n' "$1" "$2"; }
+emit config "$config"
+emit mtrdir "$mtrdir"
+emit mtr_exit "$mtr_exit"
+emit wall_s "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')"
+
+# --- per-test results: `suite.test 'comb'   w1 [ pass ]   123` -> `suite.test,comb pass 123`
+sed -nE "s/^([A-Za-z0-9_]+\.[^ ]+)( '([^']*)')? +(w[0-9]+ +)?\[ ([a-z-]+) \] *(.*)$/\1|\3|\5|\6/p" \
+    "$out/mtr.log" | while IFS='|' read -r name comb res reason; do
+    [[ -n $comb ]] && name="$name,$comb"
+    printf '%s %s %s\n' "$name" "$res" "$reason"
+done >"$out/results.txt"
+count() { awk -v r="$1" '$2 == r { n++ } END { print n + 0 }' "$out/results.txt"; }
+emit tests "$(wc -l <"$out/results.txt")"
+emit pass "$(count pass)"
+emit fail "$(awk '$2 ~ /fail/ { n++ } END { print n + 0 }' "$out/results.txt")"
+emit skipped "$(count skipped)"
+emit disabled "$(count disabled)"
+emit other "$(awk '$2 !~ /fail/ && $2 != "pass" && $2 != "skipped" && $2 != "disabled" { n++ } END { print n + 0 }' "$out/results.txt")"
+
+# --- the servers' error logs
+mapfile -t errs < <(find "$var" -name 'mysqld.*.err' -type f 2>/dev/null | sort)
+emit err_logs "${#errs[@]}"
+sum_grep() { # PATTERN: total matching lines over the error logs
+    local n=0 f c
+    for f in "${errs[@]}"; do
+        c=$(grep -cE -- "$1" "$f")
+        n=$((n + c))
+    done
+    echo "$n"
+}
+emit server_starts "$(sum_grep '\[Note\] .*mariadbd: ready for connections')"
+emit crash_reports "$(sum_grep 'got signal [0-9]+|Attempting backtrace|stack_bottom')"
+
+# --- what /proc showed
+serv=$(grep -vc -- '--bootstrap' "$out/procs.txt")
+emit procs_seen "$serv"
+emit procs_shim_mapped "$(grep -v -- '--bootstrap' "$out/procs.txt" | grep -c 'shim_mapped=1')"
+emit procs_other_preload "$(grep -v -- '--bootstrap' "$out/procs.txt" |
+    grep -v 'ld_preload=- ' | grep -vc "ld_preload=${so:-NONE} ")"
+emit sample_cmdline "$(grep -v -- '--bootstrap' "$out/procs.txt" | head -n1 | sed 's/.* cmdline=//')"
+
+# --- the shim's own evidence: options table at each start, summary at each clean exit, exit dumps
+# (not anchored at the start of a line: a test may leave an unterminated line in the log, e.g.
+# a lone `"` before the next line, seen in the baseline too)
+emit shim_tables "$(sum_grep 'mallocshim: mallocshim .* options in effect')"
+emit shim_tables_backend "$(sum_grep "mallocshim: mallocshim .* options in effect \\(backend ${config}\\)")"
+emit shim_profile_env "$(sum_grep 'mallocshim: +MALLOCSHIM_PROFILE += on +\[env;')"
+emit summaries "$(sum_grep 'mallocshim: summary ')"
+emit summaries_backend "$(sum_grep "mallocshim: summary backend=${config} ")"
+emit fallback_lines "$(sum_grep 'mallocshim: .*continuing with glibc')"
+emit preload_errors "$(sum_grep 'ld\.so: object .* cannot be preloaded')"
+nd=0 ndb=0
+if [[ -d $out/dumps ]]; then
+    for f in "$out"/dumps/mallocshim.*.json; do
+        [[ -e $f ]] || continue
+        nd=$((nd + 1))
+        grep -q "\"backend\": *\"$config\"" "$f" && ndb=$((ndb + 1))
+    done
+fi
+emit dumps "$nd"
+emit dumps_backend "$ndb"
+
+awk '{ print "result " $1 " " $2 }' "$out/results.txt"
+exit "$mtr_exit"
