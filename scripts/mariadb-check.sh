@@ -4,12 +4,17 @@
 # (scripts/mariadb.sh) it starts mariadbd with
 #   LD_PRELOAD=<libmallocshim.so> MALLOCSHIM_BACKEND=BACKEND MALLOCSHIM_VERBOSE=1
 # prepares sysbench's dataset, runs oltp_read_only for SECONDS (default 10) at THREADS (default 4),
-# shuts mariadbd down with mariadb-admin and inspects its error log.
+# sends `kill -USR1` half-way through the load and times the dump (signal sent -> JSON file
+# present), reads @@version_malloc_library, shuts mariadbd down with mariadb-admin and inspects
+# its error log.
 #
 # stdout: `key=value` lines (one per line; summary_line's value is the whole summary line):
 #   backend seconds threads sysbench_exit qps tps errors reconnects p95_ms mariadbd_exit
 #   crash(0/1) crash_lines error_lines preload_failed(0/1) shim_lines summary(0/1) summary_backend
-#   malloc free ... free_aligned_sized allocated_bytes resident_bytes total_calls summary_line ok(0/1)
+#   malloc free ... free_aligned_sized allocated_bytes resident_bytes total_calls summary_line
+#   dump_ms (signal to JSON file, ms; n/a if none within 10 s) dump_threads dump_live_threads
+#   dump_threads_with_calls (live threads with counts > 0)
+#   dump_malloc (count in the dump) version_malloc_library ok(0/1)
 # stderr: progress, and on a failed check the reasons plus the error log's tail.
 # Exit status: 0 when every check passed (sysbench exit 0, errors=0, qps>0, mariadbd exit 0, no
 # crash report, summary line present with backend=BACKEND and malloc>0), 1 when a check failed,
@@ -57,7 +62,10 @@ prefix=(env)
 while IFS='=' read -r k _; do
     [[ $k == MALLOCSHIM_* ]] && prefix+=(-u "$k")
 done < <(env)
-prefix+=(LD_PRELOAD="$so" MALLOCSHIM_BACKEND="$backend" MALLOCSHIM_VERBOSE=1)
+dumpdir=$MDB_DIR/dumps
+mkdir -p "$dumpdir"
+prefix+=(LD_PRELOAD="$so" MALLOCSHIM_BACKEND="$backend" MALLOCSHIM_VERBOSE=1 MALLOCSHIM_DUMP_DIR="$dumpdir"
+    MALLOCSHIM_DUMP_FORMATS=json)
 
 if ! mdb_start "${prefix[@]}"; then
     emit mariadbd_exit "n/a"
@@ -65,10 +73,48 @@ if ! mdb_start "${prefix[@]}"; then
     echo "mariadb-check: mariadbd did not start under the shim (backend $backend)" >&2
     exit 1
 fi
+# Half-way through the load: kill -USR1, then poll (10 ms) for the dump's JSON file.
+usr1() {
+    sleep "$(((secs + 1) / 2))"
+    local t0 t1 f
+    t0=$(date +%s%N)
+    kill -USR1 "$MDB_PID" || return 1
+    for _ in $(seq 1000); do
+        f=$(find "$dumpdir" -name "mallocshim.$MDB_PID.*.json" | head -n 1)
+        if [[ -n $f ]]; then
+            t1=$(date +%s%N)
+            echo "$(((t1 - t0) / 1000000)) $f" >"$dumpdir/usr1.result"
+            return 0
+        fi
+        sleep 0.01
+    done
+    return 1
+}
 if mdb_sysbench_prepare; then
+    usr1 &
+    dumper=$!
     mdb_sysbench_run oltp_read_only "$secs" "$threads"
+    wait "$dumper" || fail+=("no dump within 10 s of kill -USR1")
 else
     SB_EXIT=prepare-failed SB_QPS=n/a SB_TPS=n/a SB_ERRORS=1 SB_RECONNECTS=n/a SB_P95=n/a
+fi
+vml=$(mdb_sql 'SELECT @@version_malloc_library' | tail -n 1) || vml=n/a
+emit version_malloc_library "$vml"
+if [[ -f $dumpdir/usr1.result ]]; then
+    read -r dump_ms dump_file <"$dumpdir/usr1.result"
+    emit dump_ms "$dump_ms"
+    python3 - "$dump_file" <<'PY' || fail+=("the dump is not valid JSON")
+import json, sys
+d = json.load(open(sys.argv[1]))
+print("dump_threads=%d" % len(d["threads"]))
+print("dump_live_threads=%d" % sum(1 for t in d["threads"] if t["state"] == "live"))
+print("dump_threads_with_calls=%d" % sum(1 for t in d["threads"]
+      if t["state"] == "live" and sum(o["count"] for o in t["ops"].values()) > 0))
+print("dump_malloc=%d" % d["totals"]["malloc"]["count"])
+print("dump_backend=%s" % d["backend"])
+PY
+else
+    emit dump_ms n/a
 fi
 mdb_stop
 emit sysbench_exit "$SB_EXIT"

@@ -125,6 +125,49 @@ pub extern "C" fn mallocshim_dump() -> c_int {
     }
 }
 
+/// What one `mallocshim_trim` call did.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+pub struct MallocshimTrimResult {
+    /// Resident set size before the release call, in bytes (/proc/self/statm).
+    pub rss_before_bytes: u64,
+    /// Resident set size after it, in bytes.
+    pub rss_after_bytes: u64,
+    /// `rss_before_bytes - rss_after_bytes`, or 0 when RSS did not fall.
+    pub released_bytes: u64,
+    /// Wall time of the backend's release call, in ns.
+    pub duration_ns: u64,
+}
+
+/// Gives free memory back to the OS now, through the active backend's own call (glibc
+/// `malloc_trim(0)`; jemalloc `mallctl("arena.4096.purge")`, or `.decay` under
+/// `MALLOCSHIM_JEMALLOC_RELEASE=decay`; tcmalloc `MallocExtension_ReleaseFreeMemory()`), whatever
+/// `MALLOCSHIM_TRIM_MIN_BYTES` says. The trim is counted in the dumps like a periodic one.
+/// Costs milliseconds (glibc locks each arena in turn) and later page faults. `out` may be NULL.
+/// Returns 0, or `EAGAIN` when called while the shim is still initialising (nothing was done).
+///
+/// # Safety
+/// `out` must be NULL or point to writable memory for one `struct mallocshim_trim_result`.
+#[no_mangle]
+pub unsafe extern "C" fn mallocshim_trim(out: *mut MallocshimTrimResult) -> c_int {
+    let _g = Reentry::enter();
+    if !crate::init::ensure() || !crate::init::ready() {
+        return libc::EAGAIN;
+    }
+    let o = crate::trim::run();
+    if !out.is_null() {
+        let r = MallocshimTrimResult {
+            rss_before_bytes: o.rss_before,
+            rss_after_bytes: o.rss_after,
+            released_bytes: o.released,
+            duration_ns: o.duration_ns,
+        };
+        // SAFETY: `out` is valid for a write (caller's contract).
+        unsafe { out.write(r) };
+    }
+    0
+}
+
 /// Writes the exit summary line (`MALLOCSHIM_VERBOSE=1`).
 pub fn print_summary() {
     let t = slots::totals();

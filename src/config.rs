@@ -19,7 +19,8 @@ pub struct Config {
     /// NUL-terminated library path for the tcmalloc backend.
     pub tcmalloc_lib: [u8; PATH_MAX],
     pub profile: bool,
-    pub verbose: bool,
+    /// 0 quiet; 1 the table at start and a summary at exit; 2 also one line per trim.
+    pub verbose: u8,
     /// Time 1 call in this many per thread (1 = every call).
     pub sample_every: u32,
     /// Signal that requests a dump; 0 = none.
@@ -32,6 +33,16 @@ pub struct Config {
     pub dump_dir: [u8; PATH_MAX],
     /// Bit set of dump formats (`FMT_*`).
     pub dump_formats: u8,
+    /// Milliseconds between periodic trims; 0 = off.
+    pub trim_interval_ms: u64,
+    /// A periodic trim is skipped while the backend holds fewer free bytes than this.
+    pub trim_min_bytes: u64,
+    /// jemalloc releases with `arena.<all>.decay` instead of `arena.<all>.purge`.
+    pub jemalloc_decay: bool,
+    /// NUL-terminated memlog path (`%p` = pid); empty = off.
+    pub memlog: [u8; PATH_MAX],
+    /// Milliseconds between memlog lines.
+    pub memlog_interval_ms: u64,
 }
 
 /// Dump format bits for [`Config::dump_formats`].
@@ -56,7 +67,7 @@ pub struct Opt {
 }
 
 /// Every variable the shim reads. The README's table matches this one row for row.
-pub static OPTIONS: [Opt; 10] = [
+pub static OPTIONS: [Opt; 15] = [
     Opt {
         name: "MALLOCSHIM_BACKEND",
         default: "glibc",
@@ -92,13 +103,16 @@ pub static OPTIONS: [Opt; 10] = [
     Opt {
         name: "MALLOCSHIM_VERBOSE",
         default: "0",
-        doc: "1 prints this table at start and a call summary at exit, on stderr",
+        doc: "1 prints this table at start and a call summary at exit, on stderr; 2 also a line per trim",
         path: false,
         parse: |v, c| {
-            c.verbose = parse_bool(v)?;
+            c.verbose = match v {
+                b"2" => 2,
+                _ => parse_bool(v).map_err(|_| "0, 1 or 2")? as u8,
+            };
             Ok(())
         },
-        show: |c, out| out.put(if c.verbose { b"1" } else { b"0" }),
+        show: |c, out| put_u64(out, c.verbose as u64),
     },
     Opt {
         name: "MALLOCSHIM_SAMPLE",
@@ -200,6 +214,71 @@ pub static OPTIONS: [Opt; 10] = [
             }
         },
     },
+    Opt {
+        name: "MALLOCSHIM_TRIM_INTERVAL_MS",
+        default: "10000",
+        doc: "give free memory back to the OS every N ms (glibc malloc_trim, jemalloc purge, tcmalloc release); 0 = off",
+        path: false,
+        parse: |v, c| {
+            c.trim_interval_ms = parse_u64(v, 0, 86_400_000)?;
+            Ok(())
+        },
+        show: |c, out| put_u64(out, c.trim_interval_ms),
+    },
+    Opt {
+        name: "MALLOCSHIM_TRIM_MIN_BYTES",
+        default: "67108864",
+        doc: "skip a periodic trim while the backend holds fewer free bytes than this",
+        path: false,
+        parse: |v, c| {
+            c.trim_min_bytes = parse_u64(v, 0, u64::MAX >> 1)?;
+            Ok(())
+        },
+        show: |c, out| put_u64(out, c.trim_min_bytes),
+    },
+    Opt {
+        name: "MALLOCSHIM_JEMALLOC_RELEASE",
+        default: "purge",
+        doc: "jemalloc release call: purge (arena.<all>.purge, all unused pages) or decay (arena.<all>.decay)",
+        path: false,
+        parse: |v, c| {
+            c.jemalloc_decay = match v {
+                b"purge" => false,
+                b"decay" => true,
+                _ => return Err("purge or decay"),
+            };
+            Ok(())
+        },
+        show: |c, out| out.put(if c.jemalloc_decay { b"decay" } else { b"purge" }),
+    },
+    Opt {
+        name: "MALLOCSHIM_MEMLOG",
+        default: "off",
+        doc: "append a CSV line of RSS and backend memory every MEMLOG_INTERVAL_MS to this file (%p = pid)",
+        path: true,
+        parse: |v, c| {
+            if v == b"off" {
+                c.memlog = [0; PATH_MAX];
+                return Ok(());
+            }
+            set_path(&mut c.memlog, v)
+        },
+        show: |c, out| match cstr_bytes(&c.memlog) {
+            b"" => out.put(b"off"),
+            d => out.put(d),
+        },
+    },
+    Opt {
+        name: "MALLOCSHIM_MEMLOG_INTERVAL_MS",
+        default: "1000",
+        doc: "milliseconds between memlog lines",
+        path: false,
+        parse: |v, c| {
+            c.memlog_interval_ms = parse_u64(v, 10, 86_400_000)?;
+            Ok(())
+        },
+        show: |c, out| put_u64(out, c.memlog_interval_ms),
+    },
 ];
 
 /// Stores a path as a NUL-terminated buffer.
@@ -245,13 +324,18 @@ static CONFIG: Cell = Cell(UnsafeCell::new(Config {
     backend: Backend::Glibc,
     tcmalloc_lib: [0; PATH_MAX],
     profile: true,
-    verbose: false,
+    verbose: 0,
     sample_every: 64,
     dump_signal: 0,
     dump_interval_s: 0,
     dump_at_exit: false,
     dump_dir: [0; PATH_MAX],
     dump_formats: 0,
+    trim_interval_ms: 0,
+    trim_min_bytes: 0,
+    jemalloc_decay: false,
+    memlog: [0; PATH_MAX],
+    memlog_interval_ms: 1000,
 }));
 
 /// The effective configuration (valid once initialisation has run).
@@ -337,7 +421,7 @@ pub fn print_table() {
         let mut v = LineBuf::new();
         (o.show)(c, &mut v);
         crate::shim_warn!(
-            "  {:<24} = {:<26} [{}; default {}] {}",
+            "  {:<29} = {:<26} [{}; default {}] {}",
             o.name,
             Lossy(v.as_bytes()),
             src,

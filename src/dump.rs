@@ -3,7 +3,8 @@
 //! name created 0600 with O_CREAT|O_EXCL|O_NOFOLLOW, then renamed with RENAME_NOREPLACE, so a
 //! planted symlink or another user's file is never followed or overwritten. Failures give one
 //! `mallocshim:` line and are otherwise ignored. Runs under the reentrancy guard; dumps are
-//! serialised by a mutex (never taken on the hot path).
+//! serialised by an atomic flag (never taken on the hot path) that a forked child resets, so a
+//! dump in progress in the parent at fork time can never leave the child's dumps locked.
 
 use crate::config::{self, FORMATS, FMT_HDR, FMT_JSON, FMT_PROM, FMT_TEXT};
 use crate::report;
@@ -13,11 +14,33 @@ use std::io::Write;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
-static LOCK: Mutex<()> = Mutex::new(());
+static BUSY: AtomicBool = AtomicBool::new(false);
+
+/// Holds the dump flag; released on drop.
+struct Serial;
+
+impl Serial {
+    fn take() -> Serial {
+        while BUSY.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        Serial
+    }
+}
+
+impl Drop for Serial {
+    fn drop(&mut self) {
+        BUSY.store(false, Ordering::Release);
+    }
+}
+
+/// In a forked child: the thread that was dumping in the parent does not exist here.
+pub fn after_fork_child() {
+    BUSY.store(false, Ordering::Release);
+}
 
 /// The dump directory: the variable, else `$TMPDIR` (not in secure-execution), else `/tmp`.
 pub fn dir() -> PathBuf {
@@ -36,7 +59,7 @@ pub fn dir() -> PathBuf {
 /// Writes one dump in every configured format; returns the paths written.
 pub fn write_all() -> Result<Vec<PathBuf>, String> {
     let _g = Reentry::enter();
-    let _l = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let _l = Serial::take();
     let formats = config::get().dump_formats;
     let snap = report::snapshot();
     let seq = SEQ.fetch_add(1, Ordering::Relaxed);

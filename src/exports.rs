@@ -4,7 +4,7 @@
 
 use crate::backend::glibc::{Mallinfo, Mallinfo2};
 use crate::{front, introspect, signals};
-use core::ffi::{c_int, c_void};
+use core::ffi::{c_char, c_int, c_void};
 
 // SAFETY (for every function below): each is called by C code with the C contract of the
 // function of the same name; the forwards keep that contract.
@@ -97,6 +97,11 @@ pub extern "C" fn malloc_stats() {
 #[no_mangle]
 pub unsafe extern "C" fn malloc_info(options: c_int, fp: *mut libc::FILE) -> c_int {
     unsafe { introspect::malloc_info(options, fp) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mallctl(name: *const c_char, oldp: *mut c_void, oldlenp: *mut usize, newp: *mut c_void, newlen: usize) -> c_int {
+    unsafe { introspect::mallctl(name, oldp, oldlenp, newp, newlen) }
 }
 
 #[no_mangle]

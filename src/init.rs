@@ -51,7 +51,7 @@ fn run() {
     crate::report::mark_start();
     backend::publish(b);
     crate::signals::install(cfg.dump_signal);
-    if cfg.verbose {
+    if cfg.verbose > 0 {
         config::print_table();
     }
 }

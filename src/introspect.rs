@@ -1,6 +1,6 @@
 //! What a program asks the allocator about itself — mallinfo, mallinfo2, malloc_trim,
-//! malloc_stats, malloc_info — answered for the active backend (under glibc, glibc's own
-//! functions). Each runs under the reentrancy guard: stdio and the backends' statistics may
+//! malloc_stats, malloc_info, and jemalloc's `mallctl` — answered for the active backend (under
+//! glibc, glibc's own functions). Each runs under the reentrancy guard: stdio and the backends' statistics may
 //! allocate. Not on the hot path.
 
 use crate::backend::glibc::{self, Mallinfo, Mallinfo2};
@@ -130,4 +130,59 @@ pub unsafe fn malloc_info(options: c_int, fp: *mut libc::FILE) -> c_int {
         return -1;
     }
     0
+}
+
+/// The version string `mallctl("version")` reports whatever the backend:
+/// `mallocshim <version> (<backend> <backend version>)`.
+pub fn version_string() -> &'static core::ffi::CStr {
+    static V: std::sync::OnceLock<std::ffi::CString> = std::sync::OnceLock::new();
+    let _g = Reentry::enter();
+    crate::init::ensure();
+    V.get_or_init(|| {
+        let mut b = LineBuf::new();
+        let _ = write!(b, "mallocshim {} (", env!("CARGO_PKG_VERSION"));
+        backend::version(&mut b);
+        b.put(b")");
+        std::ffi::CString::new(b.as_bytes().iter().copied().filter(|&c| c != 0).collect::<Vec<u8>>()).unwrap_or_default()
+    })
+}
+
+/// jemalloc's `mallctl` through the shim, so that a server probing for it (MariaDB's
+/// `@@version_malloc_library` looks up `mallctl` and reads `"version"`) learns what actually
+/// serves its calls: `"version"` gives [`version_string`] under every backend; every other name
+/// goes to jemalloc under the jemalloc backend and fails with `ENOENT` under the others.
+///
+/// # Safety
+/// The caller passes mallctl's arguments as jemalloc documents them.
+pub unsafe fn mallctl(
+    name: *const core::ffi::c_char,
+    oldp: *mut core::ffi::c_void,
+    oldlenp: *mut usize,
+    newp: *mut core::ffi::c_void,
+    newlen: usize,
+) -> c_int {
+    if name.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: a NUL-terminated name (caller's contract).
+    if unsafe { core::ffi::CStr::from_ptr(name) }.to_bytes() == b"version" {
+        if !newp.is_null() {
+            return libc::EPERM;
+        }
+        if !oldp.is_null() {
+            // SAFETY: oldlenp/oldp as mallctl documents them (caller's contract).
+            unsafe {
+                if oldlenp.is_null() || *oldlenp != core::mem::size_of::<*const core::ffi::c_char>() {
+                    return libc::EINVAL;
+                }
+                *(oldp as *mut *const core::ffi::c_char) = version_string().as_ptr();
+            }
+        }
+        return 0;
+    }
+    match active_ready() {
+        // SAFETY: forwarded as given (caller's contract).
+        Backend::Jemalloc => unsafe { crate::backend::jemalloc::mallctl(name, oldp, oldlenp, newp, newlen) },
+        _ => libc::ENOENT,
+    }
 }

@@ -14,6 +14,7 @@
 //! - [`init`], [`config`]: lazy start-up and the option table;
 //! - [`tls`], [`slots`]: per-thread state and per-thread counters;
 //! - [`introspect`]: mallinfo and friends for the active backend;
+//! - [`worker`], [`trim`], [`memlog`], [`dump`]: the shim's thread and its jobs;
 //! - [`capi`]: the shim's own C API (`shim/include/mallocshim.h`).
 
 pub mod backend;
@@ -29,10 +30,12 @@ pub mod exports;
 pub mod front;
 pub mod init;
 pub mod introspect;
+pub mod memlog;
 pub mod report;
 pub mod signals;
 pub mod slots;
 pub mod tls;
+pub mod trim;
 pub mod worker;
 
 /// Runs when the library is loaded (`.init_array`): initialises the shim if no allocation has
@@ -55,7 +58,7 @@ extern "C" fn at_exit() {
     if config::get().dump_at_exit {
         let _ = dump::write_all();
     }
-    if config::get().verbose {
+    if config::get().verbose > 0 {
         capi::print_summary();
     }
 }

@@ -1,9 +1,12 @@
 //! The shim's own thread: created with every signal blocked, it sleeps in poll() on a pipe and
-//! writes a dump when woken (by the dump signal's handler, which only writes one byte: async-
-//! signal-safe) and every `MALLOCSHIM_DUMP_INTERVAL_S`. A burst of wake-ups while a dump runs is
-//! drained into one more dump. Its allocations bypass recording (its guard is always set).
-//! After fork the child closes the inherited pipe (a signal to the child must not dump the
-//! parent); the child has no worker.
+//! runs three jobs: a dump when woken (by the dump signal's handler, which only writes one byte:
+//! async-signal-safe) and every `MALLOCSHIM_DUMP_INTERVAL_S`; a trim every
+//! `MALLOCSHIM_TRIM_INTERVAL_MS` (`trim::periodic`); a memlog line every
+//! `MALLOCSHIM_MEMLOG_INTERVAL_MS`. A burst of wake-ups while a dump runs is drained into one
+//! more dump. Its allocations bypass recording (its guard is always set).
+//! Fork: the child closes the inherited pipe and memlog (a signal to the child must not dump the
+//! parent), resets the dump flag, and starts a worker of its own, so a child that keeps running
+//! is trimmed and dumps itself. No lock is held across fork: the shim adds no prepare handler.
 
 use crate::tls::{self, Reentry};
 use core::sync::atomic::{AtomicBool, AtomicI32, Ordering::*};
@@ -11,6 +14,7 @@ use core::sync::atomic::{AtomicBool, AtomicI32, Ordering::*};
 static WAKE_RD: AtomicI32 = AtomicI32::new(-1);
 static WAKE_WR: AtomicI32 = AtomicI32::new(-1);
 static STARTED: AtomicBool = AtomicBool::new(false);
+static ATFORK: AtomicBool = AtomicBool::new(false);
 
 /// Asks the worker for a dump. Async-signal-safe: one non-blocking write(2).
 pub fn request_dump() {
@@ -21,24 +25,36 @@ pub fn request_dump() {
     }
 }
 
+/// True when the configuration gives the worker anything to do.
+fn wanted() -> bool {
+    let c = crate::config::get();
+    c.dump_signal != 0 || c.dump_interval_s != 0 || c.trim_interval_ms != 0 || !crate::config::cstr_bytes(&c.memlog).is_empty()
+}
+
 /// Starts the worker once (from the library constructor, after initialisation).
 pub fn start() {
-    let cfg = crate::config::get();
-    if cfg.dump_signal == 0 && cfg.dump_interval_s == 0 {
+    if !wanted() || STARTED.swap(true, AcqRel) {
         return;
     }
-    if STARTED.swap(true, AcqRel) {
-        return;
+    spawn(false);
+    if !ATFORK.swap(true, AcqRel) {
+        // SAFETY: registering a plain extern "C" function. Registered after the backends'
+        // own handlers, so it runs after they have unlocked the child's heap.
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
     }
+}
+
+fn spawn(child: bool) {
     let _g = Reentry::enter();
     let mut fds = [0; 2];
     // SAFETY: a valid two-int array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {
-        crate::shim_warn!("cannot create the worker's pipe: no dumps on signal");
+        crate::shim_warn!("cannot create the worker's pipe: no dumps on signal, no trims");
         return;
     }
     WAKE_RD.store(fds[0], Relaxed);
     WAKE_WR.store(fds[1], Relaxed);
+    crate::memlog::open(child);
     // SAFETY: sigset operations on local, initialised sets; the old mask is restored below.
     unsafe {
         let mut all: libc::sigset_t = core::mem::zeroed();
@@ -48,52 +64,99 @@ pub fn start() {
         let r = std::thread::Builder::new().name("mallocshim".into()).spawn(run);
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
         if r.is_err() {
-            crate::shim_warn!("cannot start the worker thread: no dumps on signal");
+            crate::shim_warn!("cannot start the worker thread: no dumps on signal, no trims");
         }
     }
-    // SAFETY: registering plain extern "C" functions.
-    unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
 }
 
 extern "C" fn after_fork_child() {
     for a in [&WAKE_RD, &WAKE_WR] {
         let fd = a.swap(-1, Relaxed);
         if fd >= 0 {
-            // SAFETY: closing a descriptor this module owns; async-signal-safe.
+            // SAFETY: closing a descriptor this module owns.
             unsafe { libc::close(fd) };
         }
     }
+    crate::memlog::after_fork_child();
+    crate::dump::after_fork_child();
+    if STARTED.load(Relaxed) {
+        spawn(true);
+    }
+}
+
+/// One periodic job: its period (0 = off) and next deadline, in ms of CLOCK_MONOTONIC.
+struct Job {
+    every: u64,
+    next: u64,
+}
+
+impl Job {
+    fn new(every: u64, now: u64) -> Job {
+        Job { every, next: now + every }
+    }
+
+    /// True (and re-armed) when due.
+    fn due(&mut self, now: u64) -> bool {
+        if self.every == 0 || now < self.next {
+            return false;
+        }
+        // Skip missed periods instead of running a backlog.
+        self.next += self.every * ((now - self.next) / self.every + 1);
+        true
+    }
+
+    fn wait(&self, now: u64) -> Option<u64> {
+        (self.every != 0).then(|| self.next.saturating_sub(now))
+    }
+}
+
+fn now_ms() -> u64 {
+    crate::clock::mono_ns() / 1_000_000
 }
 
 fn run() {
     // SAFETY: this thread's TLS: everything it allocates goes straight to the backend.
     unsafe { (*tls::state()).guard = 1 };
-    let interval_ms = crate::config::get().dump_interval_s.saturating_mul(1000);
-    let mut next = crate::clock::mono_ns() / 1_000_000 + interval_ms;
+    let cfg = crate::config::get();
+    let now = now_ms();
+    let mut dump = Job::new(cfg.dump_interval_s.saturating_mul(1000), now);
+    let mut trim = Job::new(cfg.trim_interval_ms, now);
+    let mut memlog = Job::new(if crate::memlog::active() { cfg.memlog_interval_ms } else { 0 }, now);
+    if memlog.every != 0 {
+        crate::memlog::sample();
+    }
     loop {
         let rd = WAKE_RD.load(Relaxed);
         if rd < 0 {
             return;
         }
-        let now = crate::clock::mono_ns() / 1_000_000;
-        let timeout = if interval_ms == 0 { -1 } else { next.saturating_sub(now).min(i32::MAX as u64) as i32 };
+        let now = now_ms();
+        let timeout = [dump.wait(now), trim.wait(now), memlog.wait(now)]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|w| w.min(i32::MAX as u64) as i32)
+            .unwrap_or(-1);
         let mut p = libc::pollfd { fd: rd, events: libc::POLLIN, revents: 0 };
         // SAFETY: one valid pollfd.
         let n = unsafe { libc::poll(&mut p, 1, timeout) };
-        let mut want = false;
+        let mut want_dump = false;
         if n > 0 {
             let mut buf = [0u8; 256];
             // Drain every pending request: a burst is one dump.
             // SAFETY: reading into a local buffer from our non-blocking pipe.
             while unsafe { libc::read(rd, buf.as_mut_ptr().cast(), buf.len()) } > 0 {
-                want = true;
+                want_dump = true;
             }
         }
-        if interval_ms != 0 && crate::clock::mono_ns() / 1_000_000 >= next {
-            want = true;
-            next += interval_ms;
+        let now = now_ms();
+        if trim.due(now) {
+            let _ = crate::trim::periodic();
         }
-        if want {
+        if memlog.due(now) {
+            crate::memlog::sample();
+        }
+        if dump.due(now) || want_dump {
             let _ = crate::dump::write_all();
         }
     }

@@ -18,10 +18,14 @@ fn run(env: &[(&str, &str)]) -> (String, Vec<String>) {
 
 #[test]
 fn malformed_values_warn_once_and_keep_defaults() {
-    let cases: [(&str, &str, &str); 4] = [
+    let cases: [(&str, &str, &str); 8] = [
         ("MALLOCSHIM_BACKEND", "mimalloc", "glibc"),
         ("MALLOCSHIM_PROFILE", "sometimes", "on"),
-        ("MALLOCSHIM_VERBOSE", "2", "0"),
+        ("MALLOCSHIM_VERBOSE", "3", "0"),
+        ("MALLOCSHIM_TRIM_INTERVAL_MS", "soon", "10000"),
+        ("MALLOCSHIM_TRIM_MIN_BYTES", "-1", "67108864"),
+        ("MALLOCSHIM_JEMALLOC_RELEASE", "never", "purge"),
+        ("MALLOCSHIM_MEMLOG_INTERVAL_MS", "5", "1000"),
         ("MALLOCSHIM_TCMALLOC_LIB", "", "libtcmalloc_minimal.so.4"),
     ];
     for (var, bad, default) in cases {

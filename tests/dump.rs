@@ -579,7 +579,9 @@ fn check_prom(text: &str, what: &str) -> usize {
         assert!(sums.contains_key(k), "{what}: {k:?}: no _sum");
     }
     assert_eq!(counts.len(), buckets.len(), "{what}: _count series without buckets");
-    buckets.len()
+    let trim = buckets.keys().filter(|(f, _)| f == "mallocshim_trim_duration_seconds").count();
+    assert_eq!(trim, 1, "{what}: one mallocshim_trim_duration_seconds histogram");
+    buckets.keys().filter(|(f, _)| f == "mallocshim_call_latency_seconds").count()
 }
 
 /// Checks the HdrHistogram interval log: `#[StartTime:` (after `#` comment lines only) before

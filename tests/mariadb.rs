@@ -1,9 +1,10 @@
 //! MariaDB end to end: for each backend, a throwaway mariadbd (Debian's mariadb-server 10.11) runs
 //! under `LD_PRELOAD=libmallocshim.so MALLOCSHIM_BACKEND=<b> MALLOCSHIM_VERBOSE=1`, sysbench
-//! prepares its dataset and runs oltp_read_only at 4 threads for 10 s, then mariadb-admin shuts the
+//! prepares its dataset and runs oltp_read_only at 8 threads for 10 s, then mariadb-admin shuts the
 //! server down. The test asserts: no sysbench errors, qps > 0, mariadbd's exit status 0, no crash
 //! report in the error log, and the shim's `mallocshim: summary` line names the requested backend
-//! with malloc > 0.
+//! with malloc > 0; `kill -USR1` half-way through the load gives a JSON dump within 2 s with
+//! counts from at least 8 live threads; `@@version_malloc_library` names mallocshim and the backend.
 //!
 //! All MariaDB logic lives in `scripts/mariadb.sh`; this test only runs
 //! `scripts/mariadb-check.sh BACKEND SECONDS THREADS` and checks the `key=value` lines it prints.
@@ -20,7 +21,7 @@ use std::sync::Mutex;
 static ONE_MARIADBD: Mutex<()> = Mutex::new(());
 
 const SECONDS: &str = "10";
-const THREADS: &str = "4";
+const THREADS: &str = "8";
 
 fn check(backend: &str) {
     let _guard = ONE_MARIADBD.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -65,14 +66,24 @@ fn check(backend: &str) {
     assert!(summary.starts_with("mallocshim: summary "), "{report}");
     let malloc = common::kv(summary, "malloc").unwrap_or_else(|| panic!("no malloc= in the summary\n{report}"));
     assert!(malloc > 0, "summary malloc={malloc}\n{report}");
+    // kill -USR1 under load: a complete dump within 2 s, holding at least 8 live threads.
+    let dump_ms = num("dump_ms");
+    assert!(dump_ms <= 2000.0, "the dump took {dump_ms} ms after kill -USR1 (goal: 2 s)\n{report}");
+    assert!(num("dump_threads_with_calls") >= 8.0, "fewer than 8 live threads with counts in the dump\n{report}");
+    assert!(num("dump_malloc") > 0.0, "the dump counts no malloc\n{report}");
+    assert_eq!(get("dump_backend"), backend, "{report}");
+    // MariaDB asks for jemalloc's mallctl("version"): the shim answers with the truth.
+    let vml = get("version_malloc_library");
+    assert!(vml.contains("mallocshim") && vml.contains(&format!("({backend}")), "@@version_malloc_library = {vml}\n{report}");
     assert!(out.status.success(), "the script reported a failed check\n{report}");
     eprintln!(
-        "mariadb {backend}: qps={} p95_ms={} malloc={malloc} total_calls={} allocated_bytes={} resident_bytes={}",
+        "mariadb {backend}: qps={} p95_ms={} malloc={malloc} total_calls={} allocated_bytes={} resident_bytes={} dump_ms={dump_ms} dump_threads_with_calls={} version_malloc_library={vml}",
         get("qps"),
         get("p95_ms"),
         get("total_calls"),
         get("allocated_bytes"),
-        get("resident_bytes")
+        get("resident_bytes"),
+        get("dump_threads_with_calls")
     );
 }
 

@@ -4,7 +4,7 @@
  *
  * Link with -lmallocshim, or look the functions up at run time so that the program also runs
  * without the shim:  fn = dlsym(RTLD_DEFAULT, "mallocshim_get_stats").
- * Units: counts are calls, sizes are bytes.
+ * Units: counts are calls, sizes are bytes, times are nanoseconds (ns).
  */
 
 #ifndef MALLOCSHIM_H
@@ -49,6 +49,18 @@ struct mallocshim_stats {
   uint64_t bootstrap_bytes;
 };
 
+// What one `mallocshim_trim` call did.
+struct mallocshim_trim_result {
+  // Resident set size before the release call, in bytes (/proc/self/statm).
+  uint64_t rss_before_bytes;
+  // Resident set size after it, in bytes.
+  uint64_t rss_after_bytes;
+  // `rss_before_bytes - rss_after_bytes`, or 0 when RSS did not fall.
+  uint64_t released_bytes;
+  // Wall time of the backend's release call, in ns.
+  uint64_t duration_ns;
+};
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -69,6 +81,17 @@ int mallocshim_get_stats(struct mallocshim_stats *out);
 // `MALLOCSHIM_DUMP_DIR` (files `mallocshim.<pid>.<seq>.<ext>`). Returns 0, or `EIO` when a file
 // could not be written (the reason is on stderr, prefixed `mallocshim:`).
 int mallocshim_dump(void);
+
+// Gives free memory back to the OS now, through the active backend's own call (glibc
+// `malloc_trim(0)`; jemalloc `mallctl("arena.4096.purge")`, or `.decay` under
+// `MALLOCSHIM_JEMALLOC_RELEASE=decay`; tcmalloc `MallocExtension_ReleaseFreeMemory()`), whatever
+// `MALLOCSHIM_TRIM_MIN_BYTES` says. The trim is counted in the dumps like a periodic one.
+// Costs milliseconds (glibc locks each arena in turn) and later page faults. `out` may be NULL.
+// Returns 0, or `EAGAIN` when called while the shim is still initialising (nothing was done).
+//
+// # Safety
+// `out` must be NULL or point to writable memory for one `struct mallocshim_trim_result`.
+int mallocshim_trim(struct mallocshim_trim_result *out);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -7,8 +7,11 @@ use super::MemStats;
 use core::ffi::c_void;
 use tikv_jemalloc_sys as je;
 
-/// `arena.<MALLCTL_ARENAS_ALL>.purge`: purge unused dirty pages of every arena.
+/// `arena.<MALLCTL_ARENAS_ALL>.purge`: purge every unused dirty and muzzy page of every arena.
 const PURGE_ALL: &core::ffi::CStr = c"arena.4096.purge";
+/// `arena.<MALLCTL_ARENAS_ALL>.decay`: purge only what the decay schedule (dirty_decay_ms,
+/// muzzy_decay_ms) says is due.
+const DECAY_ALL: &core::ffi::CStr = c"arena.4096.decay";
 
 /// Initialises jemalloc now (one allocation) so that a failure shows at start.
 ///
@@ -81,13 +84,25 @@ pub unsafe fn mem_stats() -> MemStats {
     MemStats { allocated, resident, free: resident.saturating_sub(allocated) }
 }
 
-/// `mallctl("arena.4096.purge", NULL, NULL, NULL, 0)`.
+/// `mallctl("arena.4096.purge", NULL, NULL, NULL, 0)`, or `.decay` under
+/// `MALLOCSHIM_JEMALLOC_RELEASE=decay`. True when mallctl returned 0.
 pub unsafe fn release(_pad: usize) -> bool {
+    let name = if crate::config::get().jemalloc_decay { DECAY_ALL } else { PURGE_ALL };
     // SAFETY: a void mallctl: no old or new value pointers.
-    unsafe { je::mallctl(PURGE_ALL.as_ptr(), core::ptr::null_mut(), core::ptr::null_mut(), core::ptr::null_mut(), 0) == 0 }
+    unsafe { je::mallctl(name.as_ptr(), core::ptr::null_mut(), core::ptr::null_mut(), core::ptr::null_mut(), 0) == 0 }
+}
+
+/// jemalloc's own `mallctl`, for programs that call it through the shim (jemalloc backend only).
+///
+/// # Safety
+/// The caller passes mallctl's arguments as jemalloc documents them.
+pub unsafe fn mallctl(name: *const core::ffi::c_char, oldp: *mut c_void, oldlenp: *mut usize, newp: *mut c_void, newlen: usize) -> core::ffi::c_int {
+    // SAFETY: forwarded as given (caller's contract).
+    unsafe { je::mallctl(name, oldp, oldlenp, newp, newlen) }
 }
 
 pub unsafe fn version(out: &mut crate::diag::LineBuf) {
     out.put(b"jemalloc ");
-    out.put(tikv_jemalloc_ctl::version::read().unwrap_or("?").as_bytes());
+    // The crate's string keeps jemalloc's trailing NUL.
+    out.put(tikv_jemalloc_ctl::version::read().unwrap_or("?").trim_end_matches('\0').as_bytes());
 }

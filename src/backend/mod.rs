@@ -192,7 +192,7 @@ pub fn release(pad: usize) -> bool {
     unsafe { dispatch!(release(pad)) }
 }
 
-/// The backend's version string, e.g. `5.3.0-...` for jemalloc, `gperftools 2.10` for tcmalloc.
+/// The backend's name and version, e.g. `glibc 2.36`, `jemalloc 5.3.0-...`, `tcmalloc gperftools 2.10`.
 pub fn version(out: &mut crate::diag::LineBuf) {
     // SAFETY: the backend is loaded (called only once the shim is ready).
     unsafe { dispatch!(version(out)) }

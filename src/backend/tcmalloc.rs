@@ -191,6 +191,7 @@ pub unsafe fn version(out: &mut crate::diag::LineBuf) {
         Some(f) => {
             // SAFETY: tc_version accepts NULL out-pointers and returns a static string.
             let s = unsafe { f(core::ptr::null_mut(), core::ptr::null_mut(), core::ptr::null_mut()) };
+            out.put(b"tcmalloc ");
             if !s.is_null() {
                 // SAFETY: a static NUL-terminated string.
                 out.put(unsafe { CStr::from_ptr(s) }.to_bytes());

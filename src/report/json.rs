@@ -3,7 +3,10 @@
 //! "sample_every","totals":{op:{count,bytes}},"size_classes":[{op,min_bytes,max_bytes,count,bytes,
 //! sampled,p50_ns,p90_ns,p99_ns,p999_ns,max_ns}],"threads":[{tid,name,state,ops:{op:{count,bytes,
 //! sampled,p50_ns,p99_ns,max_ns}}}],"memory":{rss_bytes,vsz_bytes,backend_allocated_bytes,
-//! backend_resident_bytes,backend_free_bytes}}`. Latencies in ns; sizes in bytes; percentiles and
+//! backend_resident_bytes,backend_free_bytes},"trim":{interval_ms,min_bytes,runs,skipped,
+//! released_bytes,duration_us:{p50,p99,max},last_unix_ms}}`. `released_bytes` sums each trim's
+//! RSS drop (/proc/self/statm before and after the backend's release call); `last_unix_ms` is 0
+//! before the first trim. Latencies in ns; sizes in bytes; percentiles and
 //! max are 0 where `sampled` is 0; `max_bytes` is null for the last (>64 MiB) class; free is
 //! classed by the block's usable size (free(NULL) counts in the <=16 B class with 0 bytes).
 //! Fields may be added; these names and meanings stay.
@@ -56,6 +59,9 @@ pub fn render(s: &Snapshot) -> String {
         })
         .collect();
     let m = &s.memory;
+    let t = &s.trim;
+    let d = t.duration.percentiles(&[0.5, 0.99]);
+    let us = |ns: u64| ns as f64 / 1000.0;
     let v = json!({
         "format": "mallocshim-dump", "version": 1, "pid": s.pid, "backend": s.backend,
         "unix_time_ms": s.unix_time_ms, "uptime_s": s.uptime_s, "sample_every": s.sample_every,
@@ -63,6 +69,10 @@ pub fn render(s: &Snapshot) -> String {
         "memory": {"rss_bytes": m.rss_bytes, "vsz_bytes": m.vsz_bytes,
                    "backend_allocated_bytes": m.backend.allocated, "backend_resident_bytes": m.backend.resident,
                    "backend_free_bytes": m.backend.free},
+        "trim": {"interval_ms": t.interval_ms, "min_bytes": t.min_bytes, "runs": t.runs, "skipped": t.skipped,
+                 "released_bytes": t.released_bytes,
+                 "duration_us": {"p50": us(d[0]), "p99": us(d[1]), "max": us(t.duration.max_ns)},
+                 "last_unix_ms": t.last_unix_ms},
     });
     let mut out = serde_json::to_string_pretty(&v).unwrap_or_default();
     out.push('\n');

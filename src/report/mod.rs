@@ -53,9 +53,11 @@ impl Latency {
         ((bucket_mid(b) as f64 * self.ns_per_tick) as u64).max(1)
     }
 
-    /// An HdrHistogram of the samples (ns, 1 ns to 100 s, 3 significant digits).
+    /// An HdrHistogram of the samples (ns, 2 significant digits: finer than the 12.5% of the
+    /// recording buckets). Auto-resizing, so it only spans the values seen: a fixed 1 ns..100 s
+    /// range would zero ~200 KB per histogram, and a dump makes one per thread and op.
     pub fn histogram(&self) -> Histogram<u64> {
-        let mut h = Histogram::<u64>::new_with_bounds(1, 100_000_000_000, 3).expect("valid hdrhistogram bounds");
+        let mut h = Histogram::<u64>::new(2).expect("valid hdrhistogram precision");
         for (b, &n) in self.buckets.iter().enumerate() {
             if n > 0 {
                 let _ = h.record_n(self.ns(b).min(100_000_000_000), n);
@@ -113,6 +115,8 @@ pub struct Snapshot {
     pub classes: Vec<Vec<OpRow>>,
     pub threads: Vec<ThreadRow>,
     pub memory: Memory,
+    /// Trims so far (`MALLOCSHIM_TRIM_*`, `mallocshim_trim()`).
+    pub trim: crate::trim::Stats,
 }
 
 impl Snapshot {
@@ -186,6 +190,7 @@ pub fn snapshot() -> Snapshot {
         classes,
         threads,
         memory: Memory { rss_bytes: rss, vsz_bytes: vsz, backend: crate::backend::mem_stats() },
+        trim: crate::trim::stats(),
     }
 }
 

@@ -1,6 +1,7 @@
 //! Prometheus text exposition (for node_exporter's textfile collector): real histogram families
 //! with cumulative `_bucket{le}` rows ending at `+Inf` (equal to `_count`) and `_sum`, labelled by
-//! backend, op and size class; counters of calls and bytes; memory gauges. No timestamps.
+//! backend, op and size class; counters of calls and bytes; memory gauges; trim counters and the
+//! trim duration histogram. No timestamps.
 
 use super::Snapshot;
 use crate::classes::OP_NAMES;
@@ -70,5 +71,40 @@ pub fn render(s: &Snapshot) -> String {
     ] {
         let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{backend=\"{b}\"}} {v}");
     }
+    let t = &s.trim;
+    for (name, help, v) in [
+        ("mallocshim_trim_runs_total", "Trims run (backend release calls: periodic and mallocshim_trim()).", t.runs),
+        ("mallocshim_trim_skipped_total", "Periodic trims skipped: backend free bytes under MALLOCSHIM_TRIM_MIN_BYTES.", t.skipped),
+        ("mallocshim_trim_released_bytes_total", "Sum of RSS drops across trims (/proc/self/statm before and after).", t.released_bytes),
+    ] {
+        let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter\n{name}{{backend=\"{b}\"}} {v}");
+    }
+    let name = "mallocshim_trim_duration_seconds";
+    let _ = writeln!(o, "# HELP {name} Wall time of each trim's backend release call.\n# TYPE {name} histogram");
+    let mut sum_ns = 0f64;
+    let mut cum = [0u64; TRIM_LE_NS.len()];
+    for (k, &cnt) in t.duration.buckets.iter().enumerate() {
+        if cnt == 0 {
+            continue;
+        }
+        let v = t.duration.ns(k).min(t.duration.max_ns.max(1));
+        sum_ns += v as f64 * cnt as f64;
+        for (i, &le) in TRIM_LE_NS.iter().enumerate() {
+            if v <= le {
+                cum[i] += cnt;
+            }
+        }
+    }
+    let n = t.duration.sampled();
+    for (i, &le) in TRIM_LE_NS.iter().enumerate() {
+        let _ = writeln!(o, "{name}_bucket{{backend=\"{b}\",le=\"{}\"}} {}", le as f64 / 1e9, cum[i]);
+    }
+    let _ = writeln!(o, "{name}_bucket{{backend=\"{b}\",le=\"+Inf\"}} {n}");
+    let _ = writeln!(o, "{name}_sum{{backend=\"{b}\"}} {}", sum_ns / 1e9);
+    let _ = writeln!(o, "{name}_count{{backend=\"{b}\"}} {n}");
     o
 }
+
+/// Trim duration bucket upper bounds, in ns (100 us to 10 s).
+const TRIM_LE_NS: [u64; 10] =
+    [100_000, 500_000, 1_000_000, 5_000_000, 10_000_000, 50_000_000, 100_000_000, 500_000_000, 1_000_000_000, 10_000_000_000];

@@ -20,6 +20,20 @@ pub fn render(s: &Snapshot) -> String {
         m.backend.allocated >> 20,
         m.backend.resident >> 20
     );
+    let t = &s.trim;
+    let d = t.duration.percentiles(&[0.5, 0.99]);
+    let _ = writeln!(
+        o,
+        "trims: {} run, {} skipped (interval {} ms, min {} MiB free), released {} MiB, duration p50 {} us p99 {} us max {} us",
+        t.runs,
+        t.skipped,
+        t.interval_ms,
+        t.min_bytes >> 20,
+        t.released_bytes >> 20,
+        d[0] / 1000,
+        d[1] / 1000,
+        t.duration.max_ns / 1000
+    );
     let _ = writeln!(o, "{:<9} {:>6} {:>12} {:>9} {:>9} {:>9} {:>9}", "op", "size", "calls", "sampled", "p50_ns", "p99_ns", "max_ns");
     for (op, cs) in s.classes.iter().enumerate() {
         for (c, r) in cs.iter().enumerate() {
