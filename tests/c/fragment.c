@@ -41,17 +41,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mallocshim.h"
+
 #define MIN_BLOCK 1024u
 #define MAX_BLOCK (64u * 1024u)
 
-/* The same layout as MallocshimTrimResult in shim/include/mallocshim.h. */
-struct trim_result {
-    uint64_t rss_before_bytes;
-    uint64_t rss_after_bytes;
-    uint64_t released_bytes;
-    uint64_t duration_ns;
-};
-typedef int (*trim_fn)(struct trim_result *);
+typedef int (*trim_fn)(struct mallocshim_trim_result *);
 
 static size_t opt_mib = 256;
 static int opt_threads = 4;
@@ -207,7 +202,7 @@ static void run_cycles(trim_fn api)
             if (!api) {
                 printf("cycle=%d api_ret=absent\n", c);
             } else {
-                struct trim_result r;
+                struct mallocshim_trim_result r;
                 memset(&r, 0xff, sizeof r);
                 int rc = api(&r);
                 printf("cycle=%d api_ret=%d api_rss_before_bytes=%" PRIu64 " api_rss_after_bytes=%" PRIu64
