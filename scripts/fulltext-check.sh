@@ -12,6 +12,8 @@
 #   off   LD_PRELOAD=<shim> MALLOCSHIM_BACKEND=$FT_BACKEND MALLOCSHIM_TRIM_INTERVAL_MS=0
 #   on    the same with MALLOCSHIM_TRIM_INTERVAL_MS=$FT_TRIM_MS
 #   on:N  the same with MALLOCSHIM_TRIM_INTERVAL_MS=N (reported under the name onN)
+# and a shim config may name its own backend, MODE@BACKEND (e.g. on@jemalloc, reported as
+# on_jemalloc); without one it is FT_BACKEND's.
 # (shim configs also get MALLOCSHIM_VERBOSE=2 and a JSON dump at exit), runs FT_THREADS concurrent
 # phrase searches (sysbench + fulltext-phrase.lua) for FT_SECONDS, stays idle FT_IDLE seconds,
 # sampling mariadbd's VmRSS every second, then shuts it down with mariadb-admin.
@@ -45,7 +47,8 @@ FT_TRIM_MS=${FT_TRIM_MS:-1000}
 configs=("$@")
 ((${#configs[@]})) || configs=(off on)
 for c in "${configs[@]}"; do
-    [[ $c =~ ^(none|off|on|on:[0-9]+)$ ]] || { echo "usage: $0 [none|off|on|on:MS]..." >&2; exit 2; }
+    [[ $c =~ ^(none|(off|on|on:[0-9]+)(@(glibc|jemalloc|tcmalloc))?)$ ]] ||
+        { echo "usage: $0 [none|off|on|on:MS][@glibc|@jemalloc|@tcmalloc]..." >&2; exit 2; }
 done
 for v in FT_ROWS FT_WORDS FT_THREADS FT_SECONDS FT_IDLE FT_TRIM_MS; do
     [[ ${!v} =~ ^[0-9]+$ ]] || { echo "fulltext-check: $v=${!v} is not a number" >&2; exit 2; }
@@ -118,14 +121,18 @@ vmrss() {
 # --- one run per config --------------------------------------------------------------------
 for c in "${configs[@]}"; do
     name=${c/:/}
+    name=${name/@/_}
+    mode=${c%@*}
+    backend=$FT_BACKEND
+    [[ $c == *@* ]] && backend=${c#*@}
     dumpdir=$MDB_DIR/dumps-$name
     mkdir -p "$dumpdir"
     prefix=("${base_env[@]}")
     if [[ $c != none ]]; then
         ms=$FT_TRIM_MS
-        [[ $c == off ]] && ms=0
-        [[ $c == on:* ]] && ms=${c#on:}
-        prefix+=(LD_PRELOAD="$so" MALLOCSHIM_BACKEND="$FT_BACKEND" MALLOCSHIM_VERBOSE=2
+        [[ $mode == off ]] && ms=0
+        [[ $mode == on:* ]] && ms=${mode#on:}
+        prefix+=(LD_PRELOAD="$so" MALLOCSHIM_BACKEND="$backend" MALLOCSHIM_VERBOSE=2
             MALLOCSHIM_TRIM_INTERVAL_MS="$ms" MALLOCSHIM_DUMP_AT_EXIT=1 MALLOCSHIM_DUMP_DIR="$dumpdir"
             MALLOCSHIM_DUMP_FORMATS=json)
         [[ -n ${FT_MIN_BYTES:-} ]] && prefix+=(MALLOCSHIM_TRIM_MIN_BYTES="$FT_MIN_BYTES")
@@ -188,6 +195,7 @@ for c in "${configs[@]}"; do
         awk '{ s += $1 } END { print s + 0 }')"
     emit "trim_durations_us_$name" "$(sed -nE 's/^mallocshim: trim backend=.* duration_us=([0-9]+).*/\1/p' "$MDB_ERRLOG" | paste -sd,)"
     if [[ $c != none ]]; then
+        emit "backend_$name" "$backend"
         # The JSON dump with the highest seq for this pid: its "trim" object on one line.
         trim=$(python3 - "$dumpdir" "$pid" <<'EOF' 2>/dev/null
 import glob, json, os, sys
