@@ -99,6 +99,19 @@ impl Run {
         self.samples.iter().map(|s| s.1).min().unwrap_or(u64::MAX)
     }
 
+    /// Free bytes the threshold left in place: when the last periodic trim ran while the frees
+    /// were still going on (its line comes before the program's last frees), the rest freed after
+    /// it may stay under MALLOCSHIM_TRIM_MIN_BYTES, and the later skip lines say how much. 0 when
+    /// no skip line follows the last run.
+    fn left_by_threshold(&self) -> u64 {
+        let lines: Vec<&str> = self.err.lines().filter(|l| l.starts_with("mallocshim: trim ")).collect();
+        let last_run = lines.iter().rposition(|l| l.starts_with("mallocshim: trim backend="));
+        match last_run {
+            Some(i) => lines[i + 1..].iter().filter_map(|l| kv(l, "free_bytes")).max().unwrap_or(0),
+            None => 0,
+        }
+    }
+
     fn trim_lines(&self) -> Vec<&str> {
         self.err.lines().filter(|l| l.starts_with("mallocshim: trim backend=")).collect()
     }
@@ -122,14 +135,19 @@ fn run(mut cmd: Command, args: &[&str], what: &str) -> Run {
     let o = cmd.output().unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
     let r = Run::parse(&o);
     assert!(o.status.success(), "{what}: exit {:?}\n{}", o.status, r.report());
-    assert!(r.samples.len() >= 2, "{what}: no RSS samples\n{}", r.report());
+    assert!(!r.samples.is_empty(), "{what}: no RSS samples\n{}", r.report());
     r
 }
 
 /// fragment.c under the shim with `backend`, dumps at exit (json, prom) into `dir`, one line per
-/// trim on stderr, and the given MALLOCSHIM_* settings.
+/// trim on stderr, and the given MALLOCSHIM_* settings. Under tcmalloc, gperftools' own
+/// incremental release is off (`TCMALLOC_RELEASE_RATE=0`): what RSS loses is the shim's doing,
+/// and "RSS right after the frees" is the whole heap, as under glibc.
 fn shimmed(backend: &str, dir: &Path, env: &[(&str, &str)]) -> Command {
     let mut c = preloaded(fragment(), backend);
+    if backend == "tcmalloc" {
+        c.env("TCMALLOC_RELEASE_RATE", "0");
+    }
     c.env("MALLOCSHIM_VERBOSE", "2")
         .env("MALLOCSHIM_DUMP_AT_EXIT", "1")
         .env("MALLOCSHIM_DUMP_DIR", dir)
@@ -291,9 +309,12 @@ fn periodic_falls(backend: &str) {
     let after = r.after_frees();
     assert!(after >= 200 * MIB, "only {after} bytes right after the frees\n{}", r.report());
     let low = r.min_until(3000);
+    // A trim that runs while the threads are still freeing can leave the rest (under
+    // MIN_BYTES) in place by design; that much is allowed above 25%, and only then.
+    let left = r.left_by_threshold();
     assert!(
-        low as f64 <= 0.25 * after as f64,
-        "{backend}: RSS {:.1} MiB within 3 s is above 25% of {:.1} MiB\n{}",
+        low.saturating_sub(left) as f64 <= 0.25 * after as f64,
+        "{backend}: RSS {:.1} MiB within 3 s is above 25% of {:.1} MiB (+{left} bytes left under the threshold)\n{}",
         low as f64 / MIB as f64,
         after as f64 / MIB as f64,
         r.report()
@@ -506,7 +527,12 @@ fn forked_child(backend: &str) {
     let after = r.after_frees();
     assert!(after >= 200 * MIB, "{}", r.report());
     let low = r.min_until(3000);
-    assert!(low as f64 <= 0.25 * after as f64, "{backend}: the forked child was not trimmed\n{}", r.report());
+    let left = r.left_by_threshold();
+    assert!(
+        low.saturating_sub(left) as f64 <= 0.25 * after as f64,
+        "{backend}: the forked child was not trimmed (+{left} bytes left under the threshold)\n{}",
+        r.report()
+    );
     let child = r.num("pid");
     let t = dump_trim(&dir, child);
     assert!(u(&t, "runs") >= 1 && u(&t, "released_bytes") >= after / 2, "{backend}: child's dump: {t}\n{}", r.report());

@@ -3,8 +3,9 @@
  * Checks nothing itself; it makes the memory pattern that leaves glibc's arenas full of free holes
  * and prints what RSS does afterwards. Each of --threads threads (default 4) allocates its share of
  * --mib MiB (default 256) in blocks of 1-64 KiB (uniform, xorshift per thread, every byte touched),
- * then frees 9 of every 10 blocks (block i is kept when i % 10 == 0: the kept 10% are spread over
- * the whole heap, so the heap's top cannot shrink). The threads are then joined; the main thread
+ * waits for the others (a barrier: the whole --mib is allocated at once), then frees 9 of every 10
+ * blocks (block i is kept when i % 10 == 0: the kept 10% are spread over the whole heap, so the
+ * heap's top cannot shrink). The threads are then joined; the main thread
  * samples RSS (/proc/self/statm) right after the frees and every --sample-ms ms (default 250) for
  * --watch-ms ms (default 3500). Under plain glibc RSS stays ~258 MiB; malloc_trim(0) brings it to
  * ~32 MiB.
@@ -55,6 +56,7 @@ static long opt_sample_ms = 250;
 static int opt_cycles = 1;
 static int opt_churn, opt_malloc_trim, opt_api, opt_fork;
 
+static pthread_barrier_t all_allocated;
 static __thread volatile uintptr_t sink; /* per-thread: keeps malloc/free pairs from being elided */
 
 struct worker {
@@ -120,6 +122,7 @@ static void *fragment_thread(void *arg)
         all[n++] = p;
         total += sz;
     }
+    pthread_barrier_wait(&all_allocated);
     size_t kept = 0;
     w->blocks = malloc((n / 10 + 1) * sizeof *w->blocks);
     if (!w->blocks) {
@@ -175,6 +178,7 @@ static void run_cycles(trim_fn api)
     for (int c = 0; c < opt_cycles; c++) {
         printf("cycle=%d rss_start_bytes=%" PRIu64 "\n", c, rss_bytes());
         uint64_t peak = 0;
+        pthread_barrier_init(&all_allocated, NULL, (unsigned)opt_threads);
         for (int t = 0; t < opt_threads; t++) {
             ws[t] = (struct worker){.idx = t, .cycle = c, .bytes = (opt_mib << 20) / (size_t)opt_threads};
             if (pthread_create(&tids[t], NULL, fragment_thread, &ws[t]) != 0) {
@@ -184,6 +188,7 @@ static void run_cycles(trim_fn api)
         }
         for (int t = 0; t < opt_threads; t++)
             pthread_join(tids[t], NULL);
+        pthread_barrier_destroy(&all_allocated);
         /* The peak is not observable after the frees; report what was allocated plus what is
          * left, from statm's view of the whole run (VmHWM). */
         FILE *st = fopen("/proc/self/status", "r");
