@@ -110,9 +110,10 @@ impl Frag {
     fn num(&self, k: &str) -> f64 {
         self.keys.get(k).and_then(|v| v.parse::<f64>().ok()).unwrap_or(f64::NAN)
     }
-    /// RSS right after the frees (VmHWM when a trim already ran while the program read it).
+    /// RSS right after the frees, as the program read it (a trim may already have run; jemalloc
+    /// may already have returned pages by itself).
     fn after_frees(&self) -> f64 {
-        self.num("rss_after_free_bytes").max(self.num("rss_peak_bytes"))
+        self.num("rss_after_free_bytes")
     }
     fn min_until(&self, t: u64) -> f64 {
         self.samples.iter().filter(|s| s.0 <= t).map(|s| s.1 as f64).fold(f64::INFINITY, f64::min)
@@ -121,6 +122,7 @@ impl Frag {
 
 fn section_frag(md: &mut String, rounds: u64) {
     let mut after: HashMap<&str, Vec<f64>> = HashMap::new();
+    let mut peak: HashMap<&str, Vec<f64>> = HashMap::new();
     let mut low_on: HashMap<&str, Vec<f64>> = HashMap::new();
     let mut fin_off: HashMap<&str, Vec<f64>> = HashMap::new();
     let mut durs: HashMap<(&str, &str), Vec<f64>> = HashMap::new();
@@ -129,6 +131,7 @@ fn section_frag(md: &mut String, rounds: u64) {
             let b = common::BACKENDS[(i + r) % 3];
             let on = run_frag(b, &[("MALLOCSHIM_TRIM_INTERVAL_MS", "500")], &["--watch-ms", "3000"]);
             after.entry(b).or_default().push(on.after_frees());
+            peak.entry(b).or_default().push(on.num("rss_peak_bytes"));
             low_on.entry(b).or_default().push(on.min_until(3000));
             let off = run_frag(b, &[("MALLOCSHIM_TRIM_INTERVAL_MS", "0")], &["--watch-ms", "3000"]);
             fin_off.entry(b).or_default().push(off.num("rss_final_bytes"));
@@ -147,13 +150,14 @@ fn section_frag(md: &mut String, rounds: u64) {
         md,
         "## Fragmentation program (256 MiB in 1-64 KiB blocks, 4 threads, 90% freed)\n\nMedian of {rounds} rounds; \"trim 500 ms\" is the lowest RSS sampled within 3 s of the frees with `MALLOCSHIM_TRIM_INTERVAL_MS=500`, \"trim off\" the RSS 3 s after the frees with it 0.\n"
     );
-    let _ = writeln!(md, "| backend | RSS after frees MiB | trim 500 ms: lowest within 3 s MiB | % of after frees | trim off: after 3 s MiB |");
-    let _ = writeln!(md, "|---|---:|---:|---:|---:|");
+    let _ = writeln!(md, "| backend | peak RSS MiB | RSS after frees MiB | trim 500 ms: lowest within 3 s MiB | % of after frees | trim off: after 3 s MiB |");
+    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|");
     for b in common::BACKENDS {
         let a = median(after[b].clone());
         let l = median(low_on[b].clone());
         let o = median(fin_off[b].clone());
-        let _ = writeln!(md, "| {b} | {:.1} | {:.1} | {:.1}% | {:.1} |", a / MIB, l / MIB, 100.0 * l / a, o / MIB);
+        let p = median(peak[b].clone());
+        let _ = writeln!(md, "| {b} | {:.1} | {:.1} | {:.1} | {:.1}% | {:.1} |", p / MIB, a / MIB, l / MIB, 100.0 * l / a, o / MIB);
     }
     let _ = writeln!(
         md,
