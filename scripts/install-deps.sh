@@ -9,7 +9,7 @@
 set -euo pipefail
 
 PACKAGES=(mariadb-server mariadb-client sysbench libtcmalloc-minimal4 libjemalloc2 gcc make
-    pkg-config python3 git procps)
+    pkg-config python3 git procps fonts-dejavu-core)
 
 say() { printf 'install-deps: %s\n' "$*" >&2; }
 die() { say "ERROR: $*"; exit 1; }

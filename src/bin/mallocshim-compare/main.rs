@@ -25,6 +25,11 @@ fn say(msg: &str) {
     eprintln!("mallocshim-compare: {msg}");
 }
 
+/// Rounded to 3 decimals, as written to cells.csv, so the report computes from the CSV's values.
+fn r3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
 fn hms(d: Duration) -> String {
     let s = d.as_secs();
     format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
@@ -37,6 +42,8 @@ struct State {
     csv: results::CsvWriter,
     notes: Vec<String>,
     started: Instant,
+    /// When the first cell began (the ETA leaves out the datadir and dataset preparation).
+    first_cell: Option<Instant>,
     done: usize,
     total: usize,
 }
@@ -141,7 +148,8 @@ fn server_run(plan: &Plan, inst: &mut Instance, out: &Path, st: &mut State, roun
         for &t in &a.threads {
             let cellname = format!("{stem}-{}-t{t}", w.name());
             let elapsed = st.started.elapsed();
-            let eta = if st.done > 0 { elapsed.mul_f64((st.total - st.done) as f64 / st.done as f64) } else { Duration::ZERO };
+            let first = *st.first_cell.get_or_insert_with(Instant::now);
+            let eta = if st.done > 0 { first.elapsed().mul_f64((st.total - st.done) as f64 / st.done as f64) } else { Duration::ZERO };
             say(&format!(
                 "cell {}/{}: round {round} {} {} threads {t} (elapsed {}, eta {})",
                 st.done + 1,
@@ -193,8 +201,8 @@ fn server_run(plan: &Plan, inst: &mut Instance, out: &Path, st: &mut State, roun
                 p95_ms: r.p95_ms,
                 errors: r.errors,
                 queries: r.queries,
-                cpu_s: cpu1 - cpu0,
-                cpu_us_per_query: if r.queries > 0 { (cpu1 - cpu0) * 1e6 / r.queries as f64 } else { 0.0 },
+                cpu_s: r3(cpu1 - cpu0),
+                cpu_us_per_query: if r.queries > 0 { r3((cpu1 - cpu0) * 1e6 / r.queries as f64) } else { 0.0 },
                 allocs_per_query: None,
                 frees_per_query: None,
                 rss_bytes: rss,
@@ -205,8 +213,8 @@ fn server_run(plan: &Plan, inst: &mut Instance, out: &Path, st: &mut State, roun
                 let rel = format!("dumps/{cellname}.json");
                 let d = measure::take_dump(srv.pid, &dumpdir, &out.join(&rel))?;
                 if r.queries > 0 {
-                    cell.allocs_per_query = Some(d.allocs().saturating_sub(p.allocs()) as f64 / r.queries as f64);
-                    cell.frees_per_query = Some(d.count("free").saturating_sub(p.count("free")) as f64 / r.queries as f64);
+                    cell.allocs_per_query = Some(r3(d.allocs().saturating_sub(p.allocs()) as f64 / r.queries as f64));
+                    cell.frees_per_query = Some(r3(d.count("free").saturating_sub(p.count("free")) as f64 / r.queries as f64));
                 }
                 cell.backend_allocated_bytes = Some(d.memory.backend_allocated_bytes);
                 if d.backend != cfg.backend {
@@ -323,7 +331,7 @@ fn main() -> ExitCode {
     };
     let total = plan.args.rounds as usize * plan.configs.len() * plan.workloads.len() * plan.args.threads.len();
     let info = RunInfo::collect(&plan, &tools.version, &cmdline);
-    let mut st = State { cells: Vec::new(), runs: Vec::new(), csv, notes: Vec::new(), started: Instant::now(), done: 0, total };
+    let mut st = State { cells: Vec::new(), runs: Vec::new(), csv, notes: Vec::new(), started: Instant::now(), first_cell: None, done: 0, total };
     say(&format!("{total} cells of {} s; output in {}", plan.args.time, out.display()));
     let res = run(&plan, tools, &out, &workdir, &mut st);
     let status = match &res {
