@@ -320,3 +320,57 @@ fn help_explains_every_flag() {
     }
     assert!(h.contains("[default: glibc,jemalloc,tcmalloc]") && h.contains("[default: 1,2,4,8,16,32,64]"), "{h}");
 }
+
+#[test]
+fn custom_sql_and_lua_workloads_and_direct_preload() {
+    require_tools();
+    let out = scratch("custom");
+    let workdir = scratch("custom-wd");
+    let src = scratch("custom-src");
+    std::fs::create_dir_all(&src).unwrap();
+    let sql = src.join("two_selects.sql");
+    std::fs::write(&sql, "-- two statements, one event\nSELECT c FROM sbtest1 WHERE id = 10;\nSELECT COUNT(*)\n  FROM sbtest1 WHERE id BETWEEN 1 AND 100;\n").unwrap();
+    let lua = src.join("sum_k.lua");
+    std::fs::write(
+        &lua,
+        "function thread_init() drv = sysbench.sql.driver(); con = drv:connect() end\n\
+         function thread_done() con:disconnect() end\n\
+         function event() con:query(\"SELECT SUM(k) FROM sbtest1 WHERE id < 50\") end\n",
+    )
+    .unwrap();
+    let wl = format!("{},{}", sql.display(), lua.display());
+    let o = runner()
+        .args(["--backends", "glibc", "--direct", "--workloads", &wl, "--threads", "1", "--time", "2", "--rounds", "1"])
+        .args(["--tables", "1", "--table-size", "1000", "--memlog-interval-ms", "200"])
+        .arg("--out")
+        .arg(&out)
+        .arg("--workdir")
+        .arg(&workdir)
+        .output()
+        .expect("run mallocshim-compare");
+    assert!(o.status.success(), "runner failed: {}", describe(&o));
+    let rows = read_csv(&out.join("cells.csv"));
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    for r in &rows {
+        assert!(f(r, "qps") > 0.0 && r["errors"] == "0", "{r:?}");
+        assert!(["two_selects", "sum_k"].contains(&r["workload"].as_str()), "{r:?}");
+        if r["config"] == "glibc-direct" {
+            assert_eq!((r["mode"].as_str(), r["dump"].as_str(), r["allocs_per_query"].as_str()), ("direct", "", ""), "{r:?}");
+        } else {
+            assert_eq!(r["mode"], "shim");
+            assert!(!r["dump"].is_empty());
+        }
+        if r["workload"] == "two_selects" {
+            // one event = the file's two statements
+            assert!((f(r, "qps") / f(r, "tps") - 2.0).abs() < 0.01, "qps/tps of the SQL workload: {r:?}");
+        }
+    }
+    let direct_memlog = std::fs::read_to_string(out.join("memlog/r1-glibc-direct.csv")).unwrap();
+    let line = direct_memlog.lines().nth(1).expect("a sample");
+    assert!(line.ends_with(",,,,,") && line.split(',').nth(1).unwrap().parse::<u64>().unwrap() > 0, "{line}");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let (head, body) = md_table(&md, "two_selects: shim overhead");
+    assert_eq!(head[1], "glibc qps shim/direct");
+    let q = |cfg: &str| rows.iter().find(|r| r["config"] == cfg && r["workload"] == "two_selects").map(|r| f(r, "qps")).unwrap();
+    assert_eq!(body[0][1], format!("{:.3}", q("glibc") / q("glibc-direct")));
+}
