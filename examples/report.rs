@@ -6,12 +6,16 @@
 //! cargo run --release --example report -- DUMP.json               # one dump
 //! cargo run --release --example report -- A.json B.json           # A against B, ratios B/A
 //! cargo run --release --example report -- --format markdown A.json B.json --labels glibc,jemalloc
+//! cargo run --release --example report -- plot --out mem.png glibc.csv jemalloc.csv tcmalloc.csv
 //! ```
+//!
+//! `plot` draws memlog CSVs (`MALLOCSHIM_MEMLOG`) with the chart code it shares with the
+//! comparison runner (src/bin/mallocshim-compare/plot.rs).
 //!
 //! Exit status: 0 on success, 2 on any error (unreadable file, invalid JSON, a file that is not a
 //! version-1 `mallocshim-dump`, bad arguments); errors are one line prefixed `report:`.
 
-use clap::{Parser, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -22,6 +26,9 @@ use std::process::ExitCode;
 /// The ops in the order the shim uses; ops a newer dump adds sort after these, by name.
 const OPS: [&str; 5] = ["malloc", "calloc", "realloc", "free", "memalign"];
 const FORMAT: &str = "mallocshim-dump";
+
+#[path = "../src/bin/mallocshim-compare/plot.rs"]
+mod plot;
 const VERSION: u64 = 1;
 
 // ---------------------------------------------------------------------------------------------
@@ -43,9 +50,15 @@ const VERSION: u64 = 1;
                   a row without samples shows \"-\" for its percentiles.\n\n\
                   Exit status: 0 on success, 2 on any error (message prefixed \"report:\").",
     after_help = "Examples:\n  report /tmp/mallocshim.1234.0.json\n  report --top 20 --format markdown dump.json\n  \
-                  report glibc.json jemalloc.json --labels glibc,jemalloc"
+                  report glibc.json jemalloc.json --labels glibc,jemalloc\n  \
+                  report plot --out mem.png glibc.csv jemalloc.csv tcmalloc.csv",
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
 )]
 struct Args {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+
     /// One dump to print, or two dumps (A then B) to compare; ratios are B/A.
     #[arg(value_name = "DUMP.json", num_args = 1..=2, required = true)]
     dumps: Vec<PathBuf>,
@@ -62,6 +75,27 @@ struct Args {
     /// "<backend>:<pid>" of each dump).
     #[arg(long, value_name = "A,B")]
     labels: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Draw memlog CSVs (MALLOCSHIM_MEMLOG) as one figure: RSS and the backend's allocated bytes
+    /// over time (seconds since each file's first line), one line per CSV.
+    #[command(after_help = "Example:\n  report plot --out mem.png glibc.csv jemalloc.csv tcmalloc.csv")]
+    Plot {
+        /// Output image: SVG when the name ends in .svg, PNG otherwise.
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+        /// Legend labels, comma-separated, one per CSV (default: each file's stem).
+        #[arg(long, value_name = "A,B,...")]
+        label: Option<String>,
+        /// Figure title.
+        #[arg(long, default_value = "mallocshim memlog")]
+        title: String,
+        /// Memlog CSV files (header unix_ms,rss_bytes,...), one line each on the plot.
+        #[arg(value_name = "MEMLOG.csv", required = true)]
+        csvs: Vec<PathBuf>,
+    },
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -91,6 +125,8 @@ enum ReportError {
     Usage(&'static str),
     /// Writing the output failed (other than a closed pipe).
     Write(std::io::Error),
+    /// `plot`: a CSV that cannot be read, or the image cannot be drawn.
+    Plot(String),
 }
 
 impl fmt::Display for ReportError {
@@ -113,6 +149,7 @@ impl fmt::Display for ReportError {
             ReportError::Labels(s) => write!(f, "--labels wants two non-empty names \"A,B\", got {s:?}"),
             ReportError::Usage(s) => f.write_str(s),
             ReportError::Write(e) => write!(f, "cannot write output: {e}"),
+            ReportError::Plot(s) => f.write_str(s),
         }
     }
 }
@@ -541,7 +578,37 @@ fn compare(a: &Dump, pa: &Path, b: &Dump, pb: &Path, labels: (String, String), f
 
 // ---------------------------------------------------------------------------------------------
 
+/// `report plot`: reads every CSV, then draws them on one figure; prints the image's path.
+fn plot_cmd(out: &Path, label: Option<&str>, title: &str, csvs: &[PathBuf]) -> Result<String, ReportError> {
+    let labels: Vec<String> = match label {
+        Some(l) => {
+            let v: Vec<String> = l.split(',').map(|s| s.trim().to_string()).collect();
+            if v.len() != csvs.len() || v.iter().any(|s| s.is_empty()) {
+                return Err(ReportError::Plot(format!(
+                    "--label wants {} non-empty names separated by commas (one per CSV), got {l:?}",
+                    csvs.len()
+                )));
+            }
+            v
+        }
+        None => csvs.iter().map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()).collect(),
+    };
+    let mut files = Vec::new();
+    for (p, l) in csvs.iter().zip(labels) {
+        let rows = plot::read_memlog(p).map_err(ReportError::Plot)?;
+        if rows.is_empty() {
+            return Err(ReportError::Plot(format!("{}: no data lines after the header", p.display())));
+        }
+        files.push((l, rows));
+    }
+    plot::draw(out, title, &plot::memlog_figure(&files)).map_err(ReportError::Plot)?;
+    Ok(format!("wrote {} ({} lines)\n", out.display(), files.len()))
+}
+
 fn run(args: Args) -> Result<String, ReportError> {
+    if let Some(Cmd::Plot { out, label, title, csvs }) = &args.cmd {
+        return plot_cmd(out, label.as_deref(), title, csvs);
+    }
     let dumps: Vec<Dump> = args.dumps.iter().map(|p| load(p)).collect::<Result<_, _>>()?;
     match dumps.as_slice() {
         [d] => {

@@ -1,0 +1,331 @@
+//! The runner's command line (clap) and its checks, all done before anything starts: backends,
+//! thread counts, paths (shim, mysqld, custom workloads, allocator libraries), tools, the output
+//! directory. Every error is one line.
+
+use clap::Parser;
+use std::path::{Path, PathBuf};
+
+pub const BACKENDS: [&str; 3] = ["glibc", "jemalloc", "tcmalloc"];
+pub const TCMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4";
+pub const JEMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+
+/// sysbench's bundled lua workloads that run on the oltp_* dataset.
+pub const BUILTIN: [&str; 10] = [
+    "oltp_read_only",
+    "oltp_point_select",
+    "oltp_read_write",
+    "oltp_write_only",
+    "oltp_update_index",
+    "oltp_update_non_index",
+    "oltp_insert",
+    "oltp_delete",
+    "select_random_points",
+    "select_random_ranges",
+];
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "mallocshim-compare",
+    version,
+    about = "Compare mysqld/mariadbd throughput, CPU and memory across allocators, under the mallocshim",
+    long_about = "Starts a throwaway mariadbd (or the mysqld given with --mysqld) under libmallocshim.so once per \
+backend and round, runs sysbench workloads at each thread count, and writes into --out: cells.csv (one line per \
+cell, written as each cell ends), report.md (medians over rounds, ratios against glibc, CPU per query, RSS, \
+malloc/free latency per size class), qps_<workload>.png, rss.png, latency.png, the memlog CSVs (memlog/) and \
+the shim's JSON dump after each cell (dumps/).\n\n\
+The sysbench dataset is prepared once (database sbtest) and reused by every server start. Backends are \
+alternated round by round (the order rotates each round) so slow drift of the machine spreads over all of them. \
+Ctrl-C (or SIGTERM) stops sysbench and every server this run started, keeps the finished cells in cells.csv \
+and writes the report from them; the exit status is then 130.\n\n\
+Exit status: 0 when every cell ran, 1 when the run failed, 2 for bad arguments (one line, nothing started), \
+130 when interrupted.",
+    after_help = "Examples:\n  mallocshim-compare --out /tmp/cmp\n  \
+mallocshim-compare --backends glibc,jemalloc --workloads oltp_point_select --threads 1,8,64 --time 60 --rounds 3 --direct --out cmp\n  \
+mallocshim-compare --mysqld /opt/mysql/bin/mysqld --mysqld-opt=--innodb-buffer-pool-size=32G --workloads my.sql --out cmp"
+)]
+pub struct Args {
+    /// Output directory (created; must be empty or absent).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+
+    /// Backends to compare, comma-separated: glibc, jemalloc, tcmalloc.
+    #[arg(long, value_delimiter = ',', default_value = "glibc,jemalloc,tcmalloc", value_name = "B,...")]
+    pub backends: Vec<String>,
+
+    /// Workloads, comma-separated: sysbench built-in names (oltp_read_only, oltp_point_select,
+    /// oltp_read_write, ...), a path to a sysbench .lua script, or a path to a .sql file (its
+    /// statements, separated by ';' at line ends, are one transaction, repeated by each thread).
+    #[arg(long, value_delimiter = ',', default_value = "oltp_read_only,oltp_point_select", value_name = "W,...")]
+    pub workloads: Vec<String>,
+
+    /// sysbench thread counts (connections), comma-separated, each at least 1.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32,64", value_name = "N,...",
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub threads: Vec<u32>,
+
+    /// Seconds per cell (one workload at one thread count on one backend).
+    #[arg(long, default_value_t = 60, value_name = "S", value_parser = clap::value_parser!(u32).range(1..))]
+    pub time: u32,
+
+    /// Seconds of the same workload run before each cell and not measured (0: none).
+    #[arg(long, default_value_t = 0, value_name = "S")]
+    pub warmup: u32,
+
+    /// Rounds: each round runs every backend once (in rotated order), every workload and thread count.
+    #[arg(long, default_value_t = 3, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub rounds: u32,
+
+    /// Also run every backend preloaded directly, without the shim (glibc: no preload; jemalloc:
+    /// libjemalloc.so.2; tcmalloc: libtcmalloc_minimal.so.4), as configurations "<backend>-direct",
+    /// so the shim's own overhead is measured in the same run.
+    #[arg(long)]
+    pub direct: bool,
+
+    /// The shim library (default: libmallocshim.so next to this binary, i.e. target/release/).
+    #[arg(long, value_name = "PATH")]
+    pub shim: Option<PathBuf>,
+
+    /// The server binary: a mariadbd or an Oracle MySQL mysqld (default: mariadbd from PATH).
+    /// A MariaDB datadir is made with mariadb-install-db, a MySQL one with mysqld --initialize-insecure.
+    #[arg(long, value_name = "PATH")]
+    pub mysqld: Option<PathBuf>,
+
+    /// An extra option for the server, repeatable (e.g. --mysqld-opt=--innodb-buffer-pool-size=8G);
+    /// given after the runner's own, so it overrides them.
+    #[arg(long = "mysqld-opt", value_name = "OPT", allow_hyphen_values = true)]
+    pub mysqld_opts: Vec<String>,
+
+    /// innodb_buffer_pool_size of the throwaway server.
+    #[arg(long, default_value = "256M", value_name = "SIZE")]
+    pub buffer_pool: String,
+
+    /// sysbench --tables of the dataset.
+    #[arg(long, default_value_t = 4, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub tables: u32,
+
+    /// sysbench --table-size (rows per table) of the dataset.
+    #[arg(long, default_value_t = 10000, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub table_size: u32,
+
+    /// An SQL file run once on database sbtest after the sysbench dataset is prepared (tables a
+    /// custom workload needs).
+    #[arg(long, value_name = "FILE")]
+    pub prepare_sql: Option<PathBuf>,
+
+    /// An extra sysbench option for every run, repeatable (e.g. --sysbench-opt=--range_selects=off).
+    #[arg(long = "sysbench-opt", value_name = "OPT", allow_hyphen_values = true)]
+    pub sysbench_opts: Vec<String>,
+
+    /// Memlog interval (RSS over time), in milliseconds: MALLOCSHIM_MEMLOG_INTERVAL_MS for the
+    /// shim, and the runner's own /proc/<pid>/statm sampling for direct-preload servers.
+    #[arg(long, default_value_t = 1000, value_name = "MS", value_parser = clap::value_parser!(u64).range(10..))]
+    pub memlog_interval_ms: u64,
+
+    /// Extra environment for the server, repeatable, e.g. --env MALLOCSHIM_SAMPLE=16 or
+    /// --env _RJEM_MALLOC_CONF=background_thread:true.
+    #[arg(long = "env", value_name = "K=V")]
+    pub envs: Vec<String>,
+
+    /// Where the throwaway datadir and socket go (default: a new /tmp/mallocshim-compare.XXXXXX;
+    /// keep it short: a unix socket path must stay under 108 bytes).
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<PathBuf>,
+
+    /// Keep the datadir (work directory) at the end instead of removing it.
+    #[arg(long)]
+    pub keep_workdir: bool,
+}
+
+/// A workload as it will run.
+#[derive(Clone, Debug)]
+pub enum Workload {
+    /// A sysbench built-in name.
+    Builtin(String),
+    /// A lua script given by path.
+    Lua(PathBuf),
+    /// An SQL file given by path (run through a generated lua script).
+    Sql(PathBuf),
+}
+
+impl Workload {
+    /// The short name used in file names, the CSV and the report.
+    pub fn name(&self) -> String {
+        match self {
+            Workload::Builtin(s) => s.clone(),
+            Workload::Lua(p) | Workload::Sql(p) => p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
+        }
+    }
+}
+
+/// One configuration: a backend, under the shim or preloaded directly.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub backend: String,
+    pub direct: bool,
+}
+
+impl Config {
+    pub fn name(&self) -> String {
+        if self.direct {
+            format!("{}-direct", self.backend)
+        } else {
+            self.backend.clone()
+        }
+    }
+    pub fn mode(&self) -> &'static str {
+        if self.direct {
+            "direct"
+        } else {
+            "shim"
+        }
+    }
+}
+
+/// The checked run settings.
+pub struct Plan {
+    pub args: Args,
+    pub shim: PathBuf,
+    pub mysqld: PathBuf,
+    pub configs: Vec<Config>,
+    pub workloads: Vec<Workload>,
+    pub envs: Vec<(String, String)>,
+}
+
+fn which(cmd: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(cmd)).find(|p| is_exec(p))
+}
+
+pub fn is_exec(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+}
+
+/// Finds the first program of `names` in PATH.
+pub fn find_tool(names: &[&str]) -> Result<PathBuf, String> {
+    names.iter().find_map(|n| which(n)).ok_or_else(|| {
+        format!("none of the programs {} is in PATH (run scripts/install-deps.sh)", names.join(", "))
+    })
+}
+
+/// Checks everything; returns the plan or a one-line error. Starts nothing, creates nothing.
+pub fn check(args: Args) -> Result<Plan, String> {
+    // backends
+    let mut backends: Vec<String> = Vec::new();
+    for b in &args.backends {
+        let b = b.trim();
+        if !BACKENDS.contains(&b) {
+            return Err(format!("unknown backend {b:?} in --backends (known: {})", BACKENDS.join(", ")));
+        }
+        if backends.iter().any(|x| x == b) {
+            return Err(format!("backend {b:?} given twice in --backends"));
+        }
+        backends.push(b.to_string());
+    }
+    if backends.is_empty() {
+        return Err("--backends is empty".into());
+    }
+    if backends.iter().any(|b| b == "tcmalloc") && !Path::new(TCMALLOC_LIB).exists() {
+        return Err(format!("backend tcmalloc needs {TCMALLOC_LIB} (apt-get install libtcmalloc-minimal4)"));
+    }
+    if args.direct && backends.iter().any(|b| b == "jemalloc") && !Path::new(JEMALLOC_LIB).exists() {
+        return Err(format!("--direct with jemalloc needs {JEMALLOC_LIB} (apt-get install libjemalloc2)"));
+    }
+    let mut threads = args.threads.clone();
+    threads.dedup();
+    if threads.is_empty() {
+        return Err("--threads is empty".into());
+    }
+    // shim
+    let shim = match &args.shim {
+        Some(p) => p.clone(),
+        None => {
+            let exe = std::env::current_exe().map_err(|e| format!("cannot find this program's path: {e}"))?;
+            exe.parent().map(|d| d.join("libmallocshim.so")).unwrap_or_default()
+        }
+    };
+    if !shim.is_file() {
+        return Err(format!(
+            "shim library {} not found (build it with `cargo build --release`, or give --shim PATH)",
+            shim.display()
+        ));
+    }
+    let shim = shim.canonicalize().map_err(|e| format!("{}: {e}", shim.display()))?;
+    // server
+    let mysqld = match &args.mysqld {
+        Some(p) => {
+            if !p.exists() {
+                return Err(format!("--mysqld {}: no such file", p.display()));
+            }
+            if !is_exec(p) {
+                return Err(format!("--mysqld {}: not an executable file", p.display()));
+            }
+            p.canonicalize().map_err(|e| format!("{}: {e}", p.display()))?
+        }
+        None => find_tool(&["mariadbd"]).map_err(|_| "mariadbd is not in PATH: install mariadb-server or give --mysqld PATH".to_string())?,
+    };
+    // workloads
+    let mut workloads = Vec::new();
+    for w in &args.workloads {
+        let w = w.trim();
+        let p = Path::new(w);
+        let wl = if w.ends_with(".lua") || w.ends_with(".sql") || w.contains('/') {
+            if !p.is_file() {
+                return Err(format!("workload {w}: no such file"));
+            }
+            let abs = p.canonicalize().map_err(|e| format!("{w}: {e}"))?;
+            if w.ends_with(".sql") {
+                Workload::Sql(abs)
+            } else {
+                Workload::Lua(abs)
+            }
+        } else if BUILTIN.contains(&w) {
+            Workload::Builtin(w.to_string())
+        } else {
+            return Err(format!(
+                "unknown workload {w:?}: give a sysbench built-in ({}) or a path to a .lua or .sql file",
+                BUILTIN.join(", ")
+            ));
+        };
+        if workloads.iter().any(|x: &Workload| x.name() == wl.name()) {
+            return Err(format!("workload name {:?} given twice", wl.name()));
+        }
+        workloads.push(wl);
+    }
+    if workloads.is_empty() {
+        return Err("--workloads is empty".into());
+    }
+    if let Some(p) = &args.prepare_sql {
+        if !p.is_file() {
+            return Err(format!("--prepare-sql {}: no such file", p.display()));
+        }
+    }
+    let mut envs = Vec::new();
+    for e in &args.envs {
+        match e.split_once('=') {
+            Some((k, v)) if !k.is_empty() && k != "LD_PRELOAD" && k != "MALLOCSHIM_BACKEND" => envs.push((k.to_string(), v.to_string())),
+            _ => return Err(format!("--env {e:?}: want NAME=VALUE (not LD_PRELOAD or MALLOCSHIM_BACKEND, which the runner sets)")),
+        }
+    }
+    // tools
+    find_tool(&["sysbench"])?;
+    // output
+    if args.out.exists() {
+        let empty = std::fs::read_dir(&args.out).map(|mut d| d.next().is_none()).unwrap_or(false);
+        if !empty {
+            return Err(format!("--out {}: exists and is not an empty directory", args.out.display()));
+        }
+    }
+    let mut configs = Vec::new();
+    for b in &backends {
+        configs.push(Config { backend: b.clone(), direct: false });
+    }
+    if args.direct {
+        for b in &backends {
+            configs.push(Config { backend: b.clone(), direct: true });
+        }
+    }
+    let mut args = args;
+    args.threads = threads;
+    Ok(Plan { args, shim, mysqld, configs, workloads, envs })
+}

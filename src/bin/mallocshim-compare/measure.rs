@@ -1,0 +1,219 @@
+//! What one cell measures: sysbench's report (qps, tps, p95, errors), the server's CPU time from
+//! /proc/<pid>/stat, the shim's JSON dump after SIGUSR1 (calls and latency per size class), and
+//! the runner's own RSS sampler (/proc/<pid>/statm into a memlog CSV, for servers without the
+//! shim, and as a fallback when the shim writes no memlog).
+
+use super::plot::MEMLOG_HEADER;
+use super::server::{Error, Res};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// sysbench 1.0's figures.
+#[derive(Clone, Debug, Default)]
+pub struct Sysbench {
+    pub qps: f64,
+    pub tps: f64,
+    pub queries: u64,
+    pub p95_ms: f64,
+    pub errors: u64,
+}
+
+/// Parses sysbench's report like scripts/mariadb.sh's mdb_sysbench_parse: errors = ignored
+/// errors + reconnects + FATAL lines; a missing figure is an error.
+pub fn parse_sysbench(text: &str) -> Result<Sysbench, String> {
+    let mut s = Sysbench::default();
+    let (mut got_q, mut got_t, mut got_e, mut got_r) = (false, false, false, false);
+    let per_sec = |l: &str| -> Option<(u64, f64)> {
+        let (_, rest) = l.split_once(':')?;
+        let mut it = rest.split_whitespace();
+        let n = it.next()?.parse().ok()?;
+        let r = it.next()?.trim_start_matches('(').parse().ok()?;
+        Some((n, r))
+    };
+    for l in text.lines() {
+        let t = l.trim();
+        if t.starts_with("queries:") {
+            if let Some((n, r)) = per_sec(t) {
+                s.queries = n;
+                s.qps = r;
+                got_q = true;
+            }
+        } else if t.starts_with("transactions:") {
+            if let Some((_, r)) = per_sec(t) {
+                s.tps = r;
+                got_t = true;
+            }
+        } else if t.starts_with("ignored errors:") {
+            if let Some((n, _)) = per_sec(t) {
+                s.errors += n;
+                got_e = true;
+            }
+        } else if t.starts_with("reconnects:") {
+            if let Some((n, _)) = per_sec(t) {
+                s.errors += n;
+                got_r = true;
+            }
+        } else if t.starts_with("95th percentile:") {
+            s.p95_ms = t["95th percentile:".len()..].trim().parse().unwrap_or(0.0);
+        }
+        if l.contains("FATAL") {
+            s.errors += 1;
+        }
+    }
+    if !(got_q && got_t && got_e && got_r) {
+        return Err("sysbench printed no complete report".into());
+    }
+    Ok(s)
+}
+
+/// utime+stime of a process in seconds.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // fields after comm: state(3) ... utime(14) stime(15) -> indexes 11 and 12 here
+    let ut: u64 = f.get(11)?.parse().ok()?;
+    let st: u64 = f.get(12)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Some((ut + st) as f64 / hz)
+}
+
+/// RSS and VSZ in bytes from /proc/<pid>/statm.
+pub fn statm(pid: u32) -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    let mut it = s.split_whitespace();
+    let size: u64 = it.next()?.parse().ok()?;
+    let res: u64 = it.next()?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+    Some((res * page, size * page))
+}
+
+/// A thread appending /proc/<pid>/statm to a memlog CSV (backend columns empty) every interval.
+pub struct Sampler {
+    stop: Arc<AtomicBool>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Sampler {
+    pub fn start(pid: u32, path: PathBuf, interval: Duration) -> Result<Sampler, String> {
+        let mut f = std::fs::File::create(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        writeln!(f, "{MEMLOG_HEADER}").map_err(|e| e.to_string())?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let s2 = stop.clone();
+        let handle = std::thread::spawn(move || loop {
+            if let Some((rss, vsz)) = statm(pid) {
+                let _ = writeln!(f, "{},{rss},{vsz},,,,,", unix_ms());
+            }
+            let end = Instant::now() + interval;
+            while Instant::now() < end {
+                if s2.load(Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        Ok(Sampler { stop, handle: Some(handle) })
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The shim's JSON dump (src/report/json.rs), the parts the report uses.
+
+#[derive(Deserialize, Debug, Clone)]
+pub struct Dump {
+    pub backend: String,
+    pub totals: BTreeMap<String, Total>,
+    pub size_classes: Vec<ClassRow>,
+    pub memory: Memory,
+}
+
+#[derive(Deserialize, Debug, Clone, Copy, Default)]
+pub struct Total {
+    pub count: u64,
+}
+
+#[derive(Deserialize, Debug, Clone)]
+pub struct ClassRow {
+    pub op: String,
+    pub min_bytes: u64,
+    pub max_bytes: Option<u64>,
+    pub count: u64,
+    pub sampled: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+}
+
+#[derive(Deserialize, Debug, Clone, Copy)]
+pub struct Memory {
+    pub backend_allocated_bytes: u64,
+}
+
+impl Dump {
+    pub fn count(&self, op: &str) -> u64 {
+        self.totals.get(op).map(|t| t.count).unwrap_or(0)
+    }
+    /// Allocating calls: malloc, calloc, realloc, memalign.
+    pub fn allocs(&self) -> u64 {
+        ["malloc", "calloc", "realloc", "memalign"].iter().map(|o| self.count(o)).sum()
+    }
+}
+
+pub fn read_dump(path: &Path) -> Result<Dump, String> {
+    let t = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    serde_json::from_str(&t).map_err(|e| format!("{}: not a mallocshim JSON dump: {e}", path.display()))
+}
+
+fn json_dumps(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    v.retain(|p| {
+        let n = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        n.starts_with("mallocshim.") && n.ends_with(".json")
+    });
+    v
+}
+
+/// Sends SIGUSR1 to the server and waits (up to 15 s) for a new JSON dump in `dir`; moves it to
+/// `dest` and parses it.
+pub fn take_dump(pid: u32, dir: &Path, dest: &Path) -> Res<Dump> {
+    let before = json_dumps(dir);
+    // SAFETY: kill(2) on the server we started.
+    if unsafe { libc::kill(pid as i32, libc::SIGUSR1) } != 0 {
+        return Err(Error::Failed(format!("cannot send SIGUSR1 to pid {pid}")));
+    }
+    let t0 = Instant::now();
+    loop {
+        let new: Vec<PathBuf> = json_dumps(dir).into_iter().filter(|p| !before.contains(p)).collect();
+        if let Some(p) = new.into_iter().max() {
+            std::fs::rename(&p, dest)
+                .or_else(|_| std::fs::copy(&p, dest).map(|_| ()))
+                .map_err(|e| format!("cannot move {} to {}: {e}", p.display(), dest.display()))?;
+            return Ok(read_dump(dest)?);
+        }
+        if t0.elapsed() > Duration::from_secs(15) {
+            return Err(Error::Failed(format!("no JSON dump appeared in {} within 15 s of SIGUSR1 to pid {pid}", dir.display())));
+        }
+        super::server::nap(Duration::from_millis(50))?;
+    }
+}
