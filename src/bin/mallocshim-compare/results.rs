@@ -241,7 +241,8 @@ pub fn write_report(
             ("CPU/query", "mysqld CPU time (utime+stime) per query, microseconds", &|c: &Cell| Some(c.cpu_us_per_query), 2, true),
             ("p95 latency", "sysbench's 95th percentile per transaction, ms", &|c: &Cell| Some(c.p95_ms), 2, false),
         ] {
-            let _ = writeln!(md, "## {w}: {title}\n\n{unit}, median over rounds; ratio = configuration / glibc (same mode).\n");
+            let rtxt = if base_of { "; ratio = configuration / glibc (glibc-direct for the -direct ones)" } else { "" };
+            let _ = writeln!(md, "## {w}: {title}\n\n{unit}, median over rounds{rtxt}.\n");
             let mut head = vec!["threads".to_string()];
             for c in &configs {
                 head.push(c.clone());

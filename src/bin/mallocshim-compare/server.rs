@@ -108,12 +108,25 @@ pub fn take_lock() -> Res<File> {
         return Ok(f);
     }
     eprintln!("mallocshim-compare: waiting for {LOCK} (another MariaDB test or run holds it)");
+    // A blocking flock queues us like `flock(1)` waiters (polling with LOCK_NB would lose every
+    // hand-over to them); it runs on its own thread so Ctrl-C still ends the wait at once.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // SAFETY: flock on a descriptor that stays open (the file is leaked if we stop waiting).
+        let r = unsafe { libc::flock(fd, libc::LOCK_EX) };
+        let _ = tx.send(if r == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) });
+    });
     loop {
-        // SAFETY: as above.
-        if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-            return Ok(f);
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(Ok(())) => return Ok(f),
+            Ok(Err(e)) => return Err(Error::Failed(format!("flock {LOCK}: {e}"))),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) if interrupted() => {
+                std::mem::forget(f);
+                return Err(Error::Interrupted);
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return Err(Error::Failed(format!("flock {LOCK} failed"))),
         }
-        nap(Duration::from_millis(200))?;
     }
 }
 
