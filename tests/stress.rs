@@ -473,7 +473,8 @@ fn exit_summary_equals_final_dump() {
 /// aggregate, so a thread that exits in between (its slot folded into the aggregate by the
 /// pthread key destructor) is counted twice in that dump. That shows as a decrease only when the
 /// double count exceeds the progress until the next dump: a worker exiting at the end, or a dump
-/// right at the start, hence intermittent (seen in about half of the runs here).
+/// right at the start, hence intermittent (failed 3 runs out of 3 with 16 in flight; with 2, in about
+/// half the runs).
 #[test]
 fn dump_counts_never_decrease_under_thread_churn() {
     let mut seen = Vec::new();
