@@ -203,14 +203,15 @@ fn run() {
                 want_dump = true;
             }
         }
-        let now = now_ms();
-        if trim.due(now) {
+        // Each job reads the clock itself: a trim can take tens of ms, and a job re-armed from a
+        // stale time would run again at once.
+        if trim.due(now_ms()) {
             let _ = crate::trim::periodic();
         }
-        if memlog.due(now) {
+        if memlog.due(now_ms()) {
             crate::memlog::sample();
         }
-        if dump.due(now) || want_dump {
+        if dump.due(now_ms()) || want_dump {
             let _ = crate::dump::write_all();
         }
     }
