@@ -147,7 +147,11 @@ fn short_run_csv_report_and_plots_agree() {
         assert_eq!(dump["backend"].as_str(), Some(r["backend"].as_str()), "the shim ran another backend: {r:?}");
     }
     // rounds alternate: round 2 starts with the backend round 1 ended with
-    let order: Vec<&str> = err.lines().filter_map(|l| l.split(" datadir ").nth(1)).filter_map(|s| s.rsplit('(').next()).collect();
+    let order: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("mallocshim-compare: server pid "))
+        .filter_map(|l| l.rsplit('(').next())
+        .collect();
     assert_eq!(order, ["prepare)", "r1-glibc)", "r1-jemalloc)", "r2-jemalloc)", "r2-glibc)"], "server starts: {err}");
 
     // the report's medians and ratios are the CSV's
