@@ -62,8 +62,8 @@ pub fn parse_sysbench(text: &str) -> Result<Sysbench, String> {
                 s.errors += n;
                 got_r = true;
             }
-        } else if t.starts_with("95th percentile:") {
-            s.p95_ms = t["95th percentile:".len()..].trim().parse().unwrap_or(0.0);
+        } else if let Some(v) = t.strip_prefix("95th percentile:") {
+            s.p95_ms = v.trim().parse().unwrap_or(0.0);
         }
         if l.contains("FATAL") {
             s.errors += 1;
