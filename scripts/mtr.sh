@@ -121,20 +121,24 @@ echo >>"$out/cmd"
 exec 9>"${MDB_LOCK:-/tmp/mallocshim-mariadb.lock}"
 flock -w 1800 9 || die "could not take the lock ${MDB_LOCK:-/tmp/mallocshim-mariadb.lock} within 30 min"
 
-# --- sample the servers of this run from /proc while mtr runs
+# --- sample the servers of this run from /proc while mtr runs. A process that is exiting has its
+# memory gone: cmdline, environ and maps read empty; such a sample is dropped (a server seen only
+# then is not counted), so every recorded line describes a live, exec()ed mariadbd.
 sampler() {
     declare -A seen=()
-    local pid cmd env pre be mapped
+    local pid cmd env maps pre be mapped
     while :; do
         for pid in $(pgrep -x mariadbd 2>/dev/null); do
             [[ -n ${seen[$pid]:-} ]] && continue
-            cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || continue
+            { cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline"); } 2>/dev/null || continue
             [[ $cmd == *"$var"* ]] || continue
-            env=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || continue
+            { env=$(tr '\0' '\n' <"/proc/$pid/environ"); } 2>/dev/null || continue
+            { maps=$(cat "/proc/$pid/maps"); } 2>/dev/null || continue
+            [[ -n $env && -n $maps ]] || continue
             pre=$(sed -n 's/^LD_PRELOAD=//p' <<<"$env")
             be=$(sed -n 's/^MALLOCSHIM_BACKEND=//p' <<<"$env")
             mapped=0
-            grep -q 'libmallocshim\.so' "/proc/$pid/maps" 2>/dev/null && mapped=1
+            [[ $maps == *libmallocshim.so* ]] && mapped=1
             seen[$pid]=1
             printf 'pid=%s shim_mapped=%s ld_preload=%s backend=%s cmdline=%s\n' \
                 "$pid" "$mapped" "${pre:--}" "${be:--}" "$cmd" >>"$out/procs.txt"

@@ -10,7 +10,7 @@
 //! with that backend and no other preload; every server start wrote the shim's options table for
 //! that backend; the exit summaries and exit dumps name that backend; no fallback to glibc, no
 //! crash report. Missing mtr, mariadbd or tcmalloc fails the test. The whole thing is one test
-//! (about 2-4 min per configuration on 2 cores), printing a table of counts and wall times.
+//! (0.5-2.5 min per configuration on 2 shared cores), printing a table of counts and wall times.
 
 mod common;
 
