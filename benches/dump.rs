@@ -16,26 +16,10 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+use common::{env_u64, median};
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-
-fn env_u64(key: &str, default: u64) -> u64 {
-    std::env::var(key).ok().map(|v| v.trim().parse().unwrap_or_else(|_| panic!("{key}={v:?} is not a number"))).unwrap_or(default)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n == 0 {
-        return f64::NAN;
-    }
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
 
 fn main() {
     let rounds = env_u64("MALLOCSHIM_BENCH_ROUNDS", 3).max(1);

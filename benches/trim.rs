@@ -30,6 +30,7 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+use common::{env_u64, median};
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -37,25 +38,8 @@ use std::process::Command;
 
 const MIB: f64 = (1u64 << 20) as f64;
 
-fn env_u64(key: &str, default: u64) -> u64 {
-    std::env::var(key).ok().map(|v| v.trim().parse().unwrap_or_else(|_| panic!("{key}={v:?} is not a number"))).unwrap_or(default)
-}
-
 fn env_str(key: &str, default: &str) -> String {
     std::env::var(key).unwrap_or_else(|_| default.to_string())
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n == 0 {
-        return f64::NAN;
-    }
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 /// Nearest-rank percentile of sorted `v` (q in 0..=1).

@@ -91,7 +91,7 @@ pub fn sample() {
     let (rss, vsz) = crate::report::statm();
     let m = crate::backend::mem_stats();
     let (trims, released) = crate::trim::totals();
-    let ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+    let ms = crate::report::unix_ms();
     let mut line = Vec::with_capacity(128);
     let _ = writeln!(line, "{ms},{rss},{vsz},{},{},{},{trims},{released}", m.allocated, m.resident, m.free);
     write_fd(fd, &line);

@@ -50,10 +50,6 @@ static LAST_UNIX_MS: AtomicU64 = AtomicU64::new(0);
 static DUR_MAX_NS: AtomicU64 = AtomicU64::new(0);
 static DUR_HIST: [AtomicU64; BUCKETS] = [const { AtomicU64::new(0) }; BUCKETS];
 
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
-
 /// Runs the backend's release call now, whatever the backend holds, and records it.
 /// Call under the reentrancy guard, once the shim is ready.
 pub fn run() -> Outcome {
@@ -75,7 +71,7 @@ fn run_with(before: MemStats) -> Outcome {
     };
     RUNS.fetch_add(1, Relaxed);
     RELEASED.fetch_add(o.released, Relaxed);
-    LAST_UNIX_MS.store(unix_ms(), Relaxed);
+    LAST_UNIX_MS.store(crate::report::unix_ms(), Relaxed);
     DUR_HIST[bucket_of(duration_ns)].fetch_add(1, Relaxed);
     DUR_MAX_NS.fetch_max(duration_ns, Relaxed);
     if crate::config::get().verbose >= 2 {

@@ -5,25 +5,9 @@
 
 mod common;
 
-use common::{describe, root, stderr, target_dir, work_dir};
+use common::{describe, report_bin, stderr, work_dir};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
-
-fn report_bin() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let st = Command::new(cargo)
-            .args(["build", "--release", "--example", "report", "--quiet"])
-            .current_dir(root())
-            .status()
-            .expect("run cargo build --release --example report");
-        assert!(st.success(), "cargo build --release --example report failed");
-        target_dir().join("release/examples/report")
-    })
-    .clone()
-}
 
 fn report(args: &[&str]) -> Output {
     Command::new(report_bin()).args(args).output().expect("run report")

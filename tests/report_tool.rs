@@ -4,28 +4,9 @@
 
 mod common;
 
-use common::{preloaded, require, root, stderr, stdout, target_dir, work_dir};
+use common::{preloaded, report_bin, require, stderr, stdout, work_dir};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
-
-/// Builds the example once per test binary and returns its path.
-fn report_bin() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let st = Command::new(cargo)
-            .args(["build", "--release", "--example", "report", "--quiet"])
-            .current_dir(root())
-            .status()
-            .expect("run cargo build --release --example report");
-        assert!(st.success(), "cargo build --release --example report failed");
-        let bin = target_dir().join("release/examples/report");
-        assert!(bin.exists(), "{} missing after build", bin.display());
-        bin
-    })
-    .clone()
-}
 
 fn report(args: &[&str]) -> Output {
     Command::new(report_bin()).args(args).output().expect("run report")

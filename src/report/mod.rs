@@ -137,6 +137,11 @@ pub fn statm() -> (u64, u64) {
     (rss, vsz)
 }
 
+/// Wall-clock time, ms since the epoch (0 if the clock is before it).
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
 fn thread_name(tid: u32) -> String {
     std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).map(|s| s.trim_end().to_string()).unwrap_or_default()
 }
@@ -178,7 +183,7 @@ pub fn snapshot() -> Snapshot {
         threads.push(ThreadRow { tid: if live { tid } else { 0 }, name, live, ops });
     });
     let (rss, vsz) = statm();
-    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    let now_ms = unix_ms();
     let up = (crate::clock::mono_ns() / 1_000_000).saturating_sub(START_MS.load(Relaxed));
     Snapshot {
         // SAFETY: getpid has no preconditions.

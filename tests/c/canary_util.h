@@ -179,4 +179,20 @@ static int canary_wait_child(pid_t pid, int *st, int ms)
     return 0;
 }
 
+/* The canaries' main: `--run` runs the canary itself (`run`), no argument supervises a fresh
+ * `--run` of this program. */
+static int canary_main(int argc, char **argv, const char *name, int (*run)(void))
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc == 2 && strcmp(argv[1], "--run") == 0) {
+        canary_init_run();
+        return run();
+    }
+    if (argc != 1) {
+        fprintf(stderr, "usage: %s [--run]\n", argv[0]);
+        return 2;
+    }
+    return canary_supervise(name, "/proc/self/exe", 120);
+}
+
 #endif

@@ -208,14 +208,5 @@ static int run(void)
 
 int main(int argc, char **argv)
 {
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc == 2 && strcmp(argv[1], "--run") == 0) {
-        canary_init_run();
-        return run();
-    }
-    if (argc != 1) {
-        fprintf(stderr, "usage: %s [--run]\n", argv[0]);
-        return 2;
-    }
-    return canary_supervise("fork_signal", "/proc/self/exe", 120);
+    return canary_main(argc, argv, "fork_signal", run);
 }

@@ -146,3 +146,40 @@ pub fn kv(line: &str, key: &str) -> Option<u64> {
 pub fn describe(o: &Output) -> String {
     format!("status {:?}\n--- stdout\n{}\n--- stderr\n{}", o.status, stdout(o), stderr(o))
 }
+
+/// Builds the report tool (`examples/report.rs`) once per test binary and returns its path.
+pub fn report_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let st = Command::new(cargo)
+            .args(["build", "--release", "--example", "report", "--quiet"])
+            .current_dir(root())
+            .status()
+            .expect("run cargo build --release --example report");
+        assert!(st.success(), "cargo build --release --example report failed");
+        let bin = target_dir().join("release/examples/report");
+        assert!(bin.exists(), "{} missing after build", bin.display());
+        bin
+    })
+    .clone()
+}
+
+/// An unsigned number from the environment (bench knobs), or `default`; panics on garbage.
+pub fn env_u64(key: &str, default: u64) -> u64 {
+    std::env::var(key).ok().map(|v| v.trim().parse().unwrap_or_else(|_| panic!("{key}={v:?} is not a number"))).unwrap_or(default)
+}
+
+/// The median (NaN for no values).
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
