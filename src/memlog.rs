@@ -88,10 +88,12 @@ pub fn sample() {
     if fd < 0 {
         return;
     }
+    // The line's time is its start: reading the backend's figures can take milliseconds (glibc's
+    // mallinfo2 walks every free chunk), and a late stamp could equal the next line's.
+    let ms = crate::report::unix_ms();
     let (rss, vsz) = crate::report::statm();
     let m = crate::backend::mem_stats();
     let (trims, released) = crate::trim::totals();
-    let ms = crate::report::unix_ms();
     let mut line = Vec::with_capacity(128);
     let _ = writeln!(line, "{ms},{rss},{vsz},{},{},{},{trims},{released}", m.allocated, m.resident, m.free);
     write_fd(fd, &line);
