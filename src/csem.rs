@@ -1,9 +1,12 @@
 //! glibc's C semantics for the malloc family, shared by every backend (the snmalloc
 //! `override/` pattern): errno values, size overflow, alignment rules, realloc edge cases, the
-//! 16-byte minimum alignment and bootstrap-pool pointers. Backends below get only validated
-//! arguments; the exported symbols above are one-line forwards. Must not allocate or lock.
+//! 16-byte minimum alignment and bootstrap-pool pointers. Generic over [`Raw`]: each backend gets
+//! its own copy, with the checks its `Raw` facts make unnecessary compiled out. Backends below
+//! get only validated arguments; the exported symbols above are one-line forwards. Must not
+//! allocate or lock.
 
-use crate::{backend, bootstrap};
+use crate::backend::Raw;
+use crate::bootstrap;
 use core::ffi::{c_int, c_void};
 use core::ptr;
 use core::sync::atomic::{AtomicUsize, Ordering};
@@ -38,6 +41,36 @@ pub fn set_errno(e: c_int) {
     unsafe { *libc::__errno_location() = e }
 }
 
+/// Offset of glibc's `errno` from the thread pointer. libc's TLS block is in the static TLS
+/// area, at the same offset from the thread pointer in every thread (what initial-exec TLS relies
+/// on), so one reading at start-up gives every thread's errno without a call.
+#[cfg(target_arch = "x86_64")]
+static ERRNO_TPOFF: core::sync::atomic::AtomicIsize = core::sync::atomic::AtomicIsize::new(0);
+
+/// Records errno's offset from the thread pointer (initialisation, before any backend runs).
+pub fn init_errno() {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: __errno_location returns this thread's errno slot.
+        let e = unsafe { libc::__errno_location() } as isize;
+        ERRNO_TPOFF.store(e.wrapping_sub(crate::tls::thread_pointer() as isize), Ordering::Relaxed);
+    }
+}
+
+/// This thread's errno slot, without a call (x86-64; `__errno_location` elsewhere).
+#[inline(always)]
+fn errno_slot() -> *mut c_int {
+    #[cfg(target_arch = "x86_64")]
+    {
+        (crate::tls::thread_pointer() as isize).wrapping_add(ERRNO_TPOFF.load(Ordering::Relaxed)) as *mut c_int
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: __errno_location returns this thread's errno slot.
+    unsafe {
+        libc::__errno_location()
+    }
+}
+
 #[cold]
 fn enomem() -> *mut c_void {
     set_errno(libc::ENOMEM);
@@ -55,14 +88,20 @@ fn min16(size: usize) -> usize {
     }
 }
 
-/// `malloc`: a unique block for 0; NULL + ENOMEM on failure or a size above PTRDIFF_MAX.
+/// `malloc`: a unique block for 0; NULL + ENOMEM on failure or a size above PTRDIFF_MAX. A
+/// backend that does all this itself is tail-called.
 #[inline(always)]
-pub unsafe fn malloc(size: usize) -> *mut c_void {
+pub unsafe fn malloc<B: Raw>(size: usize) -> *mut c_void {
+    let size = if B::SMALL_8 { min16(size) } else { size };
+    if B::MALLOC_SETS_ENOMEM {
+        // SAFETY: the backend handles every size itself (MALLOC_SETS_ENOMEM).
+        return unsafe { B::malloc(size) };
+    }
     if size > MAX_REQUEST {
         return enomem();
     }
     // SAFETY: 16 <= size <= isize::MAX.
-    let p = unsafe { backend::malloc(min16(size)) };
+    let p = unsafe { B::malloc(size) };
     if p.is_null() {
         return enomem();
     }
@@ -71,13 +110,13 @@ pub unsafe fn malloc(size: usize) -> *mut c_void {
 
 /// `calloc`: NULL + ENOMEM when `n * size` overflows.
 #[inline(always)]
-pub unsafe fn calloc(n: usize, size: usize) -> *mut c_void {
+pub unsafe fn calloc<B: Raw>(n: usize, size: usize) -> *mut c_void {
     let total = match n.checked_mul(size) {
         Some(t) if t <= MAX_REQUEST => t,
         _ => return enomem(),
     };
     // SAFETY: the product fits and is at least 16.
-    let p = unsafe { if total < MIN_ALIGN { backend::calloc(1, MIN_ALIGN) } else { backend::calloc(n, size) } };
+    let p = unsafe { if total < MIN_ALIGN { B::calloc(1, MIN_ALIGN) } else { B::calloc(n, size) } };
     if p.is_null() {
         return enomem();
     }
@@ -86,25 +125,54 @@ pub unsafe fn calloc(n: usize, size: usize) -> *mut c_void {
 
 /// `free`: NULL and bootstrap-pool blocks are ignored; errno is kept.
 #[inline(always)]
-pub unsafe fn free(p: *mut c_void) {
+pub unsafe fn free<B: Raw>(p: *mut c_void) {
+    if bootstrap::contains(p) {
+        return;
+    }
+    // SAFETY: NULL or a block handed out by the backend (the program's contract); every
+    // backend's free accepts NULL.
+    unsafe { keep_errno::<B>(|| B::free(p)) }
+}
+
+/// Frees `p` whose usable size `usable` was just read with [`usable_size`]; errno is kept.
+#[inline(always)]
+pub unsafe fn free_usable<B: Raw>(p: *mut c_void, usable: usize) {
     if p.is_null() || bootstrap::contains(p) {
         return;
     }
-    // SAFETY: a non-null block handed out by the active backend (the program's contract).
-    unsafe { backend::free(p) }
+    // SAFETY: a live backend block and its usable size (caller's contract).
+    unsafe { keep_errno::<B>(|| B::free_usable(p, usable)) }
+}
+
+/// Runs a backend free, restoring errno if the backend may have changed it.
+#[inline(always)]
+fn keep_errno<B: Raw>(f: impl FnOnce()) {
+    if B::FREE_KEEPS_ERRNO {
+        return f();
+    }
+    let ep = errno_slot();
+    // SAFETY: this thread's errno slot.
+    let e = unsafe { *ep };
+    f();
+    // SAFETY: as above; written only when the free changed it.
+    unsafe {
+        if *ep != e {
+            *ep = e;
+        }
+    }
 }
 
 /// `realloc`: NULL acts as malloc; size 0 frees and returns NULL (glibc); a failure leaves the
 /// block intact and sets ENOMEM; pool blocks move to the backend.
 #[inline(always)]
-pub unsafe fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+pub unsafe fn realloc<B: Raw>(p: *mut c_void, size: usize) -> *mut c_void {
     if p.is_null() {
         // SAFETY: forwarded.
-        return unsafe { malloc(size) };
+        return unsafe { malloc::<B>(size) };
     }
     if size == 0 {
         // SAFETY: forwarded.
-        unsafe { free(p) };
+        unsafe { free::<B>(p) };
         return ptr::null_mut();
     }
     if size > MAX_REQUEST {
@@ -113,7 +181,7 @@ pub unsafe fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
     if bootstrap::contains(p) {
         // SAFETY: `p` is a pool block; the copy stays within both blocks.
         return unsafe {
-            let q = malloc(size);
+            let q = malloc::<B>(size);
             if !q.is_null() {
                 ptr::copy_nonoverlapping(p as *const u8, q as *mut u8, bootstrap::usable_size(p).min(size));
             }
@@ -121,7 +189,7 @@ pub unsafe fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
         };
     }
     // SAFETY: a live backend block, 16 <= size <= isize::MAX.
-    let q = unsafe { backend::realloc(p, min16(size)) };
+    let q = unsafe { B::realloc(p, min16(size)) };
     if q.is_null() {
         return enomem();
     }
@@ -129,26 +197,26 @@ pub unsafe fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
 }
 
 /// `reallocarray`: NULL + ENOMEM (old block intact) when `n * size` overflows.
-pub unsafe fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
+pub unsafe fn reallocarray<B: Raw>(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
     match n.checked_mul(size) {
         // SAFETY: forwarded.
-        Some(t) => unsafe { realloc(p, t) },
+        Some(t) => unsafe { realloc::<B>(p, t) },
         None => enomem(),
     }
 }
 
 /// The aligned family's common core; `align` is a power of two.
 #[inline]
-unsafe fn aligned(align: usize, size: usize) -> *mut c_void {
+unsafe fn aligned<B: Raw>(align: usize, size: usize) -> *mut c_void {
     if align <= MIN_ALIGN {
         // SAFETY: forwarded.
-        return unsafe { malloc(size) };
+        return unsafe { malloc::<B>(size) };
     }
     if size > MAX_REQUEST - align {
         return enomem();
     }
     // SAFETY: power-of-two align above 16, size + align does not overflow.
-    let p = unsafe { backend::memalign(align, min16(size)) };
+    let p = unsafe { B::memalign(align, min16(size)) };
     if p.is_null() {
         return enomem();
     }
@@ -157,12 +225,12 @@ unsafe fn aligned(align: usize, size: usize) -> *mut c_void {
 
 /// `posix_memalign`: EINVAL (errno untouched) unless `align` is a power of two multiple of
 /// `sizeof(void *)`; ENOMEM on failure (errno set too, as glibc does).
-pub unsafe fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
+pub unsafe fn posix_memalign<B: Raw>(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
     if align == 0 || align % core::mem::size_of::<usize>() != 0 || !align.is_power_of_two() {
         return libc::EINVAL;
     }
     // SAFETY: forwarded.
-    let p = unsafe { aligned(align, size) };
+    let p = unsafe { aligned::<B>(align, size) };
     if p.is_null() {
         return libc::ENOMEM;
     }
@@ -172,43 +240,44 @@ pub unsafe fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -
 }
 
 /// `aligned_alloc` with glibc 2.38's rule: NULL + EINVAL unless `align` is a power of two.
-pub unsafe fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
+pub unsafe fn aligned_alloc<B: Raw>(align: usize, size: usize) -> *mut c_void {
     if !align.is_power_of_two() {
         set_errno(libc::EINVAL);
         return ptr::null_mut();
     }
     // SAFETY: forwarded.
-    unsafe { aligned(align, size) }
+    unsafe { aligned::<B>(align, size) }
 }
 
 /// `memalign`: EINVAL above SIZE_MAX/2+1; other alignments round up to a power of two.
-pub unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
+pub unsafe fn memalign<B: Raw>(align: usize, size: usize) -> *mut c_void {
     if align > usize::MAX / 2 + 1 {
         set_errno(libc::EINVAL);
         return ptr::null_mut();
     }
     // SAFETY: forwarded; next_power_of_two cannot overflow below 2^63.
-    unsafe { aligned(align.max(1).next_power_of_two(), size) }
+    unsafe { aligned::<B>(align.max(1).next_power_of_two(), size) }
 }
 
 /// `valloc`: page-aligned.
-pub unsafe fn valloc(size: usize) -> *mut c_void {
+pub unsafe fn valloc<B: Raw>(size: usize) -> *mut c_void {
     // SAFETY: forwarded.
-    unsafe { aligned(page(), size) }
+    unsafe { aligned::<B>(page(), size) }
 }
 
 /// `pvalloc`: page-aligned and rounded up to whole pages; ENOMEM when rounding overflows.
-pub unsafe fn pvalloc(size: usize) -> *mut c_void {
+pub unsafe fn pvalloc<B: Raw>(size: usize) -> *mut c_void {
     let pg = page();
     match size.checked_add(pg - 1) {
         // SAFETY: forwarded.
-        Some(r) => unsafe { aligned(pg, (r & !(pg - 1)).max(pg)) },
+        Some(r) => unsafe { aligned::<B>(pg, (r & !(pg - 1)).max(pg)) },
         None => enomem(),
     }
 }
 
 /// `malloc_usable_size`: 0 for NULL; the pool's recorded size for pool blocks.
-pub unsafe fn usable_size(p: *mut c_void) -> usize {
+#[inline(always)]
+pub unsafe fn usable_size<B: Raw>(p: *mut c_void) -> usize {
     if p.is_null() {
         return 0;
     }
@@ -217,5 +286,5 @@ pub unsafe fn usable_size(p: *mut c_void) -> usize {
         return unsafe { bootstrap::usable_size(p) };
     }
     // SAFETY: a live backend block (the program's contract).
-    unsafe { backend::usable_size(p) }
+    unsafe { B::usable_size(p) }
 }

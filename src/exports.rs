@@ -1,9 +1,10 @@
-//! The exported C symbols: one-line forwards to `front` (the malloc family), `introspect` and
+//! The exported C symbols: one-line forwards to the `route` table (the malloc family: one load
+//! and one indirect jump), `introspect` and
 //! `signals` (the dump signal's interposers).
 //! No logic lives here. `__libc_*` names are deliberately not exported.
 
 use crate::backend::glibc::{Mallinfo, Mallinfo2};
-use crate::{front, introspect, signals, worker};
+use crate::{introspect, route, signals, worker};
 use core::ffi::{c_char, c_int, c_void};
 
 // SAFETY (for every function below): each is called by C code with the C contract of the
@@ -11,67 +12,67 @@ use core::ffi::{c_char, c_int, c_void};
 
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
-    unsafe { front::malloc(size) }
+    unsafe { (route::get().malloc)(size) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn free(p: *mut c_void) {
-    unsafe { front::free(p) }
+    unsafe { (route::get().free)(p) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
-    unsafe { front::calloc(n, size) }
+    unsafe { (route::get().calloc)(n, size) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
-    unsafe { front::realloc(p, size) }
+    unsafe { (route::get().realloc)(p, size) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
-    unsafe { front::reallocarray(p, n, size) }
+    unsafe { (route::get().reallocarray)(p, n, size) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
-    unsafe { front::posix_memalign(out, align, size) }
+    unsafe { (route::get().posix_memalign)(out, align, size) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
-    unsafe { front::aligned_alloc(align, size) }
+    unsafe { (route::get().aligned_alloc)(align, size) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
-    unsafe { front::memalign(align, size) }
+    unsafe { (route::get().memalign)(align, size) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
-    unsafe { front::valloc(size) }
+    unsafe { (route::get().valloc)(size) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
-    unsafe { front::pvalloc(size) }
+    unsafe { (route::get().pvalloc)(size) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
-    unsafe { front::malloc_usable_size(p) }
+    unsafe { (route::get().malloc_usable_size)(p) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn free_sized(p: *mut c_void, size: usize) {
-    unsafe { front::free_sized(p, size) }
+    unsafe { (route::get().free_sized)(p, size) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn free_aligned_sized(p: *mut c_void, align: usize, size: usize) {
-    unsafe { front::free_aligned_sized(p, align, size) }
+    unsafe { (route::get().free_aligned_sized)(p, align, size) }
 }
 
 #[no_mangle]

@@ -1,31 +1,30 @@
 //! The hot path's front: what every exported entry point does around the C semantics — count
-//! the call per entry point, op and size class for the calling thread, and on 1 call in
-//! `MALLOCSHIM_SAMPLE` time it with the cheap clock into the thread's and the size class's
-//! latency buckets. Skipped when profiling is off or the shim itself is calling (guard).
+//! the call per op and size class (and per entry point where several share an op) for the
+//! calling thread, and on 1 call in `MALLOCSHIM_SAMPLE` time it with the cheap clock into the
+//! thread's and the size class's latency buckets. Skipped when the shim itself is calling (guard).
+//! Every function here is generic over the backend `B` and over `P` (profiling on): `route`
+//! puts one monomorphised set per backend and setting in its entry tables, so routing only
+//! (`P = false`) compiles to the C semantics alone, usually a tail call.
 //! Never allocates, locks, panics or makes a syscall other than the clock.
 
+use crate::backend::Raw;
 use crate::classes::{bucket_of, class_of, Op};
 use crate::slots::{self, Entry, Slot, CLASS_HIST, CLASS_MAX};
 use crate::{clock, csem, tls};
 use core::ffi::{c_int, c_void};
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
-static PROFILE: AtomicBool = AtomicBool::new(false);
 static SAMPLE_EVERY: AtomicU32 = AtomicU32::new(64);
 
-/// Turns recording on or off and sets the sampling period (initialisation).
-pub fn set_profile(on: bool, sample_every: u32) {
+/// Sets the sampling period (initialisation; profiling itself is chosen by `route`).
+pub fn set_sample_every(sample_every: u32) {
     SAMPLE_EVERY.store(sample_every.max(1), Relaxed);
-    PROFILE.store(on, Relaxed);
 }
 
-/// One call being recorded.
-struct Rec {
-    slot: *mut Slot,
-    /// The slot is the shared EXITED sink: add atomically.
-    shared: bool,
-    /// Clock reading before the call, 0 when this call is not sampled.
-    t0: u64,
+/// Entry points whose calls are derived from their op's count (see [`Slot::entry_calls`]).
+#[inline(always)]
+const fn derived(e: Entry) -> bool {
+    matches!(e, Entry::Malloc | Entry::Calloc | Entry::Realloc | Entry::Free)
 }
 
 #[inline(always)]
@@ -38,61 +37,101 @@ fn bump(c: &AtomicU64, v: u64, shared: bool) {
     }
 }
 
+/// Adds one call of `size` bytes to the slot's op and size class.
 #[inline(always)]
-fn start(e: Entry) -> Option<Rec> {
+fn tally(s: &Slot, shared: bool, op: Op, size: usize) {
+    // SAFETY: `op` < OPS and `class_of` < CLASSES by construction.
+    let t = unsafe { s.tally.get_unchecked(op as usize).get_unchecked(class_of(size)) };
+    bump(&t.count, 1, shared);
+    bump(&t.bytes, size as u64, shared);
+}
+
+/// Records one call: `size()` gives the bytes to record (free: the block's usable size, read
+/// before the call and outside the timing), `run(size)` makes the call, `plain()` makes it
+/// unrecorded (the shim's own calls, under the guard). The common case (own slot, not sampled)
+/// is inline; claiming a slot, the shared EXITED sink and sampled calls are out of line.
+#[inline(always)]
+fn recorded<R>(
+    e: Entry,
+    op: Op,
+    size: impl FnOnce() -> usize,
+    run: impl FnOnce(usize) -> R,
+    plain: impl FnOnce() -> R,
+) -> R {
     let st = tls::state();
-    // SAFETY: `st` is this thread's TLS block; the slot is claimed for this thread or EXITED,
-    // both live for the life of the process; `e` indexes within ENTRIES.
+    // SAFETY: `st` is this thread's TLS block; a non-null slot other than EXITED is claimed by
+    // this thread and lives for the life of the process; `e` indexes within ENTRIES.
+    unsafe {
+        let s = (*st).slot;
+        let cd = (*st).countdown;
+        if (*st).guard != 0 || s.is_null() || s == slots::exited_ptr() || cd == 0 {
+            return recorded_slow(st, e, op, size, run, plain);
+        }
+        (*st).countdown = cd - 1;
+        if !derived(e) {
+            bump((*s).calls.get_unchecked(e as usize), 1, false);
+        }
+        let n = size();
+        let out = run(n);
+        tally(&*s, false, op, n);
+        out
+    }
+}
+
+/// The rest of [`recorded`]: the guard, a thread's first call (claims its slot), calls counted
+/// in the shared EXITED sink (atomic adds), and sampled calls (timed).
+#[cold]
+#[inline(never)]
+fn recorded_slow<R>(
+    st: *mut tls::ThreadState,
+    e: Entry,
+    op: Op,
+    size: impl FnOnce() -> usize,
+    run: impl FnOnce(usize) -> R,
+    plain: impl FnOnce() -> R,
+) -> R {
+    // SAFETY: as in `recorded`.
     unsafe {
         if (*st).guard != 0 {
-            return None;
+            return plain();
         }
         let mut s = (*st).slot;
         if s.is_null() {
             s = slots::claim(st);
         }
         let shared = s == slots::exited_ptr();
-        bump((*s).calls.get_unchecked(e as usize), 1, shared);
-        let cd = (*st).countdown;
-        let t0 = if cd == 0 {
-            if crate::worker::dump_pending() {
-                crate::worker::write_pending();
-            }
-            let t = clock::ticks() | 1;
-            // The next period is drawn from [N/2, 3N/2) with the clock's low bits (mean N), so a
-            // strictly alternating pattern (malloc, free, malloc...) samples every op.
-            let n = SAMPLE_EVERY.load(Relaxed);
-            (*st).countdown = if n > 1 { n / 2 + ((t >> 4) as u32 % n) } else { 0 };
-            t
-        } else {
-            (*st).countdown = cd - 1;
-            0
-        };
-        Some(Rec { slot: s, shared, t0 })
-    }
-}
-
-#[inline(always)]
-fn finish(r: Rec, op: Op, size: usize) {
-    let c = class_of(size);
-    let o = op as usize;
-    // SAFETY: `r.slot` as in `start`; `o` < OPS, `c` < CLASSES and buckets < BUCKETS by
-    // construction of `Op`, `class_of` and `bucket_of`.
-    unsafe {
-        let s = &*r.slot;
-        bump(s.count.get_unchecked(o).get_unchecked(c), 1, r.shared);
-        bump(s.bytes.get_unchecked(o).get_unchecked(c), size as u64, r.shared);
-        if r.t0 != 0 {
-            sample(s, r.shared, o, c, clock::ticks().wrapping_sub(r.t0));
+        if !derived(e) {
+            bump((*s).calls.get_unchecked(e as usize), 1, shared);
         }
+        let cd = (*st).countdown;
+        if cd != 0 {
+            (*st).countdown = cd - 1;
+            let n = size();
+            let out = run(n);
+            tally(&*s, shared, op, n);
+            return out;
+        }
+        if crate::worker::dump_pending() {
+            crate::worker::write_pending();
+        }
+        let n = size();
+        let t0 = clock::ticks();
+        // The next period is drawn from [N/2, 3N/2) with the clock's low bits (mean N), so a
+        // strictly alternating pattern (malloc, free, malloc...) samples every op.
+        let every = SAMPLE_EVERY.load(Relaxed);
+        (*st).countdown = if every > 1 { every / 2 + ((t0 >> 4) as u32 % every) } else { 0 };
+        let out = run(n);
+        let d = clock::ticks().wrapping_sub(t0);
+        tally(&*s, shared, op, n);
+        sample(&*s, shared, op as usize, class_of(n), d);
+        out
     }
 }
 
-#[cold]
-#[inline(never)]
 fn sample(s: &Slot, shared: bool, o: usize, c: usize, d: u64) {
     let b = bucket_of(d);
-    // SAFETY: indices in range (see `finish`).
+    // SAFETY: `o` < OPS, `c` < CLASSES, `b` < BUCKETS by construction of `Op`, `class_of` and
+    // `bucket_of`.
     unsafe {
         bump(s.hist.get_unchecked(o).get_unchecked(b), 1, shared);
         let m = s.max.get_unchecked(o);
@@ -108,132 +147,118 @@ fn sample(s: &Slot, shared: bool, o: usize, c: usize, d: u64) {
     }
 }
 
-/// Records `call` as entry `e`, op `op`, for a size of `size` bytes. The recording path is a
-/// separate, non-inlined function so that the unrecorded path (profiling off) stays a flag test
-/// and a tail call, without the recording path's register saves.
-macro_rules! recorded {
-    ($e:expr, $op:expr, $size:expr, $call:expr) => {
-        if PROFILE.load(Relaxed) {
-            recording($e, $op, $size, || $call)
+/// An entry point recorded as `e`/`op` with `size` bytes when profiling is on (`P`).
+macro_rules! entry {
+    ($P:ident, $e:expr, $op:expr, $size:expr, $call:expr) => {
+        if $P {
+            recorded($e, $op, || $size, |_| $call, || $call)
         } else {
             $call
         }
     };
 }
 
-#[inline(never)]
-fn recording<R>(e: Entry, op: Op, size: usize, call: impl FnOnce() -> R) -> R {
-    match start(e) {
-        None => call(),
-        Some(r) => {
-            let out = call();
-            finish(r, op, size);
-            out
-        }
-    }
-}
-
-#[inline(always)]
-pub unsafe fn malloc(size: usize) -> *mut c_void {
+pub unsafe extern "C" fn malloc<B: Raw, const P: bool>(size: usize) -> *mut c_void {
     // SAFETY: forwarded C contract.
-    recorded!(Entry::Malloc, Op::Malloc, size, unsafe { csem::malloc(size) })
+    entry!(P, Entry::Malloc, Op::Malloc, size, unsafe { csem::malloc::<B>(size) })
 }
 
-#[inline(always)]
-pub unsafe fn calloc(n: usize, size: usize) -> *mut c_void {
+pub unsafe extern "C" fn calloc<B: Raw, const P: bool>(n: usize, size: usize) -> *mut c_void {
     // SAFETY: forwarded C contract.
-    recorded!(Entry::Calloc, Op::Calloc, n.saturating_mul(size), unsafe { csem::calloc(n, size) })
+    entry!(P, Entry::Calloc, Op::Calloc, n.saturating_mul(size), unsafe { csem::calloc::<B>(n, size) })
 }
 
-#[inline(always)]
-pub unsafe fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+pub unsafe extern "C" fn realloc<B: Raw, const P: bool>(p: *mut c_void, size: usize) -> *mut c_void {
     // SAFETY: forwarded C contract.
-    recorded!(Entry::Realloc, Op::Realloc, size, unsafe { csem::realloc(p, size) })
+    entry!(P, Entry::Realloc, Op::Realloc, size, unsafe { csem::realloc::<B>(p, size) })
 }
 
-pub unsafe fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
+pub unsafe extern "C" fn reallocarray<B: Raw, const P: bool>(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
     // SAFETY: forwarded C contract.
-    recorded!(Entry::Reallocarray, Op::Realloc, n.saturating_mul(size), unsafe { csem::reallocarray(p, n, size) })
+    entry!(P, Entry::Reallocarray, Op::Realloc, n.saturating_mul(size), unsafe { csem::reallocarray::<B>(p, n, size) })
 }
 
-/// Free and its sized variants: the size class is the block's usable size, read before the free.
+/// Free and its sized variants: the size class is the block's usable size, read before the
+/// free (and handed to the backend, which may then skip its own lookup).
 #[inline(always)]
-unsafe fn free_as(e: Entry, p: *mut c_void) {
-    if PROFILE.load(Relaxed) {
-        // SAFETY: forwarded C contract.
-        unsafe { free_recording(e, p) }
+unsafe fn free_as<B: Raw, const P: bool>(e: Entry, p: *mut c_void) {
+    if P {
+        // SAFETY (each closure): `p` is NULL or a live block (the program's contract).
+        recorded(
+            e,
+            Op::Free,
+            || unsafe { csem::usable_size::<B>(p) },
+            |u| unsafe { csem::free_usable::<B>(p, u) },
+            || unsafe { csem::free::<B>(p) },
+        )
     } else {
         // SAFETY: forwarded C contract.
-        unsafe { csem::free(p) }
+        unsafe { csem::free::<B>(p) }
     }
 }
 
-#[inline(never)]
-unsafe fn free_recording(e: Entry, p: *mut c_void) {
-    match start(e) {
-        None => {
-            // SAFETY: forwarded C contract.
-            unsafe { csem::free(p) }
-        }
-        Some(mut r) => {
-            // SAFETY: `p` is NULL or a live block (the program's contract).
-            let size = unsafe { csem::usable_size(p) };
-            if r.t0 != 0 {
-                r.t0 = clock::ticks() | 1;
-            }
-            // SAFETY: forwarded C contract.
-            unsafe { csem::free(p) };
-            finish(r, Op::Free, size);
-        }
-    }
+pub unsafe extern "C" fn free<B: Raw, const P: bool>(p: *mut c_void) {
+    // SAFETY: forwarded C contract.
+    unsafe { free_as::<B, P>(Entry::Free, p) }
 }
 
-#[inline(always)]
-pub unsafe fn free(p: *mut c_void) {
+pub unsafe extern "C" fn free_sized<B: Raw, const P: bool>(p: *mut c_void, _size: usize) {
     // SAFETY: forwarded C contract.
-    unsafe { free_as(Entry::Free, p) }
+    unsafe { free_as::<B, P>(Entry::FreeSized, p) }
 }
 
-pub unsafe fn free_sized(p: *mut c_void, _size: usize) {
+pub unsafe extern "C" fn free_aligned_sized<B: Raw, const P: bool>(p: *mut c_void, _align: usize, _size: usize) {
     // SAFETY: forwarded C contract.
-    unsafe { free_as(Entry::FreeSized, p) }
+    unsafe { free_as::<B, P>(Entry::FreeAlignedSized, p) }
 }
 
-pub unsafe fn free_aligned_sized(p: *mut c_void, _align: usize, _size: usize) {
+pub unsafe extern "C" fn posix_memalign<B: Raw, const P: bool>(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
     // SAFETY: forwarded C contract.
-    unsafe { free_as(Entry::FreeAlignedSized, p) }
+    entry!(P, Entry::PosixMemalign, Op::Memalign, size, unsafe { csem::posix_memalign::<B>(out, align, size) })
 }
 
-pub unsafe fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
+pub unsafe extern "C" fn aligned_alloc<B: Raw, const P: bool>(align: usize, size: usize) -> *mut c_void {
     // SAFETY: forwarded C contract.
-    recorded!(Entry::PosixMemalign, Op::Memalign, size, unsafe { csem::posix_memalign(out, align, size) })
+    entry!(P, Entry::AlignedAlloc, Op::Memalign, size, unsafe { csem::aligned_alloc::<B>(align, size) })
 }
 
-pub unsafe fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
+pub unsafe extern "C" fn memalign<B: Raw, const P: bool>(align: usize, size: usize) -> *mut c_void {
     // SAFETY: forwarded C contract.
-    recorded!(Entry::AlignedAlloc, Op::Memalign, size, unsafe { csem::aligned_alloc(align, size) })
+    entry!(P, Entry::Memalign, Op::Memalign, size, unsafe { csem::memalign::<B>(align, size) })
 }
 
-pub unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
+pub unsafe extern "C" fn valloc<B: Raw, const P: bool>(size: usize) -> *mut c_void {
     // SAFETY: forwarded C contract.
-    recorded!(Entry::Memalign, Op::Memalign, size, unsafe { csem::memalign(align, size) })
+    entry!(P, Entry::Valloc, Op::Memalign, size, unsafe { csem::valloc::<B>(size) })
 }
 
-pub unsafe fn valloc(size: usize) -> *mut c_void {
+pub unsafe extern "C" fn pvalloc<B: Raw, const P: bool>(size: usize) -> *mut c_void {
     // SAFETY: forwarded C contract.
-    recorded!(Entry::Valloc, Op::Memalign, size, unsafe { csem::valloc(size) })
-}
-
-pub unsafe fn pvalloc(size: usize) -> *mut c_void {
-    // SAFETY: forwarded C contract.
-    recorded!(Entry::Pvalloc, Op::Memalign, size, unsafe { csem::pvalloc(size) })
+    entry!(P, Entry::Pvalloc, Op::Memalign, size, unsafe { csem::pvalloc::<B>(size) })
 }
 
 /// Counted per entry point only (it is not an allocation op).
-pub unsafe fn malloc_usable_size(p: *mut c_void) -> usize {
-    if PROFILE.load(Relaxed) {
-        let _ = start(Entry::MallocUsableSize);
+pub unsafe extern "C" fn malloc_usable_size<B: Raw, const P: bool>(p: *mut c_void) -> usize {
+    if P {
+        count_entry(Entry::MallocUsableSize);
     }
     // SAFETY: forwarded C contract.
-    unsafe { csem::usable_size(p) }
+    unsafe { csem::usable_size::<B>(p) }
+}
+
+/// Counts a call of `e` alone (no op, no size class, never sampled).
+#[inline(never)]
+fn count_entry(e: Entry) {
+    let st = tls::state();
+    // SAFETY: as in `recorded`.
+    unsafe {
+        if (*st).guard != 0 {
+            return;
+        }
+        let mut s = (*st).slot;
+        if s.is_null() {
+            s = slots::claim(st);
+        }
+        bump((*s).calls.get_unchecked(e as usize), 1, s == slots::exited_ptr());
+    }
 }

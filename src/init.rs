@@ -47,9 +47,11 @@ fn run() {
     let b = unsafe { backend::load(cfg.backend, lib) };
     slots::init();
     clock::start();
-    front::set_profile(cfg.profile, cfg.sample_every);
+    front::set_sample_every(cfg.sample_every);
+    csem::init_errno();
     crate::report::mark_start();
     backend::publish(b);
+    crate::route::publish(b, cfg.profile);
     crate::signals::install(cfg.dump_signal);
     if cfg.verbose > 0 {
         config::print_table();

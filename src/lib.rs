@@ -7,6 +7,7 @@
 //!
 //! Layout (a thin front over a core, after heaptrack and snmalloc):
 //! - [`exports`]: the exported C symbols, one-line forwards;
+//! - [`route`]: the entry table, one per backend and profiling setting;
 //! - [`front`]: the hot path's recording;
 //! - [`csem`]: glibc's C semantics shared by every backend;
 //! - [`backend`]: glibc, jemalloc, tcmalloc and the bootstrap pseudo-backend;
@@ -32,6 +33,7 @@ pub mod init;
 pub mod introspect;
 pub mod memlog;
 pub mod report;
+pub mod route;
 pub mod signals;
 pub mod slots;
 pub mod tls;

@@ -8,7 +8,7 @@
 //! walk has priority), so a thread exiting during a snapshot is counted exactly once: never in
 //! both its slot and `EXITED`, never in neither. Neither side is on the hot path.
 
-use crate::classes::{BUCKETS, CLASSES, OPS};
+use crate::classes::{Op, BUCKETS, CLASSES, OPS};
 use crate::tls::{self, Reentry};
 use core::ffi::c_void;
 use core::ptr;
@@ -56,12 +56,14 @@ pub const ENTRY_NAMES: [&str; ENTRIES] = [
 /// One thread's recording: about 13 KiB.
 #[repr(C, align(64))]
 pub struct Slot {
-    /// Calls per entry point.
+    /// Calls per entry point, for the entry points that share an op with another
+    /// (reallocarray, free_sized, free_aligned_sized, the aligned family) and for
+    /// malloc_usable_size. malloc, calloc, realloc and free are derived from `tally` by
+    /// [`Slot::entry_calls`], which saves the hot path one counter.
     pub calls: [AtomicU64; ENTRIES],
-    /// Calls per op and size class (exact).
-    pub count: [[AtomicU64; CLASSES]; OPS],
-    /// Bytes per op and size class (requested; free: usable size).
-    pub bytes: [[AtomicU64; CLASSES]; OPS],
+    /// Calls and bytes per op and size class (exact; bytes requested, free: usable size), both
+    /// in one 16-byte cell so that a call touches one cache line.
+    pub tally: [[Tally; CLASSES]; OPS],
     /// Sampled latencies per op, in clock ticks, by [`crate::classes::bucket_of`].
     pub hist: [[AtomicU64; BUCKETS]; OPS],
     /// Largest sampled latency per op, in ticks.
@@ -71,8 +73,16 @@ pub struct Slot {
     in_use: AtomicBool,
 }
 
+/// Calls and bytes of one op and size class.
+#[repr(C, align(16))]
+pub struct Tally {
+    pub count: AtomicU64,
+    pub bytes: AtomicU64,
+}
+
 const Z: AtomicU64 = AtomicU64::new(0);
 const ZC: [AtomicU64; CLASSES] = [Z; CLASSES];
+const ZT: [Tally; CLASSES] = [const { Tally { count: Z, bytes: Z } }; CLASSES];
 const ZB: [AtomicU64; BUCKETS] = [Z; BUCKETS];
 const ZCB: [[AtomicU64; BUCKETS]; CLASSES] = [ZB; CLASSES];
 
@@ -80,8 +90,7 @@ impl Slot {
     const fn new() -> Slot {
         Slot {
             calls: [Z; ENTRIES],
-            count: [ZC; OPS],
-            bytes: [ZC; OPS],
+            tally: [ZT; OPS],
             hist: [ZB; OPS],
             max: [Z; OPS],
             tid: AtomicU32::new(0),
@@ -89,12 +98,24 @@ impl Slot {
         }
     }
 
+    /// Calls per entry point: the `calls` counters, with malloc, calloc, realloc and free
+    /// derived from the op totals minus the other entry points of the same op.
+    pub fn entry_calls(&self) -> [u64; ENTRIES] {
+        let mut t: [u64; ENTRIES] = core::array::from_fn(|e| self.calls[e].load(Relaxed));
+        let op = |o: Op| -> u64 { self.tally[o as usize].iter().map(|c| c.count.load(Relaxed)).sum() };
+        t[Entry::Malloc as usize] = op(Op::Malloc);
+        t[Entry::Calloc as usize] = op(Op::Calloc);
+        t[Entry::Realloc as usize] = op(Op::Realloc).saturating_sub(t[Entry::Reallocarray as usize]);
+        t[Entry::Free as usize] =
+            op(Op::Free).saturating_sub(t[Entry::FreeSized as usize] + t[Entry::FreeAlignedSized as usize]);
+        t
+    }
+
     /// Every counter of the slot, for folding and zeroing (max excluded).
     fn counters(&self) -> impl Iterator<Item = &AtomicU64> {
         self.calls
             .iter()
-            .chain(self.count.iter().flatten())
-            .chain(self.bytes.iter().flatten())
+            .chain(self.tally.iter().flatten().flat_map(|t| [&t.count, &t.bytes]))
             .chain(self.hist.iter().flatten())
     }
 }
@@ -293,8 +314,8 @@ fn walk(mut f: impl FnMut(&Slot, bool)) {
 pub fn totals() -> [u64; ENTRIES] {
     let mut t = [0u64; ENTRIES];
     for_each(|s, _| {
-        for (a, c) in t.iter_mut().zip(s.calls.iter()) {
-            *a += c.load(Relaxed);
+        for (a, c) in t.iter_mut().zip(s.entry_calls()) {
+            *a += c;
         }
     });
     t

@@ -147,6 +147,16 @@ pub unsafe fn usable_size(p: *mut c_void) -> usize {
     }
 }
 
+/// glibc's ptmalloc as a [`super::Raw`] backend.
+pub struct Glibc;
+
+impl super::Raw for Glibc {
+    const SMALL_8: bool = false;
+    const MALLOC_SETS_ENOMEM: bool = true;
+    const FREE_KEEPS_ERRNO: bool = true;
+    super::raw_forwards!();
+}
+
 /// glibc's real `mallinfo2`, or zeros when it is missing.
 pub fn mallinfo2() -> Mallinfo2 {
     // SAFETY: the pointer came from dlsym for this exact signature.

@@ -53,26 +53,36 @@ pub unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
     unsafe { je::aligned_alloc(align, size) }
 }
 
-/// jemalloc's free may purge (madvise) and so touch errno: keep the caller's.
+/// jemalloc's free may purge (madvise) and so touch errno: `csem` keeps the caller's.
 #[inline(always)]
 pub unsafe fn free(p: *mut c_void) {
-    // SAFETY: this thread's errno slot; looked up once, restored only if the free changed it.
-    let ep = unsafe { libc::__errno_location() };
-    let e = unsafe { *ep };
-    // SAFETY: `p` is a jemalloc block (caller's contract).
-    unsafe { je::free(p) };
-    // SAFETY: as above.
-    unsafe {
-        if *ep != e {
-            *ep = e;
-        }
-    }
+    // SAFETY: `p` is NULL or a jemalloc block (caller's contract).
+    unsafe { je::free(p) }
 }
 
 #[inline(always)]
 pub unsafe fn usable_size(p: *mut c_void) -> usize {
     // SAFETY: `p` is a jemalloc block (caller's contract).
     unsafe { je::malloc_usable_size(p) }
+}
+
+/// jemalloc (tikv-jemalloc-sys) as a [`super::Raw`] backend.
+pub struct Jemalloc;
+
+impl super::Raw for Jemalloc {
+    const SMALL_8: bool = true;
+    /// jemalloc's `malloc` sets ENOMEM on every failure (its `set_errno_on_error` path).
+    const MALLOC_SETS_ENOMEM: bool = true;
+    const FREE_KEEPS_ERRNO: bool = false;
+    super::raw_forwards!();
+
+    /// `sdallocx(p, usable, 0)`: a size in [request, usable size] is valid, and with it jemalloc
+    /// takes the size class from the size instead of a second radix-tree lookup.
+    #[inline(always)]
+    unsafe fn free_usable(p: *mut c_void, usable: usize) {
+        // SAFETY: `p` is a live jemalloc block and `usable` its usable size (caller's contract).
+        unsafe { je::sdallocx(p, usable, 0) }
+    }
 }
 
 /// stats.allocated / stats.resident after an `epoch` refresh.

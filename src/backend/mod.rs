@@ -1,7 +1,8 @@
-//! The backends and the dispatch between them. Each backend module exposes the same raw
-//! operations (`malloc`, `calloc`, `realloc`, `memalign`, `free`, `usable_size`) plus its memory
-//! figures and its release call; this module picks the active one with a predictable branch.
-//! Backend calls here take already-validated arguments: C semantics (errno, overflow, alignment,
+//! The backends. Each backend module exposes the same raw operations (`malloc`, `calloc`,
+//! `realloc`, `memalign`, `free`, `usable_size`) through the [`Raw`] trait, which `csem` and
+//! `front` are generic over, plus its memory figures, release call and version, which this
+//! module dispatches to the active backend (off the hot path).
+//! Backend calls take already-validated arguments: C semantics (errno, overflow, alignment,
 //! realloc edge cases) live in `csem`, never here.
 
 pub mod boot;
@@ -113,55 +114,86 @@ macro_rules! dispatch {
     };
 }
 
-/// # Safety
-/// `size` must be at least 16 and at most `isize::MAX`.
-#[inline(always)]
-pub unsafe fn malloc(size: usize) -> *mut c_void {
-    // SAFETY: forwarded contract.
-    unsafe { dispatch!(malloc(size)) }
+/// One backend's raw operations, with the facts about them that [`crate::csem`] needs to give
+/// glibc's semantics at the lowest cost. [`crate::route`] builds one entry table per backend
+/// from these, so the hot path never branches on which backend is active.
+/// Arguments are already validated by `csem`; no implementation sets errno on purpose.
+pub trait Raw {
+    /// Serves 1..8-byte requests from an 8-byte class: `csem` rounds requests below 16 B up to
+    /// 16 B so that every block is 16-byte aligned (jemalloc, tcmalloc).
+    const SMALL_8: bool;
+    /// `malloc` itself returns NULL with errno ENOMEM on every failure, sizes above PTRDIFF_MAX
+    /// included, so `csem` may tail-call it without checks.
+    const MALLOC_SETS_ENOMEM: bool;
+    /// `free` never changes errno, so `csem` need not save and restore it (glibc since 2.33).
+    const FREE_KEEPS_ERRNO: bool;
+
+    /// # Safety
+    /// `size` is at most `isize::MAX` unless `MALLOC_SETS_ENOMEM`; at least 16 if `SMALL_8`.
+    unsafe fn malloc(size: usize) -> *mut c_void;
+    /// # Safety
+    /// `n * size` does not overflow and is at least 16.
+    unsafe fn calloc(n: usize, size: usize) -> *mut c_void;
+    /// # Safety
+    /// `p` is a live block of this backend; `size` at least 16.
+    unsafe fn realloc(p: *mut c_void, size: usize) -> *mut c_void;
+    /// # Safety
+    /// `align` is a power of two above 16; `size` at least 16 and `size + align` does not overflow.
+    unsafe fn memalign(align: usize, size: usize) -> *mut c_void;
+    /// # Safety
+    /// `p` is NULL or a live block of this backend.
+    unsafe fn free(p: *mut c_void);
+    /// # Safety
+    /// `p` is a non-null live block of this backend.
+    unsafe fn usable_size(p: *mut c_void) -> usize;
+    /// Frees a block whose usable size the caller has just read: jemalloc's `sdallocx` then
+    /// skips the lookup that `free` would repeat.
+    ///
+    /// # Safety
+    /// `p` is a non-null live block of this backend and `usable` its usable size.
+    #[inline(always)]
+    unsafe fn free_usable(p: *mut c_void, _usable: usize) {
+        // SAFETY: forwarded contract.
+        unsafe { Self::free(p) }
+    }
 }
 
-/// # Safety
-/// `n * size` must not overflow and be at least 16.
-#[inline(always)]
-pub unsafe fn calloc(n: usize, size: usize) -> *mut c_void {
-    // SAFETY: forwarded contract.
-    unsafe { dispatch!(calloc(n, size)) }
+/// Implements [`Raw`]'s operations as forwards to the backend module's functions of the same names.
+macro_rules! raw_forwards {
+    () => {
+        #[inline(always)]
+        unsafe fn malloc(size: usize) -> *mut c_void {
+            // SAFETY: forwarded contract.
+            unsafe { malloc(size) }
+        }
+        #[inline(always)]
+        unsafe fn calloc(n: usize, size: usize) -> *mut c_void {
+            // SAFETY: forwarded contract.
+            unsafe { calloc(n, size) }
+        }
+        #[inline(always)]
+        unsafe fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+            // SAFETY: forwarded contract.
+            unsafe { realloc(p, size) }
+        }
+        #[inline(always)]
+        unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
+            // SAFETY: forwarded contract.
+            unsafe { memalign(align, size) }
+        }
+        #[inline(always)]
+        unsafe fn free(p: *mut c_void) {
+            // SAFETY: forwarded contract.
+            unsafe { free(p) }
+        }
+        #[inline(always)]
+        unsafe fn usable_size(p: *mut c_void) -> usize {
+            // SAFETY: forwarded contract.
+            unsafe { usable_size(p) }
+        }
+    };
 }
-
-/// # Safety
-/// `p` is a live block of the active backend; `size` at least 16.
-#[inline(always)]
-pub unsafe fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
-    // SAFETY: forwarded contract.
-    unsafe { dispatch!(realloc(p, size)) }
-}
-
-/// # Safety
-/// `align` is a power of two above 16; `size` at least 16 and `size + align` does not overflow.
-#[inline(always)]
-pub unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
-    // SAFETY: forwarded contract.
-    unsafe { dispatch!(memalign(align, size)) }
-}
-
-/// Frees a block; errno is left as it was.
-///
-/// # Safety
-/// `p` is a non-null live block of the active backend.
-#[inline(always)]
-pub unsafe fn free(p: *mut c_void) {
-    // SAFETY: forwarded contract.
-    unsafe { dispatch!(free(p)) }
-}
-
-/// # Safety
-/// `p` is a non-null live block of the active backend.
-#[inline(always)]
-pub unsafe fn usable_size(p: *mut c_void) -> usize {
-    // SAFETY: forwarded contract.
-    unsafe { dispatch!(usable_size(p)) }
-}
+pub(crate) use raw_forwards;
 
 /// The active backend's own memory figures, in bytes. `None` fields could not be read.
 #[derive(Clone, Copy, Default, Debug)]

@@ -132,26 +132,28 @@ pub unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
     unsafe { (tc().memalign)(align, size) }
 }
 
-/// tcmalloc may return pages to the OS inside free: keep the caller's errno.
+/// tcmalloc may return pages to the OS inside free and so touch errno: `csem` keeps the caller's.
 #[inline(always)]
 pub unsafe fn free(p: *mut c_void) {
-    // SAFETY: this thread's errno slot; looked up once, restored only if the free changed it.
-    let ep = unsafe { libc::__errno_location() };
-    let e = unsafe { *ep };
-    // SAFETY: a loaded tc_free; `p` is a tcmalloc block.
-    unsafe { (tc().free)(p) };
-    // SAFETY: as above.
-    unsafe {
-        if *ep != e {
-            *ep = e;
-        }
-    }
+    // SAFETY: a loaded tc_free; `p` is NULL or a tcmalloc block.
+    unsafe { (tc().free)(p) }
 }
 
 #[inline(always)]
 pub unsafe fn usable_size(p: *mut c_void) -> usize {
     // SAFETY: a loaded tc_malloc_size; `p` is a tcmalloc block.
     unsafe { (tc().usable_size)(p) }
+}
+
+/// gperftools' tcmalloc as a [`super::Raw`] backend.
+pub struct Tcmalloc;
+
+impl super::Raw for Tcmalloc {
+    const SMALL_8: bool = true;
+    /// tc_malloc's failure path (`handle_oom`) sets ENOMEM; huge sizes fail the same way.
+    const MALLOC_SETS_ENOMEM: bool = true;
+    const FREE_KEEPS_ERRNO: bool = false;
+    super::raw_forwards!();
 }
 
 /// One `MallocExtension_GetNumericProperty` value, 0 when unknown.

@@ -171,7 +171,7 @@ pub fn snapshot() -> Snapshot {
         for o in 0..OPS {
             let mut row = OpRow { latency: Latency::from_atomics(&s.hist[o], s.max[o].load(Relaxed), npt), ..OpRow::default() };
             for c in 0..CLASSES {
-                let (n, b) = (s.count[o][c].load(Relaxed), s.bytes[o][c].load(Relaxed));
+                let (n, b) = (s.tally[o][c].count.load(Relaxed), s.tally[o][c].bytes.load(Relaxed));
                 row.count += n;
                 row.bytes += b;
                 classes[o][c].count += n;
