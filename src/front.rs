@@ -48,8 +48,9 @@ fn tally(s: &Slot, shared: bool, op: Op, size: usize) {
 
 /// Records one call: `size()` gives the bytes to record (free: the block's usable size, read
 /// before the call and outside the timing), `run(size)` makes the call, `plain()` makes it
-/// unrecorded (the shim's own calls, under the guard). The common case (own slot, not sampled)
-/// is inline; claiming a slot, the shared EXITED sink and sampled calls are out of line.
+/// unrecorded (the shim's own calls, under the guard). The common case — a non-zero countdown,
+/// which implies an own slot and no guard (see [`tls::ThreadState::countdown`]) — is inline;
+/// the guard, claiming a slot, the shared EXITED sink and sampled calls are out of line.
 #[inline(always)]
 fn recorded<R>(
     e: Entry,
@@ -59,15 +60,15 @@ fn recorded<R>(
     plain: impl FnOnce() -> R,
 ) -> R {
     let st = tls::state();
-    // SAFETY: `st` is this thread's TLS block; a non-null slot other than EXITED is claimed by
-    // this thread and lives for the life of the process; `e` indexes within ENTRIES.
+    // SAFETY: `st` is this thread's TLS block; with a non-zero countdown its slot is claimed
+    // by this thread and lives for the life of the process; `e` indexes within ENTRIES.
     unsafe {
-        let s = (*st).slot;
         let cd = (*st).countdown;
-        if (*st).guard != 0 || s.is_null() || s == slots::exited_ptr() || cd == 0 {
+        if cd == 0 {
             return recorded_slow(st, e, op, size, run, plain);
         }
         (*st).countdown = cd - 1;
+        let s = (*st).slot;
         if !derived(e) {
             bump((*s).calls.get_unchecked(e as usize), 1, false);
         }
@@ -78,8 +79,9 @@ fn recorded<R>(
     }
 }
 
-/// The rest of [`recorded`]: the guard, a thread's first call (claims its slot), calls counted
-/// in the shared EXITED sink (atomic adds), and sampled calls (timed).
+/// The rest of [`recorded`]: the guard, a thread's first call (claims its slot), sampled calls
+/// (timed; the countdown is drawn again) and calls counted in the shared EXITED sink (atomic
+/// adds; the countdown stays 0, and 1 call in N is timed, chosen by the clock's low bits).
 #[cold]
 #[inline(never)]
 fn recorded_slow<R>(
@@ -90,7 +92,7 @@ fn recorded_slow<R>(
     run: impl FnOnce(usize) -> R,
     plain: impl FnOnce() -> R,
 ) -> R {
-    // SAFETY: as in `recorded`.
+    // SAFETY: as in `recorded`; the slot is this thread's or EXITED.
     unsafe {
         if (*st).guard != 0 {
             return plain();
@@ -103,27 +105,27 @@ fn recorded_slow<R>(
         if !derived(e) {
             bump((*s).calls.get_unchecked(e as usize), 1, shared);
         }
-        let cd = (*st).countdown;
-        if cd != 0 {
-            (*st).countdown = cd - 1;
-            let n = size();
-            let out = run(n);
-            tally(&*s, shared, op, n);
-            return out;
-        }
         if crate::worker::dump_pending() {
             crate::worker::write_pending();
         }
         let n = size();
         let t0 = clock::ticks();
+        let every = SAMPLE_EVERY.load(Relaxed);
         // The next period is drawn from [N/2, 3N/2) with the clock's low bits (mean N), so a
         // strictly alternating pattern (malloc, free, malloc...) samples every op.
-        let every = SAMPLE_EVERY.load(Relaxed);
-        (*st).countdown = if every > 1 { every / 2 + ((t0 >> 4) as u32 % every) } else { 0 };
+        let draw = (t0 >> 4) as u32 % every;
+        let timed = if shared {
+            draw == 0
+        } else {
+            (*st).countdown = if every > 1 { every / 2 + draw } else { 0 };
+            true
+        };
         let out = run(n);
         let d = clock::ticks().wrapping_sub(t0);
         tally(&*s, shared, op, n);
-        sample(&*s, shared, op as usize, class_of(n), d);
+        if timed {
+            sample(&*s, shared, op as usize, class_of(n), d);
+        }
         out
     }
 }

@@ -273,8 +273,11 @@ unsafe extern "C" fn release(p: *mut c_void) {
     }
     // SAFETY: `p` is the slot this thread claimed (set by `claim`).
     let slot = unsafe { &*s };
-    // SAFETY: this thread's TLS block: later calls count in EXITED.
-    unsafe { (*tls::state()).slot = exited_ptr() };
+    // SAFETY: this thread's TLS block: later calls count in EXITED, out of line (countdown 0).
+    unsafe {
+        (*tls::state()).slot = exited_ptr();
+        (*tls::state()).countdown = 0;
+    }
     fold_exclusive(slot);
 }
 

@@ -10,7 +10,8 @@ use core::ptr;
 pub struct ThreadState {
     /// This thread's counter slot; null before its first recorded call.
     pub slot: *mut crate::slots::Slot,
-    /// Calls left until the next timed sample (used by the latency recorder).
+    /// Calls left until the next timed sample. Non-zero only while the thread records into its
+    /// own slot outside the guard: zero sends every call to the recorder's out-of-line path.
     pub countdown: u32,
     /// Non-zero while the shim itself runs code that may allocate: such calls go straight to
     /// the backend, unrecorded.
@@ -80,10 +81,13 @@ pub fn guarded() -> bool {
 }
 
 /// RAII reentrancy guard: while alive, allocations made by this thread bypass recording (and,
-/// during start-up, come from the bootstrap pool).
+/// during start-up, come from the bootstrap pool). It also zeroes the sample countdown, which
+/// sends the thread's calls to the recorder's out-of-line path where the guard is tested, so
+/// the inline path tests the countdown alone; both are restored on drop.
 pub struct Reentry {
     st: *mut ThreadState,
     prev: u32,
+    countdown: u32,
 }
 
 impl Reentry {
@@ -91,8 +95,11 @@ impl Reentry {
     pub fn enter() -> Reentry {
         let st = state();
         // SAFETY: `st` is this thread's TLS block; only this thread touches it.
-        let prev = unsafe { ptr::replace(ptr::addr_of_mut!((*st).guard), 1) };
-        Reentry { st, prev }
+        unsafe {
+            let prev = ptr::replace(ptr::addr_of_mut!((*st).guard), 1);
+            let countdown = ptr::replace(ptr::addr_of_mut!((*st).countdown), 0);
+            Reentry { st, prev, countdown }
+        }
     }
 }
 
@@ -100,6 +107,9 @@ impl Drop for Reentry {
     #[inline]
     fn drop(&mut self) {
         // SAFETY: as in `enter`; the guard is restored on the same thread that set it.
-        unsafe { (*self.st).guard = self.prev };
+        unsafe {
+            (*self.st).guard = self.prev;
+            (*self.st).countdown = self.countdown;
+        }
     }
 }
