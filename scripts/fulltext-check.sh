@@ -20,6 +20,7 @@
 #
 # Environment: FT_BACKEND (glibc) FT_ROWS (300000) FT_WORDS (30) FT_THREADS (4) FT_SECONDS (20)
 #   FT_IDLE (10) FT_TRIM_MS (1000) FT_MIN_BYTES (unset: the shim's default) MDB_BUFFER_POOL (256M)
+#   FT_MEMLOG_DIR (unset; set: each shim config writes its memlog to FT_MEMLOG_DIR/<name>.csv)
 #   MALLOCSHIM_SO (default <repo>/target/release/libmallocshim.so; not built here) MDB_KEEP=1.
 #
 # stdout: key=value lines. Once: backend rows words threads seconds idle trim_ms load_s index_s.
@@ -136,6 +137,7 @@ for c in "${configs[@]}"; do
             MALLOCSHIM_TRIM_INTERVAL_MS="$ms" MALLOCSHIM_DUMP_AT_EXIT=1 MALLOCSHIM_DUMP_DIR="$dumpdir"
             MALLOCSHIM_DUMP_FORMATS=json)
         [[ -n ${FT_MIN_BYTES:-} ]] && prefix+=(MALLOCSHIM_TRIM_MIN_BYTES="$FT_MIN_BYTES")
+        [[ -n ${FT_MEMLOG_DIR:-} ]] && prefix+=(MALLOCSHIM_MEMLOG="$FT_MEMLOG_DIR/$name.csv")
     fi
     if ! mdb_start "${prefix[@]}"; then
         fail+=("$name: mariadbd did not start")
