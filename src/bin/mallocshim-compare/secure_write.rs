@@ -339,4 +339,22 @@ mod tests {
         only(&d, &["cell.json"]);
         let _ = std::fs::remove_dir_all(&d);
     }
+
+    #[test]
+    fn move_across_file_systems_copies() {
+        // /dev/shm (tmpfs) and the temp dir: rename fails with EXDEV, the fallback copies.
+        let shm = Path::new("/dev/shm");
+        let d = scratch("xdev");
+        let (a, b) = (std::fs::metadata(shm).expect("/dev/shm").dev(), std::fs::metadata(&d).expect("scratch").dev());
+        assert_ne!(a, b, "this test needs {} on another file system than /dev/shm", d.display());
+        let src = shm.join(format!("secure-write-{}.json", std::process::id()));
+        std::fs::write(&src, b"[1,2]").expect("src");
+        let dest = d.join("cell.json");
+        move_into(&src, &dest).expect("move across file systems");
+        assert_eq!(std::fs::read(&dest).expect("read"), b"[1,2]");
+        assert_eq!(mode(&dest), 0o600);
+        assert!(!src.exists(), "the source is removed after the copy");
+        only(&d, &["cell.json"]);
+        let _ = std::fs::remove_dir_all(&d);
+    }
 }
