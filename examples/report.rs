@@ -10,7 +10,9 @@
 //! ```
 //!
 //! `plot` draws memlog CSVs (`MALLOCSHIM_MEMLOG`) with the chart code it shares with the
-//! comparison runner (src/bin/mallocshim-compare/plot.rs).
+//! comparison runner (src/bin/mallocshim-compare/plot.rs). The image is a new file of mode 0600
+//! (src/bin/mallocshim-compare/secure_write.rs): a symlink, a directory or another user's file at
+//! `--out` is an error and stays untouched; a regular file of ours there is replaced.
 //!
 //! Exit status: 0 on success, 2 on any error (unreadable file, invalid JSON, a file that is not a
 //! version-1 `mallocshim-dump`, bad arguments); errors are one line prefixed `report:`.
@@ -29,6 +31,8 @@ const FORMAT: &str = "mallocshim-dump";
 
 #[path = "../src/bin/mallocshim-compare/plot.rs"]
 mod plot;
+#[path = "../src/bin/mallocshim-compare/secure_write.rs"]
+mod secure_write;
 const VERSION: u64 = 1;
 
 // ---------------------------------------------------------------------------------------------

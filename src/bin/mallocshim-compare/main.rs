@@ -4,12 +4,14 @@
 //! per cell as it ends; then writes the Markdown report and the plots. Module files beside this
 //! one: cli (flags and checks), server (processes, datadir, lock), measure (sysbench, /proc,
 //! dumps, RSS sampler), results (CSV, report, plots), plot (charts; shared with
-//! examples/report.rs). It never links the shim: the crate's lib is a cdylib exporting malloc.
+//! examples/report.rs), secure_write (every file it writes: new, 0600, never through a
+//! symlink). It never links the shim: the crate's lib is a cdylib exporting malloc.
 
 mod cli;
 mod measure;
 mod plot;
 mod results;
+mod secure_write;
 mod server;
 
 use clap::Parser;
@@ -70,7 +72,7 @@ fn workload_script(w: &Workload, out: &Path) -> Result<String, String> {
             let sql = std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
             let lua = results::sql_to_lua(&sql).map_err(|e| format!("{}: {e}", p.display()))?;
             let dst = out.join("logs").join(format!("{}.lua", w.name()));
-            std::fs::write(&dst, lua).map_err(|e| format!("cannot write {}: {e}", dst.display()))?;
+            secure_write::write(&dst, lua.as_bytes()).map_err(|e| e.to_string())?;
             dst.to_string_lossy().into_owned()
         }
     })
@@ -249,7 +251,9 @@ fn server_run(plan: &Plan, inst: &mut Instance, out: &Path, st: &mut State, roun
         let _ = std::fs::remove_file(&proc_memlog);
     } else {
         run.memlog_source = "runner (/proc/PID/statm; the shim wrote no memlog)".into();
-        let _ = std::fs::rename(&proc_memlog, &memlog);
+        if let Err(e) = secure_write::move_into(&proc_memlog, &memlog) {
+            st.notes.push(format!("{stem}: memlog: {e}"));
+        }
     }
     st.runs.push(run);
     Ok(())
@@ -270,6 +274,22 @@ fn run(plan: &Plan, tools: server::Tools, out: &Path, workdir: &Path, st: &mut S
         }
     }
     Ok(())
+}
+
+/// Creates `dir` (its parents as usual) as a new directory of mode 0700; an existing one (that
+/// could not be removed, e.g. another user's) is an error.
+fn create_private_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::DirBuilderExt;
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    }
+    std::fs::DirBuilder::new().mode(0o700).create(dir).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            format!("work directory {} exists and could not be removed (not ours?): choose another --workdir", dir.display())
+        } else {
+            format!("cannot create {}: {e}", dir.display())
+        }
+    })
 }
 
 fn main() -> ExitCode {
@@ -322,6 +342,12 @@ fn main() -> ExitCode {
         None => PathBuf::from(format!("/tmp/mallocshim-compare.{}", std::process::id())),
     };
     let _ = std::fs::remove_dir_all(&workdir);
+    // The work directory (a predictable name in /tmp by default) is created new, mode 0700: its
+    // server logs, datadir and dumps are then ours alone.
+    if let Err(e) = create_private_dir(&workdir) {
+        say(&e);
+        return ExitCode::from(1);
+    }
     let csv = match results::CsvWriter::create(&out.join("cells.csv")) {
         Ok(c) => c,
         Err(e) => {

@@ -107,7 +107,7 @@ pub struct Sampler {
 
 impl Sampler {
     pub fn start(pid: u32, path: PathBuf, interval: Duration) -> Result<Sampler, String> {
-        let mut f = std::fs::File::create(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        let mut f = super::secure_write::create(&path).map_err(|e| e.to_string())?;
         writeln!(f, "{MEMLOG_HEADER}").map_err(|e| e.to_string())?;
         let stop = Arc::new(AtomicBool::new(false));
         let s2 = stop.clone();
@@ -206,9 +206,7 @@ pub fn take_dump(pid: u32, dir: &Path, dest: &Path) -> Res<Dump> {
     loop {
         let new: Vec<PathBuf> = json_dumps(dir).into_iter().filter(|p| !before.contains(p)).collect();
         if let Some(p) = new.into_iter().max() {
-            std::fs::rename(&p, dest)
-                .or_else(|_| std::fs::copy(&p, dest).map(|_| ()))
-                .map_err(|e| format!("cannot move {} to {}: {e}", p.display(), dest.display()))?;
+            super::secure_write::move_into(&p, dest).map_err(|e| format!("cannot move {} into place: {e}", p.display()))?;
             return Ok(read_dump(dest)?);
         }
         if t0.elapsed() > Duration::from_secs(15) {

@@ -2,7 +2,8 @@
 //! shared by the comparison runner (this directory) and the report tool (examples/report.rs
 //! includes this file with `#[path]`). Pure Rust: plotters draws, text goes through ab_glyph with
 //! a TrueType font read at run time (DejaVu Sans from Debian's fonts-dejavu-core, or the file in
-//! `MALLOCSHIM_FONT`).
+//! `MALLOCSHIM_FONT`). Images are drawn in memory (the png crate encodes the bitmap) and written
+//! through secure_write.rs, which both includers declare beside this module.
 #![allow(dead_code)] // each includer uses its own part
 
 use plotters::coord::Shift;
@@ -168,19 +169,44 @@ fn init_font() -> Result<(), String> {
 }
 
 /// Draws the panels stacked vertically into `out`: SVG when it ends in `.svg`, PNG otherwise.
+/// The image is drawn in memory, then written with `secure_write::write` (a new 0600 file; a
+/// symlink or another user's file at `out` is refused and left alone).
 pub fn draw(out: &Path, title: &str, panels: &[Panel]) -> Result<(), String> {
     init_font()?;
     let h = 60 + 420 * panels.len().max(1) as u32;
     let size = (1000, h);
     let svg = out.extension().is_some_and(|e| e.eq_ignore_ascii_case("svg"));
-    let res = if svg {
-        let root = SVGBackend::new(out, size).into_drawing_area();
-        draw_on(&root, title, panels).and_then(|_| root.present().map_err(|e| e.to_string()))
+    let cannot = |e: String| format!("cannot draw {}: {e}", out.display());
+    let bytes = if svg {
+        let mut text = String::new();
+        {
+            let root = SVGBackend::with_string(&mut text, size).into_drawing_area();
+            draw_on(&root, title, panels).and_then(|_| root.present().map_err(|e| e.to_string())).map_err(cannot)?;
+        }
+        text.into_bytes()
     } else {
-        let root = BitMapBackend::new(out, size).into_drawing_area();
-        draw_on(&root, title, panels).and_then(|_| root.present().map_err(|e| e.to_string()))
+        let mut rgb = vec![0u8; size.0 as usize * size.1 as usize * 3];
+        {
+            let root = BitMapBackend::with_buffer(&mut rgb, size).into_drawing_area();
+            draw_on(&root, title, panels).and_then(|_| root.present().map_err(|e| e.to_string())).map_err(cannot)?;
+        }
+        encode_png(&rgb, size).map_err(|e| format!("cannot encode {} as PNG: {e}", out.display()))?
     };
-    res.map_err(|e| format!("cannot draw {}: {e}", out.display()))
+    super::secure_write::write(out, &bytes).map_err(|e| e.to_string())
+}
+
+/// An 8-bit RGB buffer (what BitMapBackend draws into) as PNG file bytes.
+fn encode_png(rgb: &[u8], (w, h): (u32, u32)) -> Result<Vec<u8>, png::EncodingError> {
+    let mut bytes = Vec::new();
+    {
+        let mut enc = png::Encoder::new(&mut bytes, w, h);
+        enc.set_color(png::ColorType::Rgb);
+        enc.set_depth(png::BitDepth::Eight);
+        let mut wr = enc.write_header()?;
+        wr.write_image_data(rgb)?;
+        wr.finish()?;
+    }
+    Ok(bytes)
 }
 
 fn draw_on<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str, panels: &[Panel]) -> Result<(), String>

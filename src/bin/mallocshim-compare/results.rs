@@ -54,7 +54,7 @@ pub struct CsvWriter {
 
 impl CsvWriter {
     pub fn create(path: &Path) -> Result<CsvWriter, String> {
-        let mut f = std::fs::File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        let mut f = super::secure_write::create(path).map_err(|e| e.to_string())?;
         writeln!(f, "{CSV_HEADER}").map_err(|e| e.to_string())?;
         Ok(CsvWriter { f })
     }
@@ -450,7 +450,7 @@ pub fn write_report(
             let _ = writeln!(md, "- r{}-{}: server {}", r.round, r.config, r.exit);
         }
     }
-    std::fs::write(out.join("report.md"), md).map_err(|e| format!("cannot write report.md: {e}"))?;
+    super::secure_write::write(&out.join("report.md"), md.as_bytes()).map_err(|e| e.to_string())?;
     if let Some(e) = plot_err.first() {
         return Err(e.clone());
     }

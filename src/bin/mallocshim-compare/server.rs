@@ -59,7 +59,7 @@ fn signal_group(pid: u32, sig: i32) {
 /// Runs `cmd` in its own process group with output to `log`, waiting for it; on Ctrl-C kills
 /// the group and returns Interrupted; after `timeout` kills it and fails.
 pub fn run_logged(mut cmd: Command, log: &Path, what: &str, timeout: Duration) -> Res<ExitStatus> {
-    let f = File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+    let f = super::secure_write::create(log).map_err(|e| e.to_string())?;
     let f2 = f.try_clone().map_err(|e| format!("{}: {e}", log.display()))?;
     cmd.stdin(Stdio::null()).stdout(f).stderr(f2).process_group(0);
     let mut child = cmd.spawn().map_err(|e| format!("cannot start {what}: {e}"))?;
@@ -238,7 +238,7 @@ impl Instance {
     pub fn start(&mut self, env: &[(String, String)], label: &str) -> Res<Server> {
         self.runs += 1;
         let errlog = self.dir.join(format!("mysqld.{}.{label}.err", self.runs));
-        let f = File::create(&errlog).map_err(|e| format!("cannot create {}: {e}", errlog.display()))?;
+        let f = super::secure_write::create(&errlog).map_err(|e| e.to_string())?;
         let f2 = f.try_clone().map_err(|e| e.to_string())?;
         let mut c = Command::new(&self.tools.mysqld);
         clean_env(&mut c);
