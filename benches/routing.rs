@@ -286,15 +286,7 @@ fn validate(r: &Runner, cfgs: &[Config]) {
         }
         let what = format!("validate {}", cfg.name);
         let (_, err) = r.run_with(c, &what);
-        let lib = err
-            .lines()
-            .find_map(|l| l.strip_prefix("malloc_lib="))
-            .unwrap_or("?");
-        assert!(
-            lib.contains(cfg.expect_lib),
-            "{what}: malloc resolves to {lib}, expected an object matching {:?}\n--- stderr\n{err}",
-            cfg.expect_lib
-        );
+        check_lib(cfg, &what, &err);
         if let Some(b) = cfg.backend {
             let want = format!("mallocshim: summary backend={b}");
             let ok = err.lines().any(|l| l.starts_with(&want));
@@ -311,6 +303,17 @@ fn validate(r: &Runner, cfgs: &[Config]) {
             }
         }
     }
+}
+
+/// Asserts that `malloc` resolved into the object `cfg` claims (the microbench's `malloc_lib=`
+/// line on stderr).
+fn check_lib(cfg: &Config, what: &str, err: &str) {
+    let lib = err.lines().find_map(|l| l.strip_prefix("malloc_lib=")).unwrap_or("?");
+    assert!(
+        lib.contains(cfg.expect_lib),
+        "{what}: malloc resolves to {lib}, expected an object matching {:?}\n--- stderr\n{err}",
+        cfg.expect_lib
+    );
 }
 
 /// The 1-minute load average, to put the wall-clock numbers in context.
@@ -372,15 +375,7 @@ fn callgrind(r: &Runner, cfgs: &[Config], out_dir: &Path) -> Option<String> {
                 cfg.name,
                 o.status
             );
-            let lib = err
-                .lines()
-                .find_map(|l| l.strip_prefix("malloc_lib="))
-                .unwrap_or("?");
-            assert!(
-                lib.contains(cfg.expect_lib),
-                "callgrind {}: malloc resolves to {lib}",
-                cfg.name
-            );
+            check_lib(cfg, &format!("callgrind {}", cfg.name), &err);
             let collected = err
                 .lines()
                 .find_map(|l| {

@@ -223,10 +223,15 @@ unsafe fn aligned<B: Raw>(align: usize, size: usize) -> *mut c_void {
     p
 }
 
+/// posix_memalign's rule: a power of two multiple of `sizeof(void *)`.
+pub fn posix_align_ok(align: usize) -> bool {
+    align.is_power_of_two() && align % core::mem::size_of::<usize>() == 0
+}
+
 /// `posix_memalign`: EINVAL (errno untouched) unless `align` is a power of two multiple of
 /// `sizeof(void *)`; ENOMEM on failure (errno set too, as glibc does).
 pub unsafe fn posix_memalign<B: Raw>(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
-    if align == 0 || align % core::mem::size_of::<usize>() != 0 || !align.is_power_of_two() {
+    if !posix_align_ok(align) {
         return libc::EINVAL;
     }
     // SAFETY: forwarded.

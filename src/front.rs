@@ -92,19 +92,11 @@ fn recorded_slow<R>(
     run: impl FnOnce(usize) -> R,
     plain: impl FnOnce() -> R,
 ) -> R {
+    let Some((s, shared)) = entered(st, e) else {
+        return plain();
+    };
     // SAFETY: as in `recorded`; the slot is this thread's or EXITED.
     unsafe {
-        if (*st).guard != 0 {
-            return plain();
-        }
-        let mut s = (*st).slot;
-        if s.is_null() {
-            s = slots::claim(st);
-        }
-        let shared = s == slots::exited_ptr();
-        if !derived(e) {
-            bump((*s).calls.get_unchecked(e as usize), 1, shared);
-        }
         if crate::worker::dump_pending() {
             crate::worker::write_pending();
         }
@@ -127,6 +119,28 @@ fn recorded_slow<R>(
             sample(&*s, shared, op as usize, class_of(n), d);
         }
         out
+    }
+}
+
+/// The out-of-line start of a recorded call: None under the guard; otherwise the calling
+/// thread's slot (claimed on its first call; the shared EXITED sink, `true`, when it has none)
+/// with the call of `e` counted unless its count is derived from its op.
+fn entered(st: *mut tls::ThreadState, e: Entry) -> Option<(*mut Slot, bool)> {
+    // SAFETY: `st` is this thread's TLS block; the slot is this thread's or EXITED, both live
+    // for the life of the process; `e` indexes within ENTRIES.
+    unsafe {
+        if (*st).guard != 0 {
+            return None;
+        }
+        let mut s = (*st).slot;
+        if s.is_null() {
+            s = slots::claim(st);
+        }
+        let shared = s == slots::exited_ptr();
+        if !derived(e) {
+            bump((*s).calls.get_unchecked(e as usize), 1, shared);
+        }
+        Some((s, shared))
     }
 }
 
@@ -251,16 +265,5 @@ pub unsafe extern "C" fn malloc_usable_size<B: Raw, const P: bool>(p: *mut c_voi
 /// Counts a call of `e` alone (no op, no size class, never sampled).
 #[inline(never)]
 fn count_entry(e: Entry) {
-    let st = tls::state();
-    // SAFETY: as in `recorded`.
-    unsafe {
-        if (*st).guard != 0 {
-            return;
-        }
-        let mut s = (*st).slot;
-        if s.is_null() {
-            s = slots::claim(st);
-        }
-        bump((*s).calls.get_unchecked(e as usize), 1, s == slots::exited_ptr());
-    }
+    let _ = entered(tls::state(), e);
 }

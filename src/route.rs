@@ -168,7 +168,7 @@ unsafe extern "C" fn boot_posix_memalign(out: *mut *mut c_void, align: usize, si
         // SAFETY: forwarded C contract.
         return unsafe { (get().posix_memalign)(out, align, size) };
     }
-    if !align.is_power_of_two() || align % core::mem::size_of::<usize>() != 0 {
+    if !csem::posix_align_ok(align) {
         return libc::EINVAL;
     }
     let p = bootstrap::alloc(size, align);
