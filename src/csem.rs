@@ -134,12 +134,10 @@ pub unsafe fn free<B: Raw>(p: *mut c_void) {
     unsafe { keep_errno::<B>(|| B::free(p)) }
 }
 
-/// Frees `p` whose usable size `usable` was just read with [`usable_size`]; errno is kept.
+/// Frees the live backend block `p` (not NULL, not a pool block) whose usable size `usable`
+/// was just read with the backend's `usable_size`; errno is kept.
 #[inline(always)]
-pub unsafe fn free_usable<B: Raw>(p: *mut c_void, usable: usize) {
-    if p.is_null() || bootstrap::contains(p) {
-        return;
-    }
+pub unsafe fn free_live<B: Raw>(p: *mut c_void, usable: usize) {
     // SAFETY: a live backend block and its usable size (caller's contract).
     unsafe { keep_errno::<B>(|| B::free_usable(p, usable)) }
 }
@@ -150,10 +148,12 @@ fn keep_errno<B: Raw>(f: impl FnOnce()) {
     if B::FREE_KEEPS_ERRNO {
         return f();
     }
-    let ep = errno_slot();
     // SAFETY: this thread's errno slot.
-    let e = unsafe { *ep };
+    let e = unsafe { *errno_slot() };
     f();
+    // The slot's address is computed again rather than kept across the call: one saved
+    // register instead of three.
+    let ep = errno_slot();
     // SAFETY: as above; written only when the free changed it.
     unsafe {
         if *ep != e {

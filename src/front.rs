@@ -63,19 +63,21 @@ fn recorded<R>(
     // SAFETY: `st` is this thread's TLS block; with a non-zero countdown its slot is claimed
     // by this thread and lives for the life of the process; `e` indexes within ENTRIES.
     unsafe {
+        // Decremented before the test (one `sub` and a branch on its borrow); the out-of-line
+        // path writes it again.
         let cd = (*st).countdown;
+        (*st).countdown = cd.wrapping_sub(1);
         if cd == 0 {
             return recorded_slow(st, e, op, size, run, plain);
         }
-        (*st).countdown = cd - 1;
         let s = (*st).slot;
         if !derived(e) {
             bump((*s).calls.get_unchecked(e as usize), 1, false);
         }
         let n = size();
-        let out = run(n);
+        // Counted before the call, so the call itself is a tail call.
         tally(&*s, false, op, n);
-        out
+        run(n)
     }
 }
 
@@ -92,6 +94,9 @@ fn recorded_slow<R>(
     run: impl FnOnce(usize) -> R,
     plain: impl FnOnce() -> R,
 ) -> R {
+    // SAFETY: `st` is this thread's TLS block. The inline path wrapped the countdown below 0:
+    // it stays 0 (guard, EXITED sink) unless a sampled call draws a new one below.
+    unsafe { (*st).countdown = 0 };
     let Some((s, shared)) = entered(st, e) else {
         return plain();
     };
@@ -198,19 +203,24 @@ pub unsafe extern "C" fn reallocarray<B: Raw, const P: bool>(p: *mut c_void, n: 
 /// free (and handed to the backend, which may then skip its own lookup).
 #[inline(always)]
 unsafe fn free_as<B: Raw, const P: bool>(e: Entry, p: *mut c_void) {
-    if P {
-        // SAFETY (each closure): `p` is NULL or a live block (the program's contract).
-        recorded(
-            e,
-            Op::Free,
-            || unsafe { csem::usable_size::<B>(p) },
-            |u| unsafe { csem::free_usable::<B>(p, u) },
-            || unsafe { csem::free::<B>(p) },
-        )
-    } else {
+    if !P {
         // SAFETY: forwarded C contract.
-        unsafe { csem::free::<B>(p) }
+        return unsafe { csem::free::<B>(p) };
     }
+    if p.is_null() || crate::bootstrap::contains(p) {
+        // Nothing for the backend to free: recorded with size 0 (NULL) or the pool block's size.
+        // SAFETY: a pool block's size is recorded in front of it.
+        let n = if p.is_null() { 0 } else { unsafe { crate::bootstrap::usable_size(p) } };
+        return recorded(e, Op::Free, || n, |_| (), || ());
+    }
+    // SAFETY (each closure): `p` is a live backend block (the program's contract).
+    recorded(
+        e,
+        Op::Free,
+        || unsafe { B::usable_size(p) },
+        |u| unsafe { csem::free_live::<B>(p, u) },
+        || unsafe { csem::free::<B>(p) },
+    )
 }
 
 pub unsafe extern "C" fn free<B: Raw, const P: bool>(p: *mut c_void) {
