@@ -142,6 +142,13 @@ pub unsafe fn free_live<B: Raw>(p: *mut c_void, usable: usize) {
     unsafe { keep_errno::<B>(|| B::free_usable(p, usable)) }
 }
 
+/// Frees the live backend block `p` (not NULL, not a pool block); errno is kept.
+#[inline(always)]
+pub unsafe fn free_live_unsized<B: Raw>(p: *mut c_void) {
+    // SAFETY: a live backend block (caller's contract).
+    unsafe { keep_errno::<B>(|| B::free(p)) }
+}
+
 /// Runs a backend free, restoring errno if the backend may have changed it.
 #[inline(always)]
 fn keep_errno<B: Raw>(f: impl FnOnce()) {

@@ -208,12 +208,40 @@ unsafe fn free_as<B: Raw, const P: bool>(e: Entry, p: *mut c_void) {
         return unsafe { csem::free::<B>(p) };
     }
     if p.is_null() || crate::bootstrap::contains(p) {
-        // Nothing for the backend to free: recorded with size 0 (NULL) or the pool block's size.
-        // SAFETY: a pool block's size is recorded in front of it.
-        let n = if p.is_null() { 0 } else { unsafe { crate::bootstrap::usable_size(p) } };
-        return recorded(e, Op::Free, || n, |_| (), || ());
+        return free_unowned(e, p);
     }
-    // SAFETY (each closure): `p` is a live backend block (the program's contract).
+    if B::COUNTS_FREED_BYTES {
+        // SAFETY: `p` is a live backend block (the program's contract).
+        if unsafe { free_counted::<B>(e, p) } {
+            return;
+        }
+    }
+    // SAFETY: as above.
+    unsafe { free_looked_up::<B>(e, p) }
+}
+
+/// A recorded free of NULL or of a bootstrap-pool block: nothing for the backend to free;
+/// recorded with size 0 (NULL) or the pool block's size.
+#[cold]
+#[inline(never)]
+fn free_unowned(e: Entry, p: *mut c_void) {
+    // SAFETY: a pool block's size is recorded in front of it.
+    let n = if p.is_null() { 0 } else { unsafe { crate::bootstrap::usable_size(p) } };
+    recorded(e, Op::Free, || n, |_| (), || ())
+}
+
+/// A recorded free that reads the block's usable size from the backend first: inline for
+/// backends without a freed-bytes counter, out of line (the counter's fallback) for the others.
+///
+/// # Safety
+/// `p` is a live block of `B`, not a pool block.
+#[inline(always)]
+unsafe fn free_looked_up<B: Raw>(e: Entry, p: *mut c_void) {
+    if B::COUNTS_FREED_BYTES {
+        // SAFETY: forwarded contract.
+        return unsafe { free_looked_up_outlined::<B>(e, p) };
+    }
+    // SAFETY (each closure): `p` is a live backend block (the caller's contract).
     recorded(
         e,
         Op::Free,
@@ -221,6 +249,58 @@ unsafe fn free_as<B: Raw, const P: bool>(e: Entry, p: *mut c_void) {
         |u| unsafe { csem::free_live::<B>(p, u) },
         || unsafe { csem::free::<B>(p) },
     )
+}
+
+/// [`free_looked_up`] out of line, off the inline path of [`free_counted`].
+///
+/// # Safety
+/// As [`free_looked_up`].
+#[cold]
+#[inline(never)]
+unsafe fn free_looked_up_outlined<B: Raw>(e: Entry, p: *mut c_void) {
+    // SAFETY (each closure): `p` is a live backend block (the caller's contract).
+    recorded(
+        e,
+        Op::Free,
+        || unsafe { B::usable_size(p) },
+        |u| unsafe { csem::free_live::<B>(p, u) },
+        || unsafe { csem::free::<B>(p) },
+    )
+}
+
+/// The inline path of a recorded free for a backend that counts the bytes each thread frees
+/// ([`Raw::COUNTS_FREED_BYTES`]): the block's usable size is the counter's growth across the
+/// free, so no lookup precedes it. Returns false, having done nothing, when the call belongs
+/// to the out-of-line path (countdown 0: guard, first call, EXITED sink, sampled call) or the
+/// thread's slot has no counter.
+///
+/// # Safety
+/// `p` is a live block of `B`, not a pool block.
+#[inline(always)]
+unsafe fn free_counted<B: Raw>(e: Entry, p: *mut c_void) -> bool {
+    let st = tls::state();
+    // SAFETY: as in `recorded`; the counter, when set, is this thread's own, in the backend's
+    // thread-local data, and only this thread's frees change it.
+    unsafe {
+        let cd = (*st).countdown;
+        if cd == 0 {
+            return false;
+        }
+        let s = (*st).slot;
+        let counter = (*s).freed_counter.load(Relaxed);
+        if counter.is_null() {
+            return false;
+        }
+        (*st).countdown = cd - 1;
+        if !derived(e) {
+            bump((*s).calls.get_unchecked(e as usize), 1, false);
+        }
+        let before = counter.read_volatile();
+        csem::free_live_unsized::<B>(p);
+        let n = counter.read_volatile().wrapping_sub(before) as usize;
+        tally(&*s, false, Op::Free, n);
+        true
+    }
 }
 
 pub unsafe extern "C" fn free<B: Raw, const P: bool>(p: *mut c_void) {

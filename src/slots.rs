@@ -56,6 +56,10 @@ pub const ENTRY_NAMES: [&str; ENTRIES] = [
 /// One thread's recording: about 13 KiB.
 #[repr(C, align(64))]
 pub struct Slot {
+    /// The backend's count of bytes this thread has freed, read around each free in place of a
+    /// usable-size lookup (jemalloc's `thread.deallocatedp`); null when the backend keeps none.
+    /// Set by the owner when it claims the slot.
+    pub freed_counter: AtomicPtr<u64>,
     /// Calls per entry point, for the entry points that share an op with another
     /// (reallocarray, free_sized, free_aligned_sized, the aligned family) and for
     /// malloc_usable_size. malloc, calloc, realloc and free are derived from `tally` by
@@ -89,6 +93,7 @@ const ZCB: [[AtomicU64; BUCKETS]; CLASSES] = [ZB; CLASSES];
 impl Slot {
     const fn new() -> Slot {
         Slot {
+            freed_counter: AtomicPtr::new(ptr::null_mut()),
             calls: [Z; ENTRIES],
             tally: [ZT; OPS],
             hist: [ZB; OPS],
@@ -196,6 +201,7 @@ pub fn claim(st: *mut tls::ThreadState) -> *mut Slot {
             if !s.in_use.load(Relaxed) && s.in_use.compare_exchange(false, true, Acquire, Relaxed).is_ok() {
                 // SAFETY: gettid has no preconditions.
                 s.tid.store(unsafe { libc::gettid() } as u32, Relaxed);
+                s.freed_counter.store(crate::backend::thread_freed_counter(), Relaxed);
                 got = s as *const Slot as *mut Slot;
                 break 'outer;
             }

@@ -74,6 +74,8 @@ impl super::Raw for Jemalloc {
     /// jemalloc's `malloc` sets ENOMEM on every failure (its `set_errno_on_error` path).
     const MALLOC_SETS_ENOMEM: bool = true;
     const FREE_KEEPS_ERRNO: bool = false;
+    /// Every free, fast path or not, adds the block's usable size to `thread.deallocated`.
+    const COUNTS_FREED_BYTES: bool = true;
     super::raw_forwards!();
 
     /// `sdallocx(p, usable, 0)`: a size in [request, usable size] is valid, and with it jemalloc
@@ -83,6 +85,13 @@ impl super::Raw for Jemalloc {
         // SAFETY: `p` is a live jemalloc block and `usable` its usable size (caller's contract).
         unsafe { je::sdallocx(p, usable, 0) }
     }
+}
+
+/// `thread.deallocatedp`: the address of the calling thread's count of bytes freed (jemalloc
+/// adds the usable size of every block the thread frees); null when mallctl refuses it.
+pub fn thread_freed_counter() -> *mut u64 {
+    // SAFETY: `thread.deallocatedp` is a read-only mallctl whose value is a `uint64_t *`.
+    unsafe { tikv_jemalloc_ctl::raw::read::<*mut u64>(b"thread.deallocatedp\0") }.unwrap_or(core::ptr::null_mut())
 }
 
 /// stats.allocated / stats.resident after an `epoch` refresh.

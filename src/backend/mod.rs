@@ -127,6 +127,10 @@ pub trait Raw {
     const MALLOC_SETS_ENOMEM: bool;
     /// `free` never changes errno, so `csem` need not save and restore it (glibc since 2.33).
     const FREE_KEEPS_ERRNO: bool;
+    /// The backend counts the bytes each thread frees, adding the block's usable size on every
+    /// free (jemalloc's `thread.deallocated`): the recorder reads the counter around a free
+    /// (see [`thread_freed_counter`]) instead of looking the usable size up first.
+    const COUNTS_FREED_BYTES: bool = false;
 
     /// # Safety
     /// `size` is at most `isize::MAX` unless `MALLOC_SETS_ENOMEM`; at least 16 if `SMALL_8`.
@@ -194,6 +198,16 @@ macro_rules! raw_forwards {
     };
 }
 pub(crate) use raw_forwards;
+
+/// The calling thread's counter of bytes freed, kept by the active backend (jemalloc:
+/// `thread.deallocatedp`), or null. Called when a thread claims its recording slot, under the
+/// reentrancy guard.
+pub fn thread_freed_counter() -> *mut u64 {
+    match active() {
+        Backend::Jemalloc => jemalloc::thread_freed_counter(),
+        _ => core::ptr::null_mut(),
+    }
+}
 
 /// The active backend's own memory figures, in bytes. `None` fields could not be read.
 #[derive(Clone, Copy, Default, Debug)]
