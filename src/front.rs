@@ -215,6 +215,8 @@ unsafe fn free_as<B: Raw, const P: bool>(e: Entry, p: *mut c_void) {
         if unsafe { free_counted::<B>(e, p) } {
             return;
         }
+        // SAFETY: as above.
+        return unsafe { free_looked_up_cold::<B>(e, p) };
     }
     // SAFETY: as above.
     unsafe { free_looked_up::<B>(e, p) }
@@ -230,17 +232,12 @@ fn free_unowned(e: Entry, p: *mut c_void) {
     recorded(e, Op::Free, || n, |_| (), || ())
 }
 
-/// A recorded free that reads the block's usable size from the backend first: inline for
-/// backends without a freed-bytes counter, out of line (the counter's fallback) for the others.
+/// A recorded free that reads the block's usable size from the backend first.
 ///
 /// # Safety
 /// `p` is a live block of `B`, not a pool block.
 #[inline(always)]
 unsafe fn free_looked_up<B: Raw>(e: Entry, p: *mut c_void) {
-    if B::COUNTS_FREED_BYTES {
-        // SAFETY: forwarded contract.
-        return unsafe { free_looked_up_outlined::<B>(e, p) };
-    }
     // SAFETY (each closure): `p` is a live backend block (the caller's contract).
     recorded(
         e,
@@ -251,21 +248,15 @@ unsafe fn free_looked_up<B: Raw>(e: Entry, p: *mut c_void) {
     )
 }
 
-/// [`free_looked_up`] out of line, off the inline path of [`free_counted`].
+/// [`free_looked_up`] out of line: the fallback of [`free_counted`], kept off its inline path.
 ///
 /// # Safety
 /// As [`free_looked_up`].
 #[cold]
 #[inline(never)]
-unsafe fn free_looked_up_outlined<B: Raw>(e: Entry, p: *mut c_void) {
-    // SAFETY (each closure): `p` is a live backend block (the caller's contract).
-    recorded(
-        e,
-        Op::Free,
-        || unsafe { B::usable_size(p) },
-        |u| unsafe { csem::free_live::<B>(p, u) },
-        || unsafe { csem::free::<B>(p) },
-    )
+unsafe fn free_looked_up_cold<B: Raw>(e: Entry, p: *mut c_void) {
+    // SAFETY: forwarded contract.
+    unsafe { free_looked_up::<B>(e, p) }
 }
 
 /// The inline path of a recorded free for a backend that counts the bytes each thread frees
