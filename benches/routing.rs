@@ -15,6 +15,12 @@
 //! | shim->B (routing)      | libmallocshim.so                 | BACKEND=B, PROFILE=off               |
 //! | shim->B (profile)      | libmallocshim.so                 | BACKEND=B (profiling at defaults)    |
 //! | shim->B (SAMPLE=1)     | libmallocshim.so                 | BACKEND=B, SAMPLE=1 (every call timed) |
+//! | shim->B floor          | libmallocshim.so built with the `semantics-floor` feature | BACKEND=B, PROFILE=off |
+//!
+//! The floor rows measure the interposition alone: the same routing with the C semantics the
+//! shim adds to the backend left out (bootstrap-pool test in free; under jemalloc and tcmalloc
+//! also errno kept by free and 16-byte rounding). That build breaks glibc's contract and exists
+//! for this comparison only; it is built into `target/floor/`.
 //!
 //! Rounds are interleaved: round r runs every configuration of every (workload, threads) group
 //! once, in an order rotated by r. The table reports the median ns per malloc/free pair over the
@@ -33,6 +39,7 @@
 //! - `MALLOCSHIM_BENCH_PIN` (default 1): pin 1-thread runs to one CPU with taskset
 //! - `MALLOCSHIM_BENCH_CALLGRIND` (default 1 when valgrind is installed): also count
 //!   instructions per pair for pair64/1 thread under callgrind (stable on noisy machines).
+//! - `MALLOCSHIM_BENCH_FLOOR` (default 1): build and measure the floor rows.
 //!
 //! Output: the Markdown table on stdout, also written to `target/bench/routing.md`.
 
@@ -66,6 +73,8 @@ struct Config {
     baseline: Option<usize>,
     /// Substring that `malloc_lib=` (printed by the microbench) must contain.
     expect_lib: &'static str,
+    /// A floor row: the `semantics-floor` build, routing only.
+    floor: bool,
 }
 
 impl Config {
@@ -112,15 +121,21 @@ fn require_file(path: &str) -> PathBuf {
     PathBuf::from(path)
 }
 
-fn build_shim() -> PathBuf {
+/// Builds the release shim; with `floor`, the `semantics-floor` build into `target/floor/`.
+fn build_shim(floor: bool) -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let st = Command::new(cargo)
-        .args(["build", "--release", "--lib"])
-        .current_dir(root())
-        .status()
-        .expect("run cargo build --release");
+    let mut c = Command::new(cargo);
+    c.args(["build", "--release", "--lib"]).current_dir(root());
+    let dir = if floor {
+        let d = target_dir().join("floor");
+        c.args(["--features", "semantics-floor", "--target-dir"]).arg(&d);
+        d
+    } else {
+        target_dir()
+    };
+    let st = c.status().expect("run cargo build --release");
     assert!(st.success(), "cargo build --release failed");
-    let so = target_dir().join("release/libmallocshim.so");
+    let so = dir.join("release/libmallocshim.so");
     assert!(
         so.exists(),
         "{} missing after cargo build --release",
@@ -147,8 +162,9 @@ fn build_microbench(out_dir: &Path) -> PathBuf {
     dst
 }
 
-/// The twelve configurations; direct rows first so `baseline` indices are stable.
-fn configs(shim: &Path) -> Vec<Config> {
+/// The twelve configurations (fifteen with the floor rows); direct rows first so `baseline`
+/// indices are stable.
+fn configs(shim: &Path, floor: Option<&Path>) -> Vec<Config> {
     let je = require_file(JEMALLOC_LIB);
     let tc = require_file(TCMALLOC_LIB);
     let mut v = vec![
@@ -161,6 +177,7 @@ fn configs(shim: &Path) -> Vec<Config> {
             routing: None,
             baseline: None,
             expect_lib: "libc.so",
+            floor: false,
         },
         Config {
             name: "libjemalloc.so.2".into(),
@@ -171,6 +188,7 @@ fn configs(shim: &Path) -> Vec<Config> {
             routing: None,
             baseline: None,
             expect_lib: "libjemalloc",
+            floor: false,
         },
         Config {
             name: "libtcmalloc_minimal.so.4".into(),
@@ -181,6 +199,7 @@ fn configs(shim: &Path) -> Vec<Config> {
             routing: None,
             baseline: None,
             expect_lib: "libtcmalloc_minimal",
+            floor: false,
         },
     ];
     for (base, backend) in [(0usize, "glibc"), (1, "jemalloc"), (2, "tcmalloc")] {
@@ -197,6 +216,20 @@ fn configs(shim: &Path) -> Vec<Config> {
                 routing: (!profile_off).then_some(routing),
                 baseline: Some(base),
                 expect_lib: "libmallocshim",
+                floor: false,
+            });
+        }
+        if let Some(f) = floor {
+            v.push(Config {
+                name: format!("shim->{backend} floor (routing, no C semantics)"),
+                preload: Some(f.to_path_buf()),
+                backend: Some(backend),
+                profile_off: true,
+                sample: None,
+                routing: None,
+                baseline: Some(base),
+                expect_lib: "libmallocshim",
+                floor: true,
             });
         }
     }
@@ -413,9 +446,10 @@ fn main() {
     let load_before = loadavg();
     let out_dir = target_dir().join("bench");
     std::fs::create_dir_all(&out_dir).expect("create target/bench");
-    let shim = build_shim();
+    let shim = build_shim(false);
+    let floor = (env_u64("MALLOCSHIM_BENCH_FLOOR", 1) != 0).then(|| build_shim(true));
     let bench = build_microbench(&out_dir);
-    let cfgs = configs(&shim);
+    let cfgs = configs(&shim, floor.as_deref());
 
     let taskset = if pin { have("taskset") } else { None };
     // Pin 1-thread runs to the last CPU this process may use (2-thread runs are left free).
@@ -522,7 +556,13 @@ fn main() {
                     Some(b) => {
                         let ratio = med[ci] / med[b];
                         let added = (med[ci] - med[b]) / 2.0;
-                        if *w == "pair64" && cfg.profile_off {
+                        if *w == "pair64" && cfg.floor {
+                            verdicts.push(format!(
+                                "{} pair64 t={t}: ratio {ratio:.3}, {added:+.2} ns/call: the interposition alone {} the routing goal",
+                                cfg.name,
+                                if ratio <= 1.10 && added <= 1.0 { "is within" } else { "exceeds" }
+                            ));
+                        } else if *w == "pair64" && cfg.profile_off {
                             let ok = ratio <= 1.10 && added <= 1.0;
                             verdicts.push(format!(
                                 "{} pair64 t={t}: ratio {ratio:.3}, {added:+.2} ns/call -> {}",

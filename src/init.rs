@@ -56,4 +56,8 @@ fn run() {
     if cfg.verbose > 0 {
         config::print_table();
     }
+    #[cfg(feature = "semantics-floor")]
+    crate::shim_warn!(
+        "built with the semantics-floor feature, for measurement only: free does not recognise bootstrap-pool blocks; under jemalloc and tcmalloc it does not keep errno and small blocks are 8-byte aligned"
+    );
 }

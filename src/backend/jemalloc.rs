@@ -70,10 +70,10 @@ pub unsafe fn usable_size(p: *mut c_void) -> usize {
 pub struct Jemalloc;
 
 impl super::Raw for Jemalloc {
-    const SMALL_8: bool = true;
+    const SMALL_8: bool = !cfg!(feature = "semantics-floor");
     /// jemalloc's `malloc` sets ENOMEM on every failure (its `set_errno_on_error` path).
     const MALLOC_SETS_ENOMEM: bool = true;
-    const FREE_KEEPS_ERRNO: bool = false;
+    const FREE_KEEPS_ERRNO: bool = cfg!(feature = "semantics-floor");
     /// Every free, fast path or not, adds the block's usable size to `thread.deallocated`.
     const COUNTS_FREED_BYTES: bool = true;
     super::raw_forwards!();

@@ -149,10 +149,10 @@ pub unsafe fn usable_size(p: *mut c_void) -> usize {
 pub struct Tcmalloc;
 
 impl super::Raw for Tcmalloc {
-    const SMALL_8: bool = true;
+    const SMALL_8: bool = !cfg!(feature = "semantics-floor");
     /// tc_malloc's failure path (`handle_oom`) sets ENOMEM; huge sizes fail the same way.
     const MALLOC_SETS_ENOMEM: bool = true;
-    const FREE_KEEPS_ERRNO: bool = false;
+    const FREE_KEEPS_ERRNO: bool = cfg!(feature = "semantics-floor");
     super::raw_forwards!();
 }
 
