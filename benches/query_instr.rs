@@ -1,0 +1,273 @@
+//! Instructions per query of mariadbd under sysbench, shim against direct preload (issue 3's
+//! mariadbd goal, measured deterministically). Run with `cargo bench --bench query_instr`
+//! (a `harness = false` bench: a plain `main`).
+//!
+//! It runs `scripts/query-instr.sh`, which starts mariadbd under
+//! `valgrind --tool=callgrind --collect-atstart=no --toggle-collect='do_command(THD*, bool)'`, so
+//! that only the instructions executed inside the server's command processing are counted
+//! (parsing, execution, the result, and every malloc/free made meanwhile through the shim or the
+//! preloaded allocator), for each backend and mode:
+//! - `direct`: glibc with no preload; `LD_PRELOAD=libjemalloc.so.2`; `LD_PRELOAD=libtcmalloc_minimal.so.4`;
+//! - `shim`: `LD_PRELOAD=libmallocshim.so MALLOCSHIM_BACKEND=<backend>`, profiling on at defaults;
+//! - `routing`: the same with `MALLOCSHIM_PROFILE=off`.
+//!
+//! For each workload and sysbench thread count it runs N and 2N events (after a warm-up of N/4)
+//! and reports instructions per query = (Ir(2N run) - Ir(N run)) / (queries(2N) - queries(N)), so
+//! connecting, preparing statements and quitting cancel out. Valgrind runs one guest thread at a
+//! time, so the counts do not depend on the machine's load (wall-clock qps on 2 shared vCPUs
+//! varies by 10-25% between rounds; these counts by about 0.1%).
+//!
+//! Knobs (environment, passed through to the script):
+//! - `QI_BACKENDS` (default `glibc jemalloc tcmalloc`), `QI_MODES` (`direct shim routing`),
+//!   `QI_WORKLOADS` (`oltp_point_select oltp_read_only`), `QI_THREADS` (`2 8`);
+//! - `QI_ROUNDS` (default 1): every config once per round, order rotated; the table shows medians
+//!   and, with 2 or more rounds, the spread of each config's counts;
+//! - `QI_PS_EVENTS` (default 8000) N for oltp_point_select, `QI_RO_EVENTS` (default 500) N for
+//!   oltp_read_only (16 queries per event);
+//! - `QI_OUT` (default `target/query-instr`): callgrind files, sysbench reports, error logs.
+//!
+//! Output: Markdown on stdout and in `target/bench/query-instr.md`, every measurement in
+//! `target/bench/query-instr.csv`. Fails (non-zero exit, one clear message) when valgrind,
+//! callgrind_control, mariadbd, sysbench, jemalloc or tcmalloc is missing, when any sysbench run
+//! has errors, a server does not have the expected allocator (`@@version_malloc_library` and
+//! /proc/PID/maps), or a mariadbd does not stop cleanly. The default run (9 configs x 4 cells)
+//! takes about 10-15 minutes.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+use common::median;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+const JEMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+
+fn env_str(key: &str, default: &str) -> String {
+    std::env::var(key).unwrap_or_else(|_| default.to_string())
+}
+
+/// One `cell ...` line of the script.
+#[derive(Clone, Debug)]
+struct Cell {
+    round: u64,
+    backend: String,
+    mode: String,
+    workload: String,
+    threads: u64,
+    n: u64,
+    q1: u64,
+    ir1: u64,
+    q2: u64,
+    ir2: u64,
+    per_query: f64,
+    errors: u64,
+}
+
+fn parse_cell(l: &str) -> Option<Cell> {
+    let s = |k| common::kv_str(l, k).map(str::to_string);
+    let u = |k| common::kv(l, k);
+    Some(Cell {
+        round: u("round")?,
+        backend: s("backend")?,
+        mode: s("mode")?,
+        workload: s("workload")?,
+        threads: u("threads")?,
+        n: u("n")?,
+        q1: u("q1").unwrap_or(0),
+        ir1: u("ir1").unwrap_or(0),
+        q2: u("q2").unwrap_or(0),
+        ir2: u("ir2").unwrap_or(0),
+        per_query: common::kv_str(l, "ir_per_query").and_then(|v| v.parse().ok()).unwrap_or(f64::NAN),
+        errors: u("errors").unwrap_or(1),
+    })
+}
+
+fn words(key: &str, default: &str) -> Vec<String> {
+    env_str(key, default).split_whitespace().map(str::to_string).collect()
+}
+
+fn main() {
+    // Fail loudly, before anything starts, when a tool is missing.
+    for t in ["valgrind", "callgrind_control", "mariadbd", "mariadb-install-db", "mariadb-admin", "mariadb", "sysbench", "nm"] {
+        common::require(t);
+    }
+    common::require_file(common::TCMALLOC_LIB);
+    common::require_file(JEMALLOC_LIB);
+    let so = common::shim();
+    let out_dir = common::target_dir().join("bench");
+    std::fs::create_dir_all(&out_dir).expect("create target/bench");
+
+    let backends = words("QI_BACKENDS", "glibc jemalloc tcmalloc");
+    let modes = words("QI_MODES", "direct shim routing");
+    let workloads = words("QI_WORKLOADS", "oltp_point_select oltp_read_only");
+    let threads: Vec<u64> = words("QI_THREADS", "2 8").iter().map(|t| t.parse().expect("QI_THREADS: numbers")).collect();
+
+    let t0 = std::time::Instant::now();
+    let mut child = Command::new("bash")
+        .arg(common::root().join("scripts/query-instr.sh"))
+        .env("MALLOCSHIM_SO", &so)
+        .env_remove("LD_PRELOAD")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("run scripts/query-instr.sh");
+    let mut cells: Vec<Cell> = Vec::new();
+    let mut servers: Vec<String> = Vec::new();
+    let mut ok_line = None;
+    for l in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let l = l.expect("read the script's stdout");
+        eprintln!("query-instr: {l}");
+        if l.starts_with("cell ") {
+            cells.push(parse_cell(&l).unwrap_or_else(|| panic!("unparsable line from query-instr.sh: {l}")));
+        } else if l.starts_with("server ") {
+            servers.push(l);
+        } else if let Some(v) = l.strip_prefix("ok=") {
+            ok_line = Some(v.to_string());
+        }
+    }
+    let status = child.wait().expect("wait for query-instr.sh");
+    let secs = t0.elapsed().as_secs_f64();
+
+    // Raw numbers.
+    let mut csv = String::from("round,backend,mode,workload,threads,n,queries_n,ir_n,queries_2n,ir_2n,ir_per_query,errors\n");
+    for c in &cells {
+        let _ = writeln!(
+            csv,
+            "{},{},{},{},{},{},{},{},{},{},{:.1},{}",
+            c.round, c.backend, c.mode, c.workload, c.threads, c.n, c.q1, c.ir1, c.q2, c.ir2, c.per_query, c.errors
+        );
+    }
+    std::fs::write(out_dir.join("query-instr.csv"), &csv).expect("write target/bench/query-instr.csv");
+
+    // (backend, mode, workload, threads) -> per-round instructions per query.
+    let mut by: BTreeMap<(String, String, String, u64), Vec<f64>> = BTreeMap::new();
+    for c in &cells {
+        by.entry((c.backend.clone(), c.mode.clone(), c.workload.clone(), c.threads)).or_default().push(c.per_query);
+    }
+    let get = |b: &str, m: &str, w: &str, t: u64| by.get(&(b.to_string(), m.to_string(), w.to_string(), t)).cloned();
+    let rounds = cells.iter().map(|c| c.round + 1).max().unwrap_or(0);
+
+    let mut md = String::new();
+    let _ = writeln!(md, "# mariadbd instructions per query: shim vs direct preload (benches/query_instr.rs)\n");
+    let _ = writeln!(
+        md,
+        "`scripts/query-instr.sh` with QI_BACKENDS=\"{}\" QI_MODES=\"{}\" QI_WORKLOADS=\"{}\" QI_THREADS=\"{}\" QI_ROUNDS={} QI_PS_EVENTS={} QI_RO_EVENTS={}; {rounds} round(s), {:.0} s. \
+         mariadbd under `valgrind --tool=callgrind --collect-atstart=no --toggle-collect='do_command(THD*, bool)'`: \
+         instructions executed inside command processing by the query threads, per query, from the difference of a 2N-event and an N-event sysbench run. Median over rounds.\n",
+        backends.join(" "),
+        modes.join(" "),
+        workloads.join(" "),
+        threads.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(" "),
+        env_str("QI_ROUNDS", "1"),
+        env_str("QI_PS_EVENTS", "8000"),
+        env_str("QI_RO_EVENTS", "500"),
+        secs
+    );
+    let has_routing = modes.iter().any(|m| m == "routing");
+    let _ = write!(md, "| workload | threads | backend | direct instr/query | shim instr/query | shim/direct | added by shim /query |");
+    if has_routing {
+        let _ = write!(md, " routing instr/query | routing/direct | added by routing /query |");
+    }
+    let _ = writeln!(md, "{}", if has_routing { "\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|" } else { "\n|---|---:|---|---:|---:|---:|---:|" });
+    let mut worst: Option<(f64, String)> = None;
+    for w in &workloads {
+        for &t in &threads {
+            for b in &backends {
+                let d = get(b, "direct", w, t).map(median);
+                let cell = |m: &str| -> (String, String, String, Option<f64>) {
+                    match (d, get(b, m, w, t).map(median)) {
+                        (Some(d), Some(s)) => (format!("{s:.0}"), format!("{:.4}", s / d), format!("{:+.0}", s - d), Some(s / d)),
+                        (None, Some(s)) => (format!("{s:.0}"), "-".into(), "-".into(), None),
+                        _ => ("-".into(), "-".into(), "-".into(), None),
+                    }
+                };
+                let (s, sr, sa, ratio) = cell("shim");
+                if let Some(r) = ratio {
+                    if worst.as_ref().map_or(true, |(x, _)| r > *x) {
+                        worst = Some((r, format!("{w} {t} threads {b}")));
+                    }
+                }
+                let _ = write!(
+                    md,
+                    "| {w} | {t} | {b} | {} | {s} | {sr} | {sa} |",
+                    d.map(|d| format!("{d:.0}")).unwrap_or("-".into())
+                );
+                if has_routing {
+                    let (r, rr, ra, _) = cell("routing");
+                    let _ = write!(md, " {r} | {rr} | {ra} |");
+                }
+                let _ = writeln!(md);
+            }
+        }
+    }
+    if let Some((r, where_)) = &worst {
+        let _ = writeln!(
+            md,
+            "\nLargest shim/direct ratio: {r:.4} ({where_}); the goal is at most 1.03: {}.",
+            if *r <= 1.03 { "met in every cell" } else { "NOT met" }
+        );
+    }
+
+    if rounds >= 2 {
+        let _ = writeln!(
+            md,
+            "\nRepeatability: each config's instructions per query over the {rounds} rounds (each round a fresh mariadbd); spread = (max - min) / median.\n"
+        );
+        let _ = writeln!(md, "| workload | threads | backend | mode | min | median | max | spread |");
+        let _ = writeln!(md, "|---|---:|---|---|---:|---:|---:|---:|");
+        for ((b, m, w, t), v) in &by {
+            let lo = v.iter().cloned().fold(f64::INFINITY, f64::min);
+            let hi = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let med = median(v.clone());
+            let _ = writeln!(md, "| {w} | {t} | {b} | {m} | {lo:.0} | {med:.0} | {hi:.0} | {:.3}% |", 100.0 * (hi - lo) / med);
+        }
+    }
+
+    let _ = writeln!(md, "\nServers (one per config and round): allocator seen by mariadbd, exit status.\n");
+    let _ = writeln!(md, "| round | backend | mode | @@version_malloc_library | allocator mapped | start s | mariadbd exit | crash report |");
+    let _ = writeln!(md, "|---:|---|---|---|---|---:|---:|---|");
+    for l in &servers {
+        let g = |k| common::kv_str(l, k).unwrap_or("?");
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            g("round"),
+            g("backend"),
+            g("mode"),
+            g("malloc_lib").replace('_', " "),
+            g("loaded"),
+            g("start_s"),
+            g("mariadbd_exit"),
+            if g("crash") == "0" { "none" } else { "YES" }
+        );
+    }
+    let errors: u64 = cells.iter().map(|c| c.errors).sum();
+    let _ = writeln!(md, "\nsysbench errors over all runs: {errors}.");
+
+    print!("{md}");
+    std::fs::write(out_dir.join("query-instr.md"), &md).expect("write target/bench/query-instr.md");
+
+    let expected = rounds.max(1) as usize * backends.len() * modes.len() * workloads.len() * threads.len();
+    let mut fail = Vec::new();
+    if !status.success() {
+        fail.push(format!("scripts/query-instr.sh exited with {status}"));
+    }
+    if ok_line.as_deref() != Some("1") {
+        fail.push(format!("the script did not report ok=1 (got {ok_line:?})"));
+    }
+    if cells.len() != expected {
+        fail.push(format!("{} cells measured, {expected} expected", cells.len()));
+    }
+    if errors != 0 {
+        fail.push(format!("{errors} errors in sysbench runs or callgrind dumps"));
+    }
+    if cells.iter().any(|c| !c.per_query.is_finite()) {
+        fail.push("a cell has no instructions-per-query figure".into());
+    }
+    if !fail.is_empty() {
+        eprintln!("query_instr bench FAILED: {}", fail.join("; "));
+        std::process::exit(1);
+    }
+}
