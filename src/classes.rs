@@ -84,31 +84,3 @@ pub fn bucket_mid(b: usize) -> u64 {
     let e = b / 8 + 2;
     bucket_low(b) + (1u64 << (e - 3)) / 2
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The size class by its definition: `<=16` is 0, `(2^k, 2^(k+1)]` is k - 3, capped.
-    fn class_by_definition(size: usize) -> usize {
-        if size <= 16 {
-            return 0;
-        }
-        let ceil_log2 = (usize::BITS - (size - 1).leading_zeros()) as usize;
-        (ceil_log2 - 4).min(CLASSES - 1)
-    }
-
-    #[test]
-    fn class_of_matches_definition_at_every_edge() {
-        let mut sizes = vec![0, 1, 15, 16, 17, usize::MAX - 1, usize::MAX];
-        for k in 1..64 {
-            let p = 1usize << k;
-            sizes.extend([p - 1, p, p + 1]);
-        }
-        for s in sizes {
-            assert_eq!(class_of(s), class_by_definition(s), "size {s}");
-            let (lo, hi) = class_bounds(class_of(s));
-            assert!(lo <= s as u64 && s as u64 <= hi, "size {s} outside class bounds {lo}..={hi}");
-        }
-    }
-}
