@@ -80,10 +80,7 @@ emit trim_ms "$FT_TRIM_MS"
 mdb_create || exit 2
 
 # Every MALLOCSHIM_* of the caller's environment is dropped: only what a config sets applies.
-base_env=(env -u LD_PRELOAD)
-while IFS='=' read -r k _; do
-    [[ $k == MALLOCSHIM_* ]] && base_env+=(-u "$k")
-done < <(env)
+mdb_clean_env base_env
 
 # --- the data set, under a plain mariadbd --------------------------------------------------
 mdb_start "${base_env[@]}" || exit 2

@@ -49,10 +49,7 @@ mdb_sysbench_prepare || { mdb_kill; exit 1; }
 mdb_stop || { echo "main-job: the unpreloaded mariadbd (prepare run) exited with status $MDB_EXIT" >&2; exit 1; }
 
 # A clean environment for mariadbd: none of the caller's MALLOCSHIM_* settings.
-base_prefix=(env)
-while IFS='=' read -r k _; do
-    [[ $k == MALLOCSHIM_* ]] && base_prefix+=(-u "$k")
-done < <(env)
+mdb_clean_env base_prefix
 
 declare -A R
 for b in "${backends[@]}"; do

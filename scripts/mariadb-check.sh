@@ -58,10 +58,7 @@ emit threads "$threads"
 
 mdb_create || exit 1
 # Only mariadbd is preloaded; other MALLOCSHIM_* settings of the caller's environment are dropped.
-prefix=(env)
-while IFS='=' read -r k _; do
-    [[ $k == MALLOCSHIM_* ]] && prefix+=(-u "$k")
-done < <(env)
+mdb_clean_env prefix
 dumpdir=$MDB_DIR/dumps
 mkdir -p "$dumpdir"
 prefix+=(LD_PRELOAD="$so" MALLOCSHIM_BACKEND="$backend" MALLOCSHIM_VERBOSE=1 MALLOCSHIM_DUMP_DIR="$dumpdir"

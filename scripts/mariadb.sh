@@ -7,6 +7,7 @@
 # Usage:
 #   source scripts/mariadb.sh
 #   mdb_create                                   # temp dir + datadir; installs the cleanup trap
+#   mdb_clean_env base                           # base=(env -u LD_PRELOAD -u MALLOCSHIM_...)
 #   mdb_start env LD_PRELOAD=/abs/libmallocshim.so MALLOCSHIM_BACKEND=jemalloc
 #   mdb_sysbench_prepare                         # database sbtest, 4 tables x 10000 rows
 #   mdb_sysbench_run oltp_read_only 8 4          # sets SB_QPS SB_TPS SB_ERRORS SB_P95 ...
@@ -89,6 +90,18 @@ mdb_tail_log() {
     else
         mdb_log "no error log to show (${f:-unset})"
     fi
+}
+
+# mdb_clean_env NAME: sets the array NAME to an `env` prefix that drops LD_PRELOAD and every
+# MALLOCSHIM_* variable of the caller's environment, so that only what a configuration adds
+# applies, e.g.  mdb_clean_env base; mdb_start "${base[@]}" LD_PRELOAD=/abs/libmallocshim.so
+mdb_clean_env() {
+    local -n mdb_clean_env_out=$1
+    mdb_clean_env_out=(env -u LD_PRELOAD)
+    local k
+    while IFS='=' read -r k _; do
+        [[ $k == MALLOCSHIM_* ]] && mdb_clean_env_out+=(-u "$k")
+    done < <(env)
 }
 
 # mdb_create [DIR]: creates a throwaway instance: a fresh temp directory (or DIR, which must not

@@ -91,10 +91,7 @@ MDB_STOP_TIMEOUT=${MDB_STOP_TIMEOUT:-600}
 # shellcheck source=scripts/mariadb.sh
 source "$here/mariadb.sh"
 
-base_env=(env -u LD_PRELOAD)
-while IFS='=' read -r k _; do
-    [[ $k == MALLOCSHIM_* ]] && base_env+=(-u "$k")
-done < <(env)
+mdb_clean_env base_env
 
 mdb_create || exit 2
 # Under valgrind: no io_uring/libaio, and no 8 TiB address-space reservation for the buffer pool

@@ -42,10 +42,7 @@ flock -w 1800 9 || { echo "trim-qps: could not take the lock" >&2; exit 2; }
 # shellcheck source=scripts/mariadb.sh
 source "$here/mariadb.sh"
 
-base_env=(env -u LD_PRELOAD)
-while IFS='=' read -r k _; do
-    [[ $k == MALLOCSHIM_* ]] && base_env+=(-u "$k")
-done < <(env)
+mdb_clean_env base_env
 
 mdb_create || exit 2
 mdb_start "${base_env[@]}" || exit 2
