@@ -65,8 +65,12 @@ fn main() {
                 .filter(|p| p.extension().is_some_and(|x| x == "json"))
                 .max()
                 .expect("a JSON dump");
-            let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&last).unwrap()).expect("dump parses");
-            live = v["threads"].as_array().map(|a| a.iter().filter(|t| t["state"] == "live").count()).unwrap_or(0);
+            let v: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&last).unwrap()).expect("dump parses");
+            live = v["threads"]
+                .as_array()
+                .map(|a| a.iter().filter(|t| t["state"] == "live").count())
+                .unwrap_or(0);
         }
         let mut m = |k: &str| median(cols.remove(k).unwrap_or_default());
         let _ = writeln!(

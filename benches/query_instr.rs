@@ -90,7 +90,16 @@ fn words(key: &str, default: &str) -> Vec<String> {
 
 fn main() {
     // Fail loudly, before anything starts, when a tool is missing.
-    for t in ["valgrind", "callgrind_control", "mariadbd", "mariadb-install-db", "mariadb-admin", "mariadb", "sysbench", "nm"] {
+    for t in [
+        "valgrind",
+        "callgrind_control",
+        "mariadbd",
+        "mariadb-install-db",
+        "mariadb-admin",
+        "mariadb",
+        "sysbench",
+        "nm",
+    ] {
         common::require(t);
     }
     common::require_file(common::TCMALLOC_LIB);
@@ -102,7 +111,8 @@ fn main() {
     let backends = words("QI_BACKENDS", "glibc jemalloc tcmalloc");
     let modes = words("QI_MODES", "direct shim routing");
     let workloads = words("QI_WORKLOADS", "oltp_point_select oltp_read_only");
-    let threads: Vec<u64> = words("QI_THREADS", "2 8").iter().map(|t| t.parse().expect("QI_THREADS: numbers")).collect();
+    let threads: Vec<u64> =
+        words("QI_THREADS", "2 8").iter().map(|t| t.parse().expect("QI_THREADS: numbers")).collect();
 
     let t0 = std::time::Instant::now();
     let mut child = Command::new("bash")
@@ -131,12 +141,25 @@ fn main() {
     let secs = t0.elapsed().as_secs_f64();
 
     // Raw numbers.
-    let mut csv = String::from("round,backend,mode,workload,threads,n,queries_n,ir_n,queries_2n,ir_2n,ir_per_query,errors\n");
+    let mut csv = String::from(
+        "round,backend,mode,workload,threads,n,queries_n,ir_n,queries_2n,ir_2n,ir_per_query,errors\n",
+    );
     for c in &cells {
         let _ = writeln!(
             csv,
             "{},{},{},{},{},{},{},{},{},{},{:.1},{}",
-            c.round, c.backend, c.mode, c.workload, c.threads, c.n, c.q1, c.ir1, c.q2, c.ir2, c.per_query, c.errors
+            c.round,
+            c.backend,
+            c.mode,
+            c.workload,
+            c.threads,
+            c.n,
+            c.q1,
+            c.ir1,
+            c.q2,
+            c.ir2,
+            c.per_query,
+            c.errors
         );
     }
     std::fs::write(out_dir.join("query-instr.csv"), &csv).expect("write target/bench/query-instr.csv");
@@ -144,13 +167,18 @@ fn main() {
     // (backend, mode, workload, threads) -> per-round instructions per query.
     let mut by: BTreeMap<(String, String, String, u64), Vec<f64>> = BTreeMap::new();
     for c in &cells {
-        by.entry((c.backend.clone(), c.mode.clone(), c.workload.clone(), c.threads)).or_default().push(c.per_query);
+        by.entry((c.backend.clone(), c.mode.clone(), c.workload.clone(), c.threads))
+            .or_default()
+            .push(c.per_query);
     }
-    let get = |b: &str, m: &str, w: &str, t: u64| by.get(&(b.to_string(), m.to_string(), w.to_string(), t)).cloned();
+    let get = |b: &str, m: &str, w: &str, t: u64| {
+        by.get(&(b.to_string(), m.to_string(), w.to_string(), t)).cloned()
+    };
     let rounds = cells.iter().map(|c| c.round + 1).max().unwrap_or(0);
 
     let mut md = String::new();
-    let _ = writeln!(md, "# mariadbd instructions per query: shim vs direct preload (benches/query_instr.rs)\n");
+    let _ =
+        writeln!(md, "# mariadbd instructions per query: shim vs direct preload (benches/query_instr.rs)\n");
     let _ = writeln!(
         md,
         "`scripts/query-instr.sh` with QI_BACKENDS=\"{}\" QI_MODES=\"{}\" QI_WORKLOADS=\"{}\" QI_THREADS=\"{}\" QI_ROUNDS={} QI_PS_EVENTS={} QI_RO_EVENTS={}; {rounds} round(s), {:.0} s. \
@@ -170,7 +198,15 @@ fn main() {
     if has_routing {
         let _ = write!(md, " routing instr/query | routing/direct | added by routing /query |");
     }
-    let _ = writeln!(md, "{}", if has_routing { "\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|" } else { "\n|---|---:|---|---:|---:|---:|---:|" });
+    let _ = writeln!(
+        md,
+        "{}",
+        if has_routing {
+            "\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"
+        } else {
+            "\n|---|---:|---|---:|---:|---:|---:|"
+        }
+    );
     let mut worst: Option<(f64, String)> = None;
     for w in &workloads {
         for &t in &threads {
@@ -178,7 +214,12 @@ fn main() {
                 let d = get(b, "direct", w, t).map(median);
                 let cell = |m: &str| -> (String, String, String, Option<f64>) {
                     match (d, get(b, m, w, t).map(median)) {
-                        (Some(d), Some(s)) => (format!("{s:.0}"), format!("{:.4}", s / d), format!("{:+.0}", s - d), Some(s / d)),
+                        (Some(d), Some(s)) => (
+                            format!("{s:.0}"),
+                            format!("{:.4}", s / d),
+                            format!("{:+.0}", s - d),
+                            Some(s / d),
+                        ),
                         (None, Some(s)) => (format!("{s:.0}"), "-".into(), "-".into(), None),
                         _ => ("-".into(), "-".into(), "-".into(), None),
                     }
@@ -221,7 +262,11 @@ fn main() {
             let lo = v.iter().cloned().fold(f64::INFINITY, f64::min);
             let hi = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let med = median(v.clone());
-            let _ = writeln!(md, "| {w} | {t} | {b} | {m} | {lo:.0} | {med:.0} | {hi:.0} | {:.3}% |", 100.0 * (hi - lo) / med);
+            let _ = writeln!(
+                md,
+                "| {w} | {t} | {b} | {m} | {lo:.0} | {med:.0} | {hi:.0} | {:.3}% |",
+                100.0 * (hi - lo) / med
+            );
         }
     }
 

@@ -85,10 +85,7 @@ impl Config {
 
 fn env_u64(key: &str, default: u64) -> u64 {
     match std::env::var(key) {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{key}={v:?} is not a number")),
+        Ok(v) => v.trim().parse().unwrap_or_else(|_| panic!("{key}={v:?} is not a number")),
         Err(_) => default,
     }
 }
@@ -98,17 +95,11 @@ fn root() -> PathBuf {
 }
 
 fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target"))
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"))
 }
 
 fn have(cmd: &str) -> Option<PathBuf> {
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {cmd}"))
-        .output()
-        .ok()?;
+    let out = Command::new("sh").arg("-c").arg(format!("command -v {cmd}")).output().ok()?;
     let p = String::from_utf8_lossy(&out.stdout).trim().to_string();
     (out.status.success() && !p.is_empty()).then(|| PathBuf::from(p))
 }
@@ -136,11 +127,7 @@ fn build_shim(floor: bool) -> PathBuf {
     let st = c.status().expect("run cargo build --release");
     assert!(st.success(), "cargo build --release failed");
     let so = dir.join("release/libmallocshim.so");
-    assert!(
-        so.exists(),
-        "{} missing after cargo build --release",
-        so.display()
-    );
+    assert!(so.exists(), "{} missing after cargo build --release", so.display());
     so
 }
 
@@ -154,11 +141,7 @@ fn build_microbench(out_dir: &Path) -> PathBuf {
         .arg(&src)
         .output()
         .expect("run gcc");
-    assert!(
-        o.status.success(),
-        "gcc microbench.c failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "gcc microbench.c failed:\n{}", String::from_utf8_lossy(&o.stderr));
     dst
 }
 
@@ -204,9 +187,11 @@ fn configs(shim: &Path, floor: Option<&Path>) -> Vec<Config> {
     ];
     for (base, backend) in [(0usize, "glibc"), (1, "jemalloc"), (2, "tcmalloc")] {
         let routing = v.len();
-        for (mode, profile_off, sample) in
-            [("routing, PROFILE=off", true, None), ("profile default", false, None), ("profile SAMPLE=1", false, Some("1"))]
-        {
+        for (mode, profile_off, sample) in [
+            ("routing, PROFILE=off", true, None),
+            ("profile default", false, None),
+            ("profile SAMPLE=1", false, Some("1")),
+        ] {
             v.push(Config {
                 name: format!("shim->{backend} ({mode})"),
                 preload: Some(shim.to_path_buf()),
@@ -252,9 +237,7 @@ impl Runner {
             }
             _ => Command::new(&self.bench),
         };
-        c.arg(workload)
-            .arg(threads.to_string())
-            .arg(iters.to_string());
+        c.arg(workload).arg(threads.to_string()).arg(iters.to_string());
         // A clean environment as far as the shim and the preload are concerned.
         for (k, _) in std::env::vars_os() {
             let ks = k.to_string_lossy();
@@ -280,22 +263,14 @@ impl Runner {
 
     /// One run; returns (ns per pair, stderr).
     fn run_with(&self, mut c: Command, what: &str) -> (f64, String) {
-        let o = c
-            .output()
-            .unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
+        let o = c.output().unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
         let out = String::from_utf8_lossy(&o.stdout).into_owned();
         let err = String::from_utf8_lossy(&o.stderr).into_owned();
-        assert!(
-            o.status.success(),
-            "{what}: exit {:?}\n--- stdout\n{out}\n--- stderr\n{err}",
-            o.status
-        );
+        assert!(o.status.success(), "{what}: exit {:?}\n--- stdout\n{out}\n--- stderr\n{err}", o.status);
         let ns = out
             .lines()
             .find_map(|l| l.trim().strip_prefix("ns_per_pair="))
-            .unwrap_or_else(|| {
-                panic!("{what}: no ns_per_pair= line\n--- stdout\n{out}\n--- stderr\n{err}")
-            })
+            .unwrap_or_else(|| panic!("{what}: no ns_per_pair= line\n--- stdout\n{out}\n--- stderr\n{err}"))
             .parse::<f64>()
             .unwrap_or_else(|e| panic!("{what}: bad ns_per_pair: {e}"));
         (ns, err)
@@ -303,8 +278,7 @@ impl Runner {
 
     fn run(&self, cfg: &Config, workload: &str, threads: u32, iters: u64) -> f64 {
         let what = format!("{} {workload} t={threads} n={iters}", cfg.name);
-        self.run_with(self.command(cfg, workload, threads, iters), &what)
-            .0
+        self.run_with(self.command(cfg, workload, threads, iters), &what).0
     }
 }
 
@@ -388,8 +362,7 @@ fn callgrind(r: &Runner, cfgs: &[Config], out_dir: &Path) -> Option<String> {
             let file = out_dir.join(format!("callgrind.{tag}.{n}.out"));
             let inner = r.command(cfg, "pair64", 1, n);
             let mut c = Command::new(&valgrind);
-            c.arg("--tool=callgrind")
-                .arg(format!("--callgrind-out-file={}", file.display()));
+            c.arg("--tool=callgrind").arg(format!("--callgrind-out-file={}", file.display()));
             c.arg(&r.bench).arg("pair64").arg("1").arg(n.to_string());
             // Same environment as the timed run: valgrind passes LD_PRELOAD on to the client
             // (it prepends its own preloads).
@@ -402,19 +375,11 @@ fn callgrind(r: &Runner, cfgs: &[Config], out_dir: &Path) -> Option<String> {
             c.stdin(Stdio::null());
             let o = c.output().expect("run valgrind");
             let err = String::from_utf8_lossy(&o.stderr).into_owned();
-            assert!(
-                o.status.success(),
-                "callgrind {}: exit {:?}\n{err}",
-                cfg.name,
-                o.status
-            );
+            assert!(o.status.success(), "callgrind {}: exit {:?}\n{err}", cfg.name, o.status);
             check_lib(cfg, &format!("callgrind {}", cfg.name), &err);
             let collected = err
                 .lines()
-                .find_map(|l| {
-                    l.split_once("Collected :")
-                        .map(|(_, v)| v.trim().to_string())
-                })
+                .find_map(|l| l.split_once("Collected :").map(|(_, v)| v.trim().to_string()))
                 .unwrap_or_else(|| panic!("callgrind {}: no `Collected :` line\n{err}", cfg.name));
             total[k] = collected.parse().expect("Collected count");
         }
@@ -422,10 +387,14 @@ fn callgrind(r: &Runner, cfgs: &[Config], out_dir: &Path) -> Option<String> {
     }
     for (i, cfg) in cfgs.iter().enumerate() {
         let (vs, ratio) = match cfg.baseline {
-            Some(b) => (format!("{:+.1}", (per_pair[i] - per_pair[b]) / 2.0), format!("{:.3}", per_pair[i] / per_pair[b])),
+            Some(b) => (
+                format!("{:+.1}", (per_pair[i] - per_pair[b]) / 2.0),
+                format!("{:.3}", per_pair[i] / per_pair[b]),
+            ),
             None => ("-".into(), "-".into()),
         };
-        let vs_routing = cfg.routing.map(|r| format!("{:.3}", per_pair[i] / per_pair[r])).unwrap_or_else(|| "-".into());
+        let vs_routing =
+            cfg.routing.map(|r| format!("{:.3}", per_pair[i] / per_pair[r])).unwrap_or_else(|| "-".into());
         writeln!(md, "| {} | {:.1} | {vs} | {ratio} | {vs_routing} |", cfg.name, per_pair[i]).unwrap();
     }
     writeln!(md, "\n(callgrind output files: {}/callgrind.*.out; `callgrind_annotate` them for a per-function breakdown)", out_dir.display()).unwrap();
@@ -437,9 +406,8 @@ fn main() {
     let t_start = Instant::now();
     let rounds = env_u64("MALLOCSHIM_BENCH_ROUNDS", 7).max(1) as usize;
     let target_ms = env_u64("MALLOCSHIM_BENCH_TARGET_MS", 300).max(10);
-    let fixed_iters = std::env::var("MALLOCSHIM_BENCH_ITERS")
-        .ok()
-        .map(|_| env_u64("MALLOCSHIM_BENCH_ITERS", 0));
+    let fixed_iters =
+        std::env::var("MALLOCSHIM_BENCH_ITERS").ok().map(|_| env_u64("MALLOCSHIM_BENCH_ITERS", 0));
     let pin = env_u64("MALLOCSHIM_BENCH_PIN", 1) != 0;
     let want_callgrind = env_u64("MALLOCSHIM_BENCH_CALLGRIND", 1) != 0;
 
@@ -454,16 +422,10 @@ fn main() {
     let taskset = if pin { have("taskset") } else { None };
     // Pin 1-thread runs to the last CPU this process may use (2-thread runs are left free).
     let pin_cpu = taskset.as_ref().and_then(|_| {
-        let n = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1);
+        let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         (n >= 2).then(|| (n - 1) as u32)
     });
-    let runner = Runner {
-        bench,
-        taskset,
-        pin_cpu,
-    };
+    let runner = Runner { bench, taskset, pin_cpu };
 
     validate(&runner, &cfgs);
 
@@ -476,11 +438,8 @@ fn main() {
                 Some(n) => n,
                 None => {
                     let probe = 200_000;
-                    let worst = cfgs
-                        .iter()
-                        .map(|c| runner.run(c, w, t, probe))
-                        .fold(0.0f64, f64::max)
-                        .max(1.0);
+                    let worst =
+                        cfgs.iter().map(|c| runner.run(c, w, t, probe)).fold(0.0f64, f64::max).max(1.0);
                     ((target_ms as f64 * 1e6 / worst) as u64).clamp(100_000, 200_000_000)
                 }
             };
@@ -494,20 +453,14 @@ fn main() {
         for (wi, w) in WORKLOADS.iter().enumerate() {
             for &t in &THREADS {
                 let n = iters[&(wi, t)];
-                let s = samples
-                    .entry((wi, t))
-                    .or_insert_with(|| vec![Vec::new(); cfgs.len()]);
+                let s = samples.entry((wi, t)).or_insert_with(|| vec![Vec::new(); cfgs.len()]);
                 for k in 0..cfgs.len() {
                     let ci = (k + r) % cfgs.len();
                     s[ci].push(runner.run(&cfgs[ci], w, t, n));
                 }
             }
         }
-        eprintln!(
-            "round {}/{rounds} done ({:.0} s)",
-            r + 1,
-            t_start.elapsed().as_secs_f64()
-        );
+        eprintln!("round {}/{rounds} done ({:.0} s)", r + 1, t_start.elapsed().as_secs_f64());
     }
 
     let mut md = String::new();
@@ -537,11 +490,8 @@ fn main() {
         loadavg()
     )
     .unwrap();
-    writeln!(
-        md,
-        "ratio = shim row / its direct row (shim->glibc vs none); ns/call = (shim - direct) / 2.\n"
-    )
-    .unwrap();
+    writeln!(md, "ratio = shim row / its direct row (shim->glibc vs none); ns/call = (shim - direct) / 2.\n")
+        .unwrap();
     writeln!(md, "| workload | threads | iters/thread | configuration | median ns/pair | min..max | ratio vs direct | ns/call added | ratio vs routing |").unwrap();
     writeln!(md, "|---|---:|---:|---|---:|---:|---:|---:|---:|").unwrap();
     let mut verdicts = Vec::new();
@@ -567,11 +517,7 @@ fn main() {
                             verdicts.push(format!(
                                 "{} pair64 t={t}: ratio {ratio:.3}, {added:+.2} ns/call -> {}",
                                 cfg.name,
-                                if ok {
-                                    "meets goal"
-                                } else {
-                                    "MISSES goal (<= 1.10, <= 1 ns/call)"
-                                }
+                                if ok { "meets goal" } else { "MISSES goal (<= 1.10, <= 1 ns/call)" }
                             ));
                         }
                         (format!("{ratio:.3}"), format!("{added:+.2}"))
@@ -586,7 +532,11 @@ fn main() {
                             verdicts.push(format!(
                                 "{} {w} t={t}: {q:.3}x routing only -> {}",
                                 cfg.name,
-                                if q <= goal { "meets goal".to_string() } else { format!("MISSES goal (<= {goal})") }
+                                if q <= goal {
+                                    "meets goal".to_string()
+                                } else {
+                                    format!("MISSES goal (<= {goal})")
+                                }
                             ));
                         }
                         format!("{q:.3}")
@@ -624,9 +574,5 @@ fn main() {
     print!("{md}");
     let path = out_dir.join("routing.md");
     std::fs::write(&path, &md).expect("write target/bench/routing.md");
-    eprintln!(
-        "wrote {} ({:.0} s total)",
-        path.display(),
-        t_start.elapsed().as_secs_f64()
-    );
+    eprintln!("wrote {} ({:.0} s total)", path.display(), t_start.elapsed().as_secs_f64());
 }

@@ -52,7 +52,12 @@ fn pct(v: &[f64], q: f64) -> f64 {
 }
 
 fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// One fragment.c run's output: key=value (first occurrence, cycle 0) and cycle-0 samples.
@@ -141,7 +146,15 @@ fn section_frag(md: &mut String, rounds: u64) {
         let l = median(low_on[b].clone());
         let o = median(fin_off[b].clone());
         let p = median(peak[b].clone());
-        let _ = writeln!(md, "| {b} | {:.1} | {:.1} | {:.1} | {:.1}% | {:.1} |", p / MIB, a / MIB, l / MIB, 100.0 * l / a, o / MIB);
+        let _ = writeln!(
+            md,
+            "| {b} | {:.1} | {:.1} | {:.1} | {:.1}% | {:.1} |",
+            p / MIB,
+            a / MIB,
+            l / MIB,
+            100.0 * l / a,
+            o / MIB
+        );
     }
     let _ = writeln!(
         md,
@@ -189,7 +202,8 @@ fn section_fulltext(md: &mut String) {
     }
     let kv: HashMap<&str, &str> = out.lines().filter_map(|l| l.split_once('=')).collect();
     let g = |k: &str| kv.get(k).copied().unwrap_or("n/a");
-    let mb = |k: &str| g(k).parse::<f64>().map(|v| format!("{:.1}", v / MIB)).unwrap_or_else(|_| "n/a".into());
+    let mb =
+        |k: &str| g(k).parse::<f64>().map(|v| format!("{:.1}", v / MIB)).unwrap_or_else(|_| "n/a".into());
     let _ = writeln!(
         md,
         "\n## mariadbd, InnoDB FULLTEXT phrase searches\n\n`scripts/fulltext-check.sh {configs}`: {} documents of {} words, {} threads of phrase searches for {} s, then {} s idle; a fresh mariadbd per row; trimming every {} ms in the `on` rows. RSS is mariadbd's VmRSS.\n",
@@ -211,7 +225,11 @@ fn section_fulltext(md: &mut String) {
         let _ = writeln!(
             md,
             "| {c} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            kv.get(format!("backend_{n}").as_str()).copied().unwrap_or(if c == "none" { "(no shim)" } else { "n/a" }),
+            kv.get(format!("backend_{n}").as_str()).copied().unwrap_or(if c == "none" {
+                "(no shim)"
+            } else {
+                "n/a"
+            }),
             g(&format!("qps_{n}")),
             g(&format!("errors_{n}")),
             mb(&format!("rss_peak_{n}")),
@@ -224,7 +242,8 @@ fn section_fulltext(md: &mut String) {
             if d.is_empty() { "-".into() } else { format!("{:.3}", d[d.len() - 1] / 1000.0) },
         );
     }
-    let _ = writeln!(md, "\n(data set loaded in {} s, FULLTEXT index built in {} s)", g("load_s"), g("index_s"));
+    let _ =
+        writeln!(md, "\n(data set loaded in {} s, FULLTEXT index built in {} s)", g("load_s"), g("index_s"));
 }
 
 fn section_qps(md: &mut String, rounds: u64) {
@@ -246,7 +265,9 @@ fn section_qps(md: &mut String, rounds: u64) {
     let mut by_round: HashMap<u64, HashMap<String, f64>> = HashMap::new();
     let mut trims: HashMap<String, Vec<String>> = HashMap::new();
     for l in common::stdout(&o).lines().filter(|l| l.starts_with("run ")) {
-        let (Some(r), Some(c), Some(q)) = (common::kv(l, "round"), common::kv_str(l, "config"), common::kv_str(l, "qps")) else {
+        let (Some(r), Some(c), Some(q)) =
+            (common::kv(l, "round"), common::kv_str(l, "config"), common::kv_str(l, "qps"))
+        else {
             continue;
         };
         if let Ok(q) = q.parse::<f64>() {
@@ -270,9 +291,13 @@ fn section_qps(md: &mut String, rounds: u64) {
         let parts: Vec<&str> = c.split(':').collect();
         let name = parts[0];
         let qs: Vec<f64> = by_round.values().filter_map(|m| m.get(name).copied()).collect();
-        let ratios: Vec<f64> =
-            by_round.values().filter_map(|m| Some(m.get(name)? / m.get("off")?)).filter(|r| r.is_finite()).collect();
-        let (lo, hi) = ratios.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &r| (a.min(r), b.max(r)));
+        let ratios: Vec<f64> = by_round
+            .values()
+            .filter_map(|m| Some(m.get(name)? / m.get("off")?))
+            .filter(|r| r.is_finite())
+            .collect();
+        let (lo, hi) =
+            ratios.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &r| (a.min(r), b.max(r)));
         let med = median(ratios.clone());
         let _ = writeln!(
             md,
@@ -296,7 +321,11 @@ fn main() {
     std::fs::create_dir_all(&out_dir).expect("create target/bench");
     common::shim();
     let mut md = String::new();
-    let _ = writeln!(md, "# Periodic trim (benches/trim.rs)\n\nLoad average at start: {}; 2 shared vCPUs.\n", loadavg());
+    let _ = writeln!(
+        md,
+        "# Periodic trim (benches/trim.rs)\n\nLoad average at start: {}; 2 shared vCPUs.\n",
+        loadavg()
+    );
     for s in sections.split(',').map(str::trim) {
         let t0 = std::time::Instant::now();
         match s {
@@ -304,7 +333,9 @@ fn main() {
             "fulltext" => section_fulltext(&mut md),
             "qps" => section_qps(&mut md, rounds),
             "" => continue,
-            other => panic!("unknown section {other:?} in MALLOCSHIM_BENCH_TRIM_SECTIONS (frag, fulltext, qps)"),
+            other => {
+                panic!("unknown section {other:?} in MALLOCSHIM_BENCH_TRIM_SECTIONS (frag, fulltext, qps)")
+            }
         }
         eprintln!("trim bench: section {s} took {:.0} s", t0.elapsed().as_secs_f64());
         // Written after each section, so an interrupted run keeps what it measured.

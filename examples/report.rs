@@ -137,18 +137,32 @@ impl fmt::Display for ReportError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ReportError::Read { path, err } => write!(f, "cannot read {}: {err}", path.display()),
-            ReportError::Json { path, err } => write!(f, "{}: not a valid mallocshim dump: {err}", path.display()),
+            ReportError::Json { path, err } => {
+                write!(f, "{}: not a valid mallocshim dump: {err}", path.display())
+            }
             ReportError::NotADump { path, found: Some(s) } => {
-                write!(f, "{}: not a mallocshim dump: \"format\" is {s:?}, expected {FORMAT:?}", path.display())
+                write!(
+                    f,
+                    "{}: not a mallocshim dump: \"format\" is {s:?}, expected {FORMAT:?}",
+                    path.display()
+                )
             }
             ReportError::NotADump { path, found: None } => {
                 write!(f, "{}: not a mallocshim dump: no \"format\": {FORMAT:?} field", path.display())
             }
             ReportError::Version { path, found: Some(v) } => {
-                write!(f, "{}: unsupported dump version {v} (this tool reads version {VERSION})", path.display())
+                write!(
+                    f,
+                    "{}: unsupported dump version {v} (this tool reads version {VERSION})",
+                    path.display()
+                )
             }
             ReportError::Version { path, found: None } => {
-                write!(f, "{}: dump has no numeric \"version\" (this tool reads version {VERSION})", path.display())
+                write!(
+                    f,
+                    "{}: dump has no numeric \"version\" (this tool reads version {VERSION})",
+                    path.display()
+                )
             }
             ReportError::Labels(s) => write!(f, "--labels wants two non-empty names \"A,B\", got {s:?}"),
             ReportError::Usage(s) => f.write_str(s),
@@ -241,7 +255,9 @@ fn load(path: &Path) -> Result<Dump, ReportError> {
         Some(serde_json::Value::String(s)) => {
             return Err(ReportError::NotADump { path: path.into(), found: Some(s.clone()) })
         }
-        Some(other) => return Err(ReportError::NotADump { path: path.into(), found: Some(other.to_string()) }),
+        Some(other) => {
+            return Err(ReportError::NotADump { path: path.into(), found: Some(other.to_string()) })
+        }
         None => return Err(ReportError::NotADump { path: path.into(), found: None }),
     }
     match v.get("version").and_then(|x| x.as_u64()) {
@@ -294,7 +310,9 @@ fn pct(sampled: u64, ns: u64) -> String {
 /// B/A with two decimals; "-" when either side is missing or has no samples.
 fn ratio(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> String {
     match (a, b) {
-        (Some((sa, va)), Some((sb, vb))) if sa > 0 && sb > 0 && va > 0 => format!("{:.2}", vb as f64 / va as f64),
+        (Some((sa, va)), Some((sb, vb))) if sa > 0 && sb > 0 && va > 0 => {
+            format!("{:.2}", vb as f64 / va as f64)
+        }
         _ => "-".into(),
     }
 }
@@ -401,7 +419,10 @@ fn heading(fmt: Format, text: &str, out: &mut String) {
 }
 
 fn describe(d: &Dump) -> String {
-    format!("backend {} pid {}, uptime {:.1}s, sampling 1 call in {}", d.backend, d.pid, d.uptime_s, d.sample_every)
+    format!(
+        "backend {} pid {}, uptime {:.1}s, sampling 1 call in {}",
+        d.backend, d.pid, d.uptime_s, d.sample_every
+    )
 }
 
 fn sorted_classes(d: &Dump) -> Vec<&ClassRow> {
@@ -448,7 +469,8 @@ fn single(d: &Dump, path: &Path, top: usize, fmt: Format) -> String {
 
     let mut tot: Vec<(&String, &Total)> = d.totals.iter().collect();
     tot.sort_by_key(|(op, _)| op_rank(op));
-    let parts: Vec<String> = tot.iter().map(|(op, t)| format!("{op} {} calls {} MiB", t.count, mib(t.bytes))).collect();
+    let parts: Vec<String> =
+        tot.iter().map(|(op, t)| format!("{op} {} calls {} MiB", t.count, mib(t.bytes))).collect();
     o.push_str(&format!("\ntotals: {}\n", if parts.is_empty() { "-".to_string() } else { parts.join(", ") }));
 
     if top > 0 {
@@ -565,7 +587,8 @@ fn compare(a: &Dump, pa: &Path, b: &Dump, pb: &Path, labels: (String, String), f
 
     o.push('\n');
     heading(fmt, "memory (MiB)", &mut o);
-    let mut t = Table::new(&[("", Align::Left), (&la, Align::Right), (&lb, Align::Right), ("B/A", Align::Right)]);
+    let mut t =
+        Table::new(&[("", Align::Left), (&la, Align::Right), (&lb, Align::Right), ("B/A", Align::Right)]);
     let (ma, mb) = (&a.memory, &b.memory);
     for (name, x, y) in [
         ("rss", ma.rss_bytes, mb.rss_bytes),
@@ -595,7 +618,10 @@ fn plot_cmd(out: &Path, label: Option<&str>, title: &str, csvs: &[PathBuf]) -> R
             }
             v
         }
-        None => csvs.iter().map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()).collect(),
+        None => csvs
+            .iter()
+            .map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default())
+            .collect(),
     };
     let mut files = Vec::new();
     for (p, l) in csvs.iter().zip(labels) {

@@ -51,7 +51,8 @@ pub const FMT_PROM: u8 = 2;
 pub const FMT_HDR: u8 = 4;
 pub const FMT_TEXT: u8 = 8;
 /// Format names and bits, in file order.
-pub const FORMATS: [(&str, u8); 4] = [("json", FMT_JSON), ("prom", FMT_PROM), ("hdr", FMT_HDR), ("text", FMT_TEXT)];
+pub const FORMATS: [(&str, u8); 4] =
+    [("json", FMT_JSON), ("prom", FMT_PROM), ("hdr", FMT_HDR), ("text", FMT_TEXT)];
 
 /// One row of the table.
 pub struct Opt {
@@ -384,11 +385,18 @@ pub unsafe fn load() {
         let value = entry.get(11 + eq + 1..).unwrap_or(b"");
         let name_s = core::str::from_utf8(name).unwrap_or("MALLOCSHIM_?");
         match OPTIONS.iter().position(|o| o.name.as_bytes() == name) {
-            None => crate::shim_warn!("unknown variable {} ignored (see MALLOCSHIM_VERBOSE=1 for the table)", name_s),
+            None => crate::shim_warn!(
+                "unknown variable {} ignored (see MALLOCSHIM_VERBOSE=1 for the table)",
+                name_s
+            ),
             Some(i) => {
                 let o = &OPTIONS[i];
                 if o.path && secure {
-                    crate::shim_warn!("{} ignored in a secure-execution (setuid) process; using default {}", o.name, o.default);
+                    crate::shim_warn!(
+                        "{} ignored in a secure-execution (setuid) process; using default {}",
+                        o.name,
+                        o.default
+                    );
                     continue;
                 }
                 let before = *cfg;
@@ -414,7 +422,11 @@ pub unsafe fn load() {
 /// Prints the effective table, one `mallocshim:` line per row.
 pub fn print_table() {
     let c = get();
-    crate::shim_warn!("mallocshim {} options in effect (backend {}):", env!("CARGO_PKG_VERSION"), crate::backend::active().name());
+    crate::shim_warn!(
+        "mallocshim {} options in effect (backend {}):",
+        env!("CARGO_PKG_VERSION"),
+        crate::backend::active().name()
+    );
     for (i, o) in OPTIONS.iter().enumerate() {
         // SAFETY: FROM_ENV is only written during initialisation, before this runs.
         let src = if unsafe { FROM_ENV[i] } { "env" } else { "default" };

@@ -62,7 +62,8 @@ pub fn init_errno() {
 fn errno_slot() -> *mut c_int {
     #[cfg(target_arch = "x86_64")]
     {
-        (crate::tls::thread_pointer() as isize).wrapping_add(ERRNO_TPOFF.load(Ordering::Relaxed)) as *mut c_int
+        (crate::tls::thread_pointer() as isize).wrapping_add(ERRNO_TPOFF.load(Ordering::Relaxed))
+            as *mut c_int
     }
     #[cfg(not(target_arch = "x86_64"))]
     // SAFETY: __errno_location returns this thread's errno slot.
@@ -116,7 +117,13 @@ pub unsafe fn calloc<B: Raw>(n: usize, size: usize) -> *mut c_void {
         _ => return enomem(),
     };
     // SAFETY: the product fits and is at least 16.
-    let p = unsafe { if total < MIN_ALIGN { B::calloc(1, MIN_ALIGN) } else { B::calloc(n, size) } };
+    let p = unsafe {
+        if total < MIN_ALIGN {
+            B::calloc(1, MIN_ALIGN)
+        } else {
+            B::calloc(n, size)
+        }
+    };
     if p.is_null() {
         return enomem();
     }

@@ -6,7 +6,7 @@
 //! serialised by an atomic flag (never taken on the hot path) that a forked child resets, so a
 //! dump in progress in the parent at fork time can never leave the child's dumps locked.
 
-use crate::config::{self, FORMATS, FMT_HDR, FMT_JSON, FMT_PROM, FMT_TEXT};
+use crate::config::{self, FMT_HDR, FMT_JSON, FMT_PROM, FMT_TEXT, FORMATS};
 use crate::report;
 use crate::tls::Reentry;
 use std::ffi::{CString, OsString};
@@ -108,7 +108,9 @@ fn publish(dir: &std::path::Path, name: &str, body: &[u8]) -> std::io::Result<Pa
     }
     let (t, d) = (CString::new(tmp.as_os_str().as_bytes())?, CString::new(dst.as_os_str().as_bytes())?);
     // SAFETY: valid NUL-terminated paths; RENAME_NOREPLACE refuses an existing destination.
-    let rc = unsafe { libc::renameat2(libc::AT_FDCWD, t.as_ptr(), libc::AT_FDCWD, d.as_ptr(), libc::RENAME_NOREPLACE) };
+    let rc = unsafe {
+        libc::renameat2(libc::AT_FDCWD, t.as_ptr(), libc::AT_FDCWD, d.as_ptr(), libc::RENAME_NOREPLACE)
+    };
     if rc != 0 {
         let e = std::io::Error::last_os_error();
         let _ = std::fs::remove_file(&tmp);

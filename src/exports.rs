@@ -101,7 +101,13 @@ pub unsafe extern "C" fn malloc_info(options: c_int, fp: *mut libc::FILE) -> c_i
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn mallctl(name: *const c_char, oldp: *mut c_void, oldlenp: *mut usize, newp: *mut c_void, newlen: usize) -> c_int {
+pub unsafe extern "C" fn mallctl(
+    name: *const c_char,
+    oldp: *mut c_void,
+    oldlenp: *mut usize,
+    newp: *mut c_void,
+    newlen: usize,
+) -> c_int {
     unsafe { introspect::mallctl(name, oldp, oldlenp, newp, newlen) }
 }
 
@@ -116,7 +122,11 @@ pub unsafe extern "C" fn pthread_create(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
+pub unsafe extern "C" fn sigaction(
+    sig: c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> c_int {
     unsafe { signals::sigaction(sig, act, old) }
 }
 
@@ -126,7 +136,11 @@ pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn sigtimedwait(set: *const libc::sigset_t, info: *mut libc::siginfo_t, timeout: *const libc::timespec) -> c_int {
+pub unsafe extern "C" fn sigtimedwait(
+    set: *const libc::sigset_t,
+    info: *mut libc::siginfo_t,
+    timeout: *const libc::timespec,
+) -> c_int {
     unsafe { signals::sigtimedwait(set, info, timeout) }
 }
 

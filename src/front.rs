@@ -194,9 +194,15 @@ pub unsafe extern "C" fn realloc<B: Raw, const P: bool>(p: *mut c_void, size: us
     entry!(P, Entry::Realloc, Op::Realloc, size, unsafe { csem::realloc::<B>(p, size) })
 }
 
-pub unsafe extern "C" fn reallocarray<B: Raw, const P: bool>(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
+pub unsafe extern "C" fn reallocarray<B: Raw, const P: bool>(
+    p: *mut c_void,
+    n: usize,
+    size: usize,
+) -> *mut c_void {
     // SAFETY: forwarded C contract.
-    entry!(P, Entry::Reallocarray, Op::Realloc, n.saturating_mul(size), unsafe { csem::reallocarray::<B>(p, n, size) })
+    entry!(P, Entry::Reallocarray, Op::Realloc, n.saturating_mul(size), unsafe {
+        csem::reallocarray::<B>(p, n, size)
+    })
 }
 
 /// Free and its sized variants: the size class is the block's usable size, read before the
@@ -304,14 +310,24 @@ pub unsafe extern "C" fn free_sized<B: Raw, const P: bool>(p: *mut c_void, _size
     unsafe { free_as::<B, P>(Entry::FreeSized, p) }
 }
 
-pub unsafe extern "C" fn free_aligned_sized<B: Raw, const P: bool>(p: *mut c_void, _align: usize, _size: usize) {
+pub unsafe extern "C" fn free_aligned_sized<B: Raw, const P: bool>(
+    p: *mut c_void,
+    _align: usize,
+    _size: usize,
+) {
     // SAFETY: forwarded C contract.
     unsafe { free_as::<B, P>(Entry::FreeAlignedSized, p) }
 }
 
-pub unsafe extern "C" fn posix_memalign<B: Raw, const P: bool>(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
+pub unsafe extern "C" fn posix_memalign<B: Raw, const P: bool>(
+    out: *mut *mut c_void,
+    align: usize,
+    size: usize,
+) -> c_int {
     // SAFETY: forwarded C contract.
-    entry!(P, Entry::PosixMemalign, Op::Memalign, size, unsafe { csem::posix_memalign::<B>(out, align, size) })
+    entry!(P, Entry::PosixMemalign, Op::Memalign, size, unsafe {
+        csem::posix_memalign::<B>(out, align, size)
+    })
 }
 
 pub unsafe extern "C" fn aligned_alloc<B: Raw, const P: bool>(align: usize, size: usize) -> *mut c_void {

@@ -143,7 +143,8 @@ pub fn version_string() -> &'static core::ffi::CStr {
         let _ = write!(b, "mallocshim {} (", env!("CARGO_PKG_VERSION"));
         backend::version(&mut b);
         b.put(b")");
-        std::ffi::CString::new(b.as_bytes().iter().copied().filter(|&c| c != 0).collect::<Vec<u8>>()).unwrap_or_default()
+        std::ffi::CString::new(b.as_bytes().iter().copied().filter(|&c| c != 0).collect::<Vec<u8>>())
+            .unwrap_or_default()
     })
 }
 

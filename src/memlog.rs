@@ -50,7 +50,11 @@ pub fn open(child: bool) {
     let fd = unsafe { libc::open(p.as_ptr(), flags, 0o600 as libc::c_uint) };
     let shown = crate::config::Lossy(p.to_bytes());
     if fd < 0 {
-        crate::shim_warn!("MALLOCSHIM_MEMLOG={}: cannot open ({}); no memlog", shown, std::io::Error::last_os_error());
+        crate::shim_warn!(
+            "MALLOCSHIM_MEMLOG={}: cannot open ({}); no memlog",
+            shown,
+            std::io::Error::last_os_error()
+        );
         return;
     }
     // SAFETY: fstat into a zeroed local struct of an open descriptor.

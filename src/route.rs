@@ -143,7 +143,9 @@ unsafe extern "C" fn boot_realloc(p: *mut c_void, size: usize) -> *mut c_void {
     let q = bootstrap::alloc(size, csem::MIN_ALIGN);
     if !q.is_null() && !p.is_null() {
         // SAFETY: `p` is a pool block; the copy stays within both blocks.
-        unsafe { core::ptr::copy_nonoverlapping(p as *const u8, q as *mut u8, bootstrap::usable_size(p).min(size)) };
+        unsafe {
+            core::ptr::copy_nonoverlapping(p as *const u8, q as *mut u8, bootstrap::usable_size(p).min(size))
+        };
     }
     q
 }

@@ -144,7 +144,9 @@ extern "C" fn handler(sig: c_int, info: *mut siginfo_t, ctx: *mut c_void) {
     // SAFETY: the application's handler, called with the signature its flags declare.
     unsafe {
         if flags & libc::SA_SIGINFO != 0 {
-            core::mem::transmute::<usize, extern "C" fn(c_int, *mut siginfo_t, *mut c_void)>(h)(sig, info, ctx);
+            core::mem::transmute::<usize, extern "C" fn(c_int, *mut siginfo_t, *mut c_void)>(h)(
+                sig, info, ctx,
+            );
         } else {
             core::mem::transmute::<usize, extern "C" fn(c_int)>(h)(sig);
         }

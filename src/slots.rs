@@ -222,7 +222,14 @@ fn new_chunk(cell: &AtomicPtr<Slot>) -> *mut Slot {
     let bytes = CHUNK_SLOTS * core::mem::size_of::<Slot>();
     // SAFETY: an anonymous private mapping; zeroed memory is a valid array of free slots.
     let m = unsafe {
-        libc::mmap(ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        libc::mmap(
+            ptr::null_mut(),
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
     };
     if m == libc::MAP_FAILED {
         return ptr::null_mut();

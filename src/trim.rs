@@ -120,7 +120,11 @@ pub fn stats() -> Stats {
         skipped: SKIPPED.load(Relaxed),
         released_bytes: RELEASED.load(Relaxed),
         last_unix_ms: LAST_UNIX_MS.load(Relaxed),
-        duration: Latency { buckets, max_ns: if runs_seen { DUR_MAX_NS.load(Relaxed).max(1) } else { 0 }, ns_per_tick: 1.0 },
+        duration: Latency {
+            buckets,
+            max_ns: if runs_seen { DUR_MAX_NS.load(Relaxed).max(1) } else { 0 },
+            ns_per_tick: 1.0,
+        },
     }
 }
 

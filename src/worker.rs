@@ -76,7 +76,10 @@ static LOADED: AtomicBool = AtomicBool::new(false);
 /// True when the configuration gives the worker anything to do.
 fn wanted() -> bool {
     let c = crate::config::get();
-    c.dump_signal != 0 || c.dump_interval_s != 0 || c.trim_interval_ms != 0 || !crate::config::cstr_bytes(&c.memlog).is_empty()
+    c.dump_signal != 0
+        || c.dump_interval_s != 0
+        || c.trim_interval_ms != 0
+        || !crate::config::cstr_bytes(&c.memlog).is_empty()
 }
 
 /// From the library constructor, after initialisation: arms the worker, which starts with the
@@ -217,8 +220,12 @@ fn run() {
     }
 }
 
-type PthreadCreateFn =
-    unsafe extern "C" fn(*mut libc::pthread_t, *const libc::pthread_attr_t, extern "C" fn(*mut c_void) -> *mut c_void, *mut c_void) -> c_int;
+type PthreadCreateFn = unsafe extern "C" fn(
+    *mut libc::pthread_t,
+    *const libc::pthread_attr_t,
+    extern "C" fn(*mut c_void) -> *mut c_void,
+    *mut c_void,
+) -> c_int;
 static REAL_PTHREAD_CREATE: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
 
 /// The interposed `pthread_create`: starts the worker before the program's first thread, then

@@ -32,7 +32,22 @@ fn read_csv(path: &Path) -> Vec<BTreeMap<String, String>> {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     let mut lines = text.lines();
     let head: Vec<String> = lines.next().expect("CSV header").split(',').map(String::from).collect();
-    for col in ["round", "config", "backend", "mode", "workload", "threads", "qps", "tps", "p95_ms", "errors", "queries", "cpu_us_per_query", "allocs_per_query", "dump"] {
+    for col in [
+        "round",
+        "config",
+        "backend",
+        "mode",
+        "workload",
+        "threads",
+        "qps",
+        "tps",
+        "p95_ms",
+        "errors",
+        "queries",
+        "cpu_us_per_query",
+        "allocs_per_query",
+        "dump",
+    ] {
         assert!(head.iter().any(|h| h == col), "cells.csv has no column {col}: {head:?}");
     }
     lines
@@ -60,10 +75,18 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// The rows of the Markdown table under `## <heading>`: header cells and data rows.
 fn md_table(md: &str, heading: &str) -> (Vec<String>, Vec<Vec<String>>) {
-    let start = md.find(&format!("## {heading}\n")).unwrap_or_else(|| panic!("report has no section {heading:?}:\n{md}"));
-    let lines: Vec<&str> = md[start..].lines().skip(1).skip_while(|l| !l.starts_with('|')).take_while(|l| l.starts_with('|')).collect();
+    let start = md
+        .find(&format!("## {heading}\n"))
+        .unwrap_or_else(|| panic!("report has no section {heading:?}:\n{md}"));
+    let lines: Vec<&str> = md[start..]
+        .lines()
+        .skip(1)
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .collect();
     assert!(lines.len() >= 3, "section {heading:?} has no table");
-    let cells = |l: &str| l.trim().trim_matches('|').split('|').map(|c| c.trim().to_string()).collect::<Vec<_>>();
+    let cells =
+        |l: &str| l.trim().trim_matches('|').split('|').map(|c| c.trim().to_string()).collect::<Vec<_>>();
     (cells(lines[0]), lines[2..].iter().map(|l| cells(l)).collect())
 }
 
@@ -75,7 +98,13 @@ fn check_png(path: &Path) -> (u32, u32) {
     let mut r = dec.read_info().unwrap_or_else(|e| panic!("{}: bad PNG: {e}", path.display()));
     let mut buf = vec![0; r.output_buffer_size()];
     let info = r.next_frame(&mut buf).unwrap_or_else(|e| panic!("{}: bad PNG data: {e}", path.display()));
-    assert!(info.width >= 400 && info.height >= 300, "{}: tiny image {}x{}", path.display(), info.width, info.height);
+    assert!(
+        info.width >= 400 && info.height >= 300,
+        "{}: tiny image {}x{}",
+        path.display(),
+        info.width,
+        info.height
+    );
     // not a blank canvas: more than one colour
     assert!(buf.iter().any(|&b| b != buf[0]), "{}: the image is one flat colour", path.display());
     (info.width, info.height)
@@ -108,7 +137,16 @@ fn short_run_csv_report_and_plots_agree() {
     let out = scratch("short");
     let workdir = scratch("short-wd");
     let o = runner()
-        .args(["--backends", "glibc,jemalloc", "--workloads", "oltp_point_select", "--threads", "1,2", "--time", "3"])
+        .args([
+            "--backends",
+            "glibc,jemalloc",
+            "--workloads",
+            "oltp_point_select",
+            "--threads",
+            "1,2",
+            "--time",
+            "3",
+        ])
         .args(["--rounds", "2", "--tables", "1", "--table-size", "1000", "--memlog-interval-ms", "250"])
         .arg("--out")
         .arg(&out)
@@ -127,7 +165,10 @@ fn short_run_csv_report_and_plots_agree() {
     for round in ["1", "2"] {
         for cfg in ["glibc", "jemalloc"] {
             for t in ["1", "2"] {
-                let n = rows.iter().filter(|r| r["round"] == round && r["config"] == cfg && r["threads"] == t).count();
+                let n = rows
+                    .iter()
+                    .filter(|r| r["round"] == round && r["config"] == cfg && r["threads"] == t)
+                    .count();
                 assert_eq!(n, 1, "cell round {round} {cfg} threads {t} appears {n} times");
             }
         }
@@ -141,10 +182,16 @@ fn short_run_csv_report_and_plots_agree() {
         // point_select: about one statement per transaction, a few allocations each
         let apq = f(r, "allocs_per_query");
         assert!(apq > 0.0 && apq < 1000.0, "allocations per query {apq}: {r:?}");
-        let dump: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(out.join(&r["dump"])).expect("read the cell's dump")).expect("dump is JSON");
+        let dump: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(out.join(&r["dump"])).expect("read the cell's dump"),
+        )
+        .expect("dump is JSON");
         assert_eq!(dump["format"], "mallocshim-dump");
-        assert_eq!(dump["backend"].as_str(), Some(r["backend"].as_str()), "the shim ran another backend: {r:?}");
+        assert_eq!(
+            dump["backend"].as_str(),
+            Some(r["backend"].as_str()),
+            "the shim ran another backend: {r:?}"
+        );
     }
     // rounds alternate: round 2 starts with the backend round 1 ended with
     let order: Vec<&str> = err
@@ -152,24 +199,46 @@ fn short_run_csv_report_and_plots_agree() {
         .filter(|l| l.starts_with("mallocshim-compare: server pid "))
         .filter_map(|l| l.rsplit('(').next())
         .collect();
-    assert_eq!(order, ["prepare)", "r1-glibc)", "r1-jemalloc)", "r2-jemalloc)", "r2-glibc)"], "server starts: {err}");
+    assert_eq!(
+        order,
+        ["prepare)", "r1-glibc)", "r1-jemalloc)", "r2-jemalloc)", "r2-glibc)"],
+        "server starts: {err}"
+    );
 
     // the report's medians and ratios are the CSV's
     let md = std::fs::read_to_string(out.join("report.md")).expect("report.md");
     assert!(md.contains("Run complete, 8 cells"), "{md}");
-    let med = |cfg: &str, t: &str, col: &str| median(rows.iter().filter(|r| r["config"] == cfg && r["threads"] == t).map(|r| f(r, col)).collect());
-    for (section, col, dec) in [("oltp_point_select: qps", "qps", 1usize), ("oltp_point_select: CPU/query", "cpu_us_per_query", 2)] {
+    let med = |cfg: &str, t: &str, col: &str| {
+        median(rows.iter().filter(|r| r["config"] == cfg && r["threads"] == t).map(|r| f(r, col)).collect())
+    };
+    for (section, col, dec) in
+        [("oltp_point_select: qps", "qps", 1usize), ("oltp_point_select: CPU/query", "cpu_us_per_query", 2)]
+    {
         let (head, body) = md_table(&md, section);
         assert_eq!(head, ["threads", "glibc", "jemalloc", "jemalloc/glibc"], "{section}");
         assert_eq!(body.len(), 2, "{section}: one row per thread count");
         for row in &body {
             let t = row[0].as_str();
             let (g, j) = (med("glibc", t, col), med("jemalloc", t, col));
-            let num = |s: &str| s.parse::<f64>().unwrap_or_else(|_| panic!("{section}: {s:?} is not a number"));
+            let num =
+                |s: &str| s.parse::<f64>().unwrap_or_else(|_| panic!("{section}: {s:?} is not a number"));
             let tol = 0.51 * 10f64.powi(-(dec as i32));
-            assert!((num(&row[1]) - g).abs() <= tol, "{section} threads {t}: glibc {} but CSV median {g}", row[1]);
-            assert!((num(&row[2]) - j).abs() <= tol, "{section} threads {t}: jemalloc {} but CSV median {j}", row[2]);
-            assert!((num(&row[3]) - j / g).abs() <= 0.0006, "{section} threads {t}: ratio {} but CSV gives {:.4}", row[3], j / g);
+            assert!(
+                (num(&row[1]) - g).abs() <= tol,
+                "{section} threads {t}: glibc {} but CSV median {g}",
+                row[1]
+            );
+            assert!(
+                (num(&row[2]) - j).abs() <= tol,
+                "{section} threads {t}: jemalloc {} but CSV median {j}",
+                row[2]
+            );
+            assert!(
+                (num(&row[3]) - j / g).abs() <= 0.0006,
+                "{section} threads {t}: ratio {} but CSV gives {:.4}",
+                row[3],
+                j / g
+            );
         }
     }
     for s in ["## Memory", "## malloc and free latency per size class", "### malloc", "### free"] {
@@ -206,7 +275,16 @@ fn ctrl_c_stops_the_server_and_keeps_finished_cells() {
     let out = scratch("sigint");
     let workdir = scratch("sigint-wd");
     let mut child = runner()
-        .args(["--backends", "glibc,jemalloc", "--workloads", "oltp_point_select", "--threads", "1,2", "--time", "3"])
+        .args([
+            "--backends",
+            "glibc,jemalloc",
+            "--workloads",
+            "oltp_point_select",
+            "--threads",
+            "1,2",
+            "--time",
+            "3",
+        ])
         .args(["--rounds", "3", "--tables", "1", "--table-size", "1000"])
         .arg("--out")
         .arg(&out)
@@ -230,7 +308,9 @@ fn ctrl_c_stops_the_server_and_keeps_finished_cells() {
     // interrupt while the third cell runs (on the second server)
     let t0 = Instant::now();
     loop {
-        let l = rx.recv_timeout(Duration::from_secs(600)).unwrap_or_else(|_| panic!("runner stalled or ended early:\n{}", log.join("\n")));
+        let l = rx
+            .recv_timeout(Duration::from_secs(600))
+            .unwrap_or_else(|_| panic!("runner stalled or ended early:\n{}", log.join("\n")));
         if let Some(rest) = l.strip_prefix("mallocshim-compare: server pid ") {
             servers.push(rest.split_whitespace().next().unwrap().parse::<u32>().unwrap());
         }
@@ -259,10 +339,16 @@ fn ctrl_c_stops_the_server_and_keeps_finished_cells() {
     assert_eq!(status.code(), Some(130), "exit status after SIGINT: {status:?}\n{log}");
     assert!(servers.len() >= 2, "prepare server and the first measuring one: {log}");
     for p in &servers {
-        let alive = std::fs::read(format!("/proc/{p}/cmdline")).map(|c| String::from_utf8_lossy(&c).contains(&*workdir.to_string_lossy())).unwrap_or(false);
+        let alive = std::fs::read(format!("/proc/{p}/cmdline"))
+            .map(|c| String::from_utf8_lossy(&c).contains(&*workdir.to_string_lossy()))
+            .unwrap_or(false);
         assert!(!alive, "server pid {p} of the run is still running");
     }
-    assert!(procs_mentioning(&workdir.to_string_lossy()).is_empty(), "a process of the run survives: {:?}", procs_mentioning(&workdir.to_string_lossy()));
+    assert!(
+        procs_mentioning(&workdir.to_string_lossy()).is_empty(),
+        "a process of the run survives: {:?}",
+        procs_mentioning(&workdir.to_string_lossy())
+    );
     assert!(!workdir.exists(), "work directory left behind");
     let rows = read_csv(&out.join("cells.csv"));
     assert_eq!(rows.len(), 2, "the two cells finished before SIGINT, and only they: {rows:?}\n{log}");
@@ -301,7 +387,11 @@ fn bad_flags_fail_fast_with_one_line() {
     bad(&["--workloads", "/nonexistent/w.lua"], "no such file");
     bad(&["--time", "0"], "--time");
     bad(&["--frobnicate"], "--frobnicate");
-    let o = common::plain(BIN).args(["--shim", "/nonexistent/libmallocshim.so", "--out"]).arg(scratch("noshim")).output().unwrap();
+    let o = common::plain(BIN)
+        .args(["--shim", "/nonexistent/libmallocshim.so", "--out"])
+        .arg(scratch("noshim"))
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", describe(&o));
     assert!(stderr(&o).contains("shim library /nonexistent/libmallocshim.so not found"), "{}", describe(&o));
 }
@@ -312,9 +402,26 @@ fn help_explains_every_flag() {
     assert!(o.status.success(), "{}", describe(&o));
     let h = String::from_utf8_lossy(&o.stdout);
     for flag in [
-        "--out", "--backends", "--workloads", "--threads", "--time", "--warmup", "--rounds", "--direct", "--shim", "--mysqld",
-        "--mysqld-opt", "--buffer-pool", "--tables", "--table-size", "--prepare-sql", "--sysbench-opt", "--memlog-interval-ms",
-        "--env", "--workdir", "--keep-workdir",
+        "--out",
+        "--backends",
+        "--workloads",
+        "--threads",
+        "--time",
+        "--warmup",
+        "--rounds",
+        "--direct",
+        "--shim",
+        "--mysqld",
+        "--mysqld-opt",
+        "--buffer-pool",
+        "--tables",
+        "--table-size",
+        "--prepare-sql",
+        "--sysbench-opt",
+        "--memlog-interval-ms",
+        "--env",
+        "--workdir",
+        "--keep-workdir",
     ] {
         let listed = h.lines().any(|l| {
             let t = l.trim_start();
@@ -322,7 +429,10 @@ fn help_explains_every_flag() {
         });
         assert!(listed, "--help does not list {flag}:\n{h}");
     }
-    assert!(h.contains("[default: glibc,jemalloc,tcmalloc]") && h.contains("[default: 1,2,4,8,16,32,64]"), "{h}");
+    assert!(
+        h.contains("[default: glibc,jemalloc,tcmalloc]") && h.contains("[default: 1,2,4,8,16,32,64]"),
+        "{h}"
+    );
 }
 
 #[test]
@@ -344,7 +454,19 @@ fn custom_sql_and_lua_workloads_and_direct_preload() {
     .unwrap();
     let wl = format!("{},{}", sql.display(), lua.display());
     let o = runner()
-        .args(["--backends", "glibc", "--direct", "--workloads", &wl, "--threads", "1", "--time", "2", "--rounds", "1"])
+        .args([
+            "--backends",
+            "glibc",
+            "--direct",
+            "--workloads",
+            &wl,
+            "--threads",
+            "1",
+            "--time",
+            "2",
+            "--rounds",
+            "1",
+        ])
         .args(["--tables", "1", "--table-size", "1000", "--memlog-interval-ms", "200"])
         .arg("--out")
         .arg(&out)
@@ -359,7 +481,11 @@ fn custom_sql_and_lua_workloads_and_direct_preload() {
         assert!(f(r, "qps") > 0.0 && r["errors"] == "0", "{r:?}");
         assert!(["two_selects", "sum_k"].contains(&r["workload"].as_str()), "{r:?}");
         if r["config"] == "glibc-direct" {
-            assert_eq!((r["mode"].as_str(), r["dump"].as_str(), r["allocs_per_query"].as_str()), ("direct", "", ""), "{r:?}");
+            assert_eq!(
+                (r["mode"].as_str(), r["dump"].as_str(), r["allocs_per_query"].as_str()),
+                ("direct", "", ""),
+                "{r:?}"
+            );
         } else {
             assert_eq!(r["mode"], "shim");
             assert!(!r["dump"].is_empty());
@@ -375,6 +501,11 @@ fn custom_sql_and_lua_workloads_and_direct_preload() {
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     let (head, body) = md_table(&md, "two_selects: shim overhead");
     assert_eq!(head[1], "glibc qps shim/direct");
-    let q = |cfg: &str| rows.iter().find(|r| r["config"] == cfg && r["workload"] == "two_selects").map(|r| f(r, "qps")).unwrap();
+    let q = |cfg: &str| {
+        rows.iter()
+            .find(|r| r["config"] == cfg && r["workload"] == "two_selects")
+            .map(|r| f(r, "qps"))
+            .unwrap()
+    };
     assert_eq!(body[0][1], format!("{:.3}", q("glibc") / q("glibc-direct")));
 }

@@ -47,17 +47,26 @@ fn unknown_variable_is_named() {
 
 #[test]
 fn unloadable_tcmalloc_falls_back_to_glibc() {
-    let (out, lines) = run(&[("MALLOCSHIM_BACKEND", "tcmalloc"), ("MALLOCSHIM_TCMALLOC_LIB", "/nonexistent/libtc.so")]);
+    let (out, lines) =
+        run(&[("MALLOCSHIM_BACKEND", "tcmalloc"), ("MALLOCSHIM_TCMALLOC_LIB", "/nonexistent/libtc.so")]);
     assert!(out.contains("backend=glibc"), "{out}");
     assert_eq!(lines.len(), 1, "{lines:?}");
-    assert!(lines[0].contains("backend tcmalloc could not be loaded") && lines[0].contains("/nonexistent/libtc.so"), "{lines:?}");
+    assert!(
+        lines[0].contains("backend tcmalloc could not be loaded")
+            && lines[0].contains("/nonexistent/libtc.so"),
+        "{lines:?}"
+    );
 }
 
 #[test]
 fn verbose_prints_every_option_row() {
     let (_, lines) = run(&[("MALLOCSHIM_VERBOSE", "1"), ("MALLOCSHIM_BACKEND", "jemalloc")]);
-    for name in ["MALLOCSHIM_BACKEND", "MALLOCSHIM_TCMALLOC_LIB", "MALLOCSHIM_PROFILE", "MALLOCSHIM_VERBOSE"] {
-        assert!(lines.iter().any(|l| l.contains(name) && l.contains("default")), "no row for {name}: {lines:?}");
+    for name in ["MALLOCSHIM_BACKEND", "MALLOCSHIM_TCMALLOC_LIB", "MALLOCSHIM_PROFILE", "MALLOCSHIM_VERBOSE"]
+    {
+        assert!(
+            lines.iter().any(|l| l.contains(name) && l.contains("default")),
+            "no row for {name}: {lines:?}"
+        );
     }
     assert!(lines.iter().any(|l| l.contains("MALLOCSHIM_BACKEND") && l.contains("= jemalloc")), "{lines:?}");
     let summary = lines.iter().find(|l| l.starts_with("mallocshim: summary ")).expect("summary line at exit");
@@ -71,7 +80,9 @@ fn readme_env_table_matches_the_shim_table() {
     let (_, lines) = run(&[("MALLOCSHIM_VERBOSE", "1")]);
     let shim_vars: Vec<String> = lines
         .iter()
-        .filter_map(|l| l.split_whitespace().nth(1).filter(|w| w.starts_with("MALLOCSHIM_")).map(String::from))
+        .filter_map(|l| {
+            l.split_whitespace().nth(1).filter(|w| w.starts_with("MALLOCSHIM_")).map(String::from)
+        })
         .collect();
     let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
     let readme_vars: Vec<String> = readme

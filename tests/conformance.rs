@@ -115,7 +115,9 @@ fn markdown(cols: &[Column], glibc_version: &str) -> String {
         s.push_str(&cols.iter().map(|c| cell(c, rule)).collect::<Vec<_>>().join(" | "));
         s.push_str(" |\n");
     }
-    s.push_str(&format!("\nglibc {glibc_version}; `expected` is glibc's behaviour on x86-64 (2.38's for aligned_alloc).\n"));
+    s.push_str(&format!(
+        "\nglibc {glibc_version}; `expected` is glibc's behaviour on x86-64 (2.38's for aligned_alloc).\n"
+    ));
     s.push_str("\nWhat each failure was (the first failed check of the rule):\n\n");
     for c in cols {
         for rule in &c.order {
@@ -143,7 +145,9 @@ fn conformance_matrix() {
     let mut c = common::plain(&prog);
     c.env("LD_PRELOAD", common::TCMALLOC_LIB);
     cols.push(run("LD_PRELOAD tcmalloc", c, "libtcmalloc_minimal", "none"));
-    for (title, b) in [("shim->glibc", "glibc"), ("shim->jemalloc", "jemalloc"), ("shim->tcmalloc", "tcmalloc")] {
+    for (title, b) in
+        [("shim->glibc", "glibc"), ("shim->jemalloc", "jemalloc"), ("shim->tcmalloc", "tcmalloc")]
+    {
         cols.push(run(title, common::preloaded(&prog, b), shim.to_str().unwrap(), b));
     }
 
@@ -170,7 +174,10 @@ fn conformance_matrix() {
         let r = cols[0].result(rule);
         let want = if GLIBC_238_RULES.contains(&rule.as_str()) && !at_least_238 { "fail" } else { "pass" };
         if r != want {
-            problems.push(format!("glibc {glibc_version} without preload: {rule} is {r}, expected {want}: {}", cols[0].rules[rule].1));
+            problems.push(format!(
+                "glibc {glibc_version} without preload: {rule} is {r}, expected {want}: {}",
+                cols[0].rules[rule].1
+            ));
         }
     }
     // The shim equals the expectation on every backend.
@@ -185,14 +192,19 @@ fn conformance_matrix() {
     for (col, known) in [(&cols[1], &KNOWN_JEMALLOC[..]), (&cols[2], &KNOWN_TCMALLOC[..])] {
         for (rule, want) in known {
             if col.result(rule) != *want {
-                problems.push(format!("{}: known defect not detected: {rule} is {}, expected {want}", col.title, col.result(rule)));
+                problems.push(format!(
+                    "{}: known defect not detected: {rule} is {}, expected {want}",
+                    col.title,
+                    col.result(rule)
+                ));
             }
         }
     }
     // Under the tcmalloc backend the bootstrap pool served libstdc++ while the backend loaded,
     // and the process (pool blocks and all) ran every rule.
     let early = &cols[5].rules["early_pointers_recognised"].1;
-    let boot = early.rsplit("bootstrap_bytes=").next().and_then(|v| v.trim().parse::<i64>().ok()).unwrap_or(-1);
+    let boot =
+        early.rsplit("bootstrap_bytes=").next().and_then(|v| v.trim().parse::<i64>().ok()).unwrap_or(-1);
     if boot <= 0 {
         problems.push(format!("shim->tcmalloc: expected bootstrap_bytes > 0 in `{early}`"));
     }

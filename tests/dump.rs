@@ -131,9 +131,17 @@ fn check_invariants(d: &Value, pid: u32, backend: &str, what: &str) {
     let threads = arr(d, "/threads");
     for (op, t) in totals {
         let sum: u64 = threads.iter().map(|th| thread_count(th, op)).sum();
-        assert_eq!(sum, t["count"].as_u64().unwrap(), "{what}: sum over threads of {op} counts != totals.{op}.count");
+        assert_eq!(
+            sum,
+            t["count"].as_u64().unwrap(),
+            "{what}: sum over threads of {op} counts != totals.{op}.count"
+        );
         // The size classes add up to the totals too.
-        let by_class: u64 = arr(d, "/size_classes").iter().filter(|c| c["op"] == op.as_str()).map(|c| c["count"].as_u64().unwrap()).sum();
+        let by_class: u64 = arr(d, "/size_classes")
+            .iter()
+            .filter(|c| c["op"] == op.as_str())
+            .map(|c| c["count"].as_u64().unwrap())
+            .sum();
         assert_eq!(by_class, t["count"].as_u64().unwrap(), "{what}: sum over size classes of {op} != totals");
     }
     // Percentiles are ordered wherever there are samples.
@@ -141,8 +149,14 @@ fn check_invariants(d: &Value, pid: u32, backend: &str, what: &str) {
         if u(c, "/sampled") == 0 {
             continue;
         }
-        let p: Vec<u64> = ["p50_ns", "p90_ns", "p99_ns", "p999_ns", "max_ns"].iter().map(|k| u(c, &format!("/{k}"))).collect();
-        assert!(p.windows(2).all(|w| w[0] <= w[1]), "{what}: size class percentiles out of order (p50,p90,p99,p999,max = {p:?}): {c}");
+        let p: Vec<u64> = ["p50_ns", "p90_ns", "p99_ns", "p999_ns", "max_ns"]
+            .iter()
+            .map(|k| u(c, &format!("/{k}")))
+            .collect();
+        assert!(
+            p.windows(2).all(|w| w[0] <= w[1]),
+            "{what}: size class percentiles out of order (p50,p90,p99,p999,max = {p:?}): {c}"
+        );
         assert!(u(c, "/sampled") <= u(c, "/count"), "{what}: more samples than calls: {c}");
     }
     let mut exited = 0;
@@ -158,7 +172,11 @@ fn check_invariants(d: &Value, pid: u32, backend: &str, what: &str) {
                 continue;
             }
             let p: Vec<u64> = ["p50_ns", "p99_ns", "max_ns"].iter().map(|k| u(r, &format!("/{k}"))).collect();
-            assert!(p.windows(2).all(|w| w[0] <= w[1]), "{what}: thread {} op {op} percentiles out of order (p50,p99,max = {p:?})", t["tid"]);
+            assert!(
+                p.windows(2).all(|w| w[0] <= w[1]),
+                "{what}: thread {} op {op} percentiles out of order (p50,p99,max = {p:?})",
+                t["tid"]
+            );
         }
     }
     assert!(exited <= 1, "{what}: exited threads fold into one entry, found {exited}");
@@ -188,7 +206,11 @@ fn named_threads_counts_classes_and_percentiles() {
         let (d, _) = named_threads_dump(b, None);
         let w = format!("named_threads under {b}");
         assert_eq!(u(&d, "/sample_every"), 64, "{w}");
-        assert!(u(&d, "/totals/malloc/count") >= 404_000, "{w}: totals.malloc.count = {}", d["totals"]["malloc"]);
+        assert!(
+            u(&d, "/totals/malloc/count") >= 404_000,
+            "{w}: totals.malloc.count = {}",
+            d["totals"]["malloc"]
+        );
         assert!(u(&d, "/totals/free/count") >= 404_000, "{w}: totals.free.count = {}", d["totals"]["free"]);
         let m64 = class(&d, "malloc", 64);
         assert_eq!(u(m64, "/min_bytes"), 33, "{w}: {m64}");
@@ -203,11 +225,17 @@ fn named_threads_counts_classes_and_percentiles() {
         assert!(u(m1m, "/count") >= 4_000, "{w}: malloc (512K,1M]: {m1m}");
         // free is classed by usable size: a 48-byte block's is 48..64 under every backend.
         assert!(u(class(&d, "free", 64), "/count") >= 400_000, "{w}: free 33-64: {}", class(&d, "free", 64));
-        let workers: Vec<&Value> = arr(&d, "/threads").iter().filter(|t| t["name"].as_str().is_some_and(|n| n.starts_with("worker-"))).collect();
+        let workers: Vec<&Value> = arr(&d, "/threads")
+            .iter()
+            .filter(|t| t["name"].as_str().is_some_and(|n| n.starts_with("worker-")))
+            .collect();
         assert_eq!(workers.len(), 4, "{w}: threads named worker-N: {}", d["threads"]);
         for i in 0..4 {
             let name = format!("worker-{i}");
-            let t = workers.iter().find(|t| t["name"] == name.as_str()).unwrap_or_else(|| panic!("{w}: no thread {name}"));
+            let t = workers
+                .iter()
+                .find(|t| t["name"] == name.as_str())
+                .unwrap_or_else(|| panic!("{w}: no thread {name}"));
             assert_eq!(t["state"], "live", "{w}: {t}");
             assert!(u(t, "/tid") > 0, "{w}: {t}");
             assert!(thread_count(t, "malloc") >= 101_000, "{w}: {name} malloc count: {t}");
@@ -225,7 +253,10 @@ fn named_threads_sample_every_call() {
         let m64 = class(&d, "malloc", 64);
         assert!(u(m64, "/count") >= 400_000, "{w}: {m64}");
         assert_eq!(u(m64, "/sampled"), u(m64, "/count"), "{w}: sampled != count for malloc 33-64: {m64}");
-        for t in arr(&d, "/threads").iter().filter(|t| t["name"].as_str().is_some_and(|n| n.starts_with("worker-"))) {
+        for t in arr(&d, "/threads")
+            .iter()
+            .filter(|t| t["name"].as_str().is_some_and(|n| n.starts_with("worker-")))
+        {
             let r = &t["ops"]["malloc"];
             assert_eq!(u(r, "/sampled"), u(r, "/count"), "{w}: thread {} malloc sampled != count", t["name"]);
         }
@@ -253,12 +284,30 @@ fn mariadb_pattern_handler_chained_and_only_process_signal_dumps() {
     for h in handles {
         let (b, o, pid, dir) = h.join().expect("runner thread");
         let out = stdout(&o);
-        let line = out.lines().find(|l| l.starts_with("handler_calls=")).unwrap_or_else(|| panic!("{b}: {out}"));
-        assert_eq!(kv(line, "old_is_ours"), Some(1), "{b}: sigaction must report the application's handler: {line}");
-        assert_eq!(kv(line, "lost"), Some(0), "{b}: a pthread_kill never reached the application's handler: {line}");
-        assert_eq!(kv(line, "handler_calls"), Some(1001), "{b}: the application's handler must run for every signal: {line}");
+        let line =
+            out.lines().find(|l| l.starts_with("handler_calls=")).unwrap_or_else(|| panic!("{b}: {out}"));
+        assert_eq!(
+            kv(line, "old_is_ours"),
+            Some(1),
+            "{b}: sigaction must report the application's handler: {line}"
+        );
+        assert_eq!(
+            kv(line, "lost"),
+            Some(0),
+            "{b}: a pthread_kill never reached the application's handler: {line}"
+        );
+        assert_eq!(
+            kv(line, "handler_calls"),
+            Some(1001),
+            "{b}: the application's handler must run for every signal: {line}"
+        );
         let j = dumps(&dir, pid, "json");
-        assert_eq!(j.len(), 1, "{b}: exactly one dump (only kill(getpid()) asks for one), dir has: {}", listing(&dir));
+        assert_eq!(
+            j.len(),
+            1,
+            "{b}: exactly one dump (only kill(getpid()) asks for one), dir has: {}",
+            listing(&dir)
+        );
         check_invariants(&load(&j[0]), pid, b, &format!("mariadb_pattern under {b}"));
     }
 }
@@ -284,8 +333,16 @@ fn mysql8_pattern_sigwaitinfo_receives_and_dumps() {
         for mode in ["sigwaitinfo", "sigtimedwait", "sigwait"] {
             let (out, pid, dir) = mysql8(mode, false, b);
             let want = if mode == "sigwait" { "got=10 rc=0" } else { "got=10 code=0" };
-            assert!(out.lines().any(|l| l == want), "{b} {mode}: the application must still receive SIGUSR1 ({want}):\n{out}");
-            assert_eq!(dumps(&dir, pid, "json").len(), 1, "{b} {mode}: one dump; program said:\n{out}dir: {}", listing(&dir));
+            assert!(
+                out.lines().any(|l| l == want),
+                "{b} {mode}: the application must still receive SIGUSR1 ({want}):\n{out}"
+            );
+            assert_eq!(
+                dumps(&dir, pid, "json").len(),
+                1,
+                "{b} {mode}: one dump; program said:\n{out}dir: {}",
+                listing(&dir)
+            );
             assert!(out.contains("dumps=1"), "{b} {mode}: {out}");
         }
     }
@@ -301,9 +358,17 @@ fn mysql8_pattern_thread_directed_signal_does_not_dump() {
             let (out, pid, dir) = mysql8(mode, true, b);
             let got = out.lines().filter(|l| l.starts_with("got=10 ")).count();
             assert_eq!(got, 2, "{b} {mode}: the application must receive both signals:\n{out}");
-            let after = out.lines().find_map(|l| kv(l, "dumps_after_tkill")).unwrap_or_else(|| panic!("{b} {mode}: {out}"));
+            let after = out
+                .lines()
+                .find_map(|l| kv(l, "dumps_after_tkill"))
+                .unwrap_or_else(|| panic!("{b} {mode}: {out}"));
             assert_eq!(after, 0, "{b} {mode}: pthread_kill(SIGUSR1) taken by {mode} wrote a dump:\n{out}");
-            assert_eq!(dumps(&dir, pid, "json").len(), 1, "{b} {mode}: exactly one dump (from kill(getpid())):\n{out}dir: {}", listing(&dir));
+            assert_eq!(
+                dumps(&dir, pid, "json").len(),
+                1,
+                "{b} {mode}: exactly one dump (from kill(getpid())):\n{out}dir: {}",
+                listing(&dir)
+            );
         }
     }
 }
@@ -318,7 +383,12 @@ fn sig_ign_and_untouched_signal_dump_without_dying() {
     let mut plain = Command::new(&bin);
     plain.arg("untouched").stdin(Stdio::null()).env_remove("LD_PRELOAD");
     let o = plain.output().expect("run dump_misc untouched");
-    assert_eq!(o.status.signal(), Some(SIGUSR1), "without the shim the program must die of SIGUSR1: {:?}", o.status);
+    assert_eq!(
+        o.status.signal(),
+        Some(SIGUSR1),
+        "without the shim the program must die of SIGUSR1: {:?}",
+        o.status
+    );
     for b in BACKENDS {
         for mode in ["ign", "untouched"] {
             let dir = fresh_dir(&format!("sig-{mode}"), b);
@@ -333,7 +403,12 @@ fn sig_ign_and_untouched_signal_dump_without_dying() {
             let d = only_json(&dir, pid, &format!("{mode} under {b}"));
             check_invariants(&d, pid, b, &format!("{mode} under {b}"));
             assert!(u(&d, "/totals/malloc/count") >= 10_000, "{b} {mode}: {}", d["totals"]);
-            assert_eq!(dumps(&dir, pid, "prom").len(), 1, "{b} {mode}: default formats are json,prom: {}", listing(&dir));
+            assert_eq!(
+                dumps(&dir, pid, "prom").len(),
+                1,
+                "{b} {mode}: default formats are json,prom: {}",
+                listing(&dir)
+            );
         }
         // No MALLOCSHIM_DUMP_DIR: $TMPDIR is the default directory.
         let dir = fresh_dir("tmpdir-default", b);
@@ -341,7 +416,12 @@ fn sig_ign_and_untouched_signal_dump_without_dying() {
         c.arg("untouched").env("TMPDIR", &dir);
         let (o, pid) = run(c, &format!("dump_misc untouched with TMPDIR under {b}"));
         assert!(stdout(&o).contains("dumps=1"), "{b}: {}", stdout(&o));
-        assert_eq!(dumps(&dir, pid, "json").len(), 1, "{b}: the dump goes to $TMPDIR by default: {}", listing(&dir));
+        assert_eq!(
+            dumps(&dir, pid, "json").len(),
+            1,
+            "{b}: the dump goes to $TMPDIR by default: {}",
+            listing(&dir)
+        );
     }
 }
 
@@ -357,7 +437,11 @@ fn signal_burst_coalesces() {
         c.arg("burst");
         let (o, pid) = run(c, &format!("dump_misc burst under {b}"));
         let n = dumps(&dir, pid, "json").len();
-        assert!((1..=5).contains(&n), "{b}: 200 signals in a burst gave {n} dumps (want 1..=5); program: {}", stdout(&o));
+        assert!(
+            (1..=5).contains(&n),
+            "{b}: 200 signals in a burst gave {n} dumps (want 1..=5); program: {}",
+            stdout(&o)
+        );
         for p in dumps(&dir, pid, "json") {
             check_invariants(&load(&p), pid, b, &format!("burst under {b}"));
         }
@@ -378,7 +462,12 @@ fn thread_churn_folds_into_exited() {
         let out = stdout(&o);
         let line = out.lines().find(|l| l.starts_with("threads=")).unwrap_or_else(|| panic!("{b}: {out}"));
         assert_eq!(kv(line, "threads"), Some(10_000), "{b}: {line}");
-        assert_eq!(kv(line, "api_rc"), Some(0), "{b}: mallocshim_dump() must return 0: {line}\n{}", stderr(&o));
+        assert_eq!(
+            kv(line, "api_rc"),
+            Some(0),
+            "{b}: mallocshim_dump() must return 0: {line}\n{}",
+            stderr(&o)
+        );
         let hwm_kb = kv(line, "vmhwm_kb").unwrap_or_else(|| panic!("{b}: {line}"));
         eprintln!("thread churn under {b}: peak RSS (VmHWM) {hwm_kb} kB");
         assert!(hwm_kb < 200 * 1024, "{b}: peak RSS {hwm_kb} kB >= 200 MiB after thread churn");
@@ -391,8 +480,14 @@ fn thread_churn_folds_into_exited() {
         let ex: Vec<&Value> = threads.iter().filter(|t| t["state"] == "exited").collect();
         assert_eq!(ex.len(), 1, "{b}: one exited entry: {}", d["threads"]);
         let exm = thread_count(ex[0], "malloc");
-        assert!(exm >= 100_000, "{b}: the exited entry holds {exm} mallocs (want >= 100,000 = 10,000 threads x 10)");
-        assert!(exm * 2 > total - 10_000, "{b}: the exited entry ({exm}) must hold most of the threads' mallocs ({total})");
+        assert!(
+            exm >= 100_000,
+            "{b}: the exited entry holds {exm} mallocs (want >= 100,000 = 10,000 threads x 10)"
+        );
+        assert!(
+            exm * 2 > total - 10_000,
+            "{b}: the exited entry ({exm}) must hold most of the threads' mallocs ({total})"
+        );
         assert!(thread_count(ex[0], "free") >= 100_000, "{b}: exited frees: {}", ex[0]);
     }
 }
@@ -415,8 +510,18 @@ fn unusable_dump_dir_warns_and_carries_on() {
             let lines = shim_lines(&o);
             let naming: Vec<&String> = lines.iter().filter(|l| l.contains(dir)).collect();
             // One line for the signal's dump, one for mallocshim_dump().
-            assert_eq!(naming.len(), 2, "{b} dir={dir}: want one `mallocshim:` line per failed dump naming the dir; stderr:\n{}", stderr(&o));
-            assert_eq!(kv(&stdout(&o), "api_rc"), Some(libc_eio()), "{b} dir={dir}: mallocshim_dump() must return EIO: {}", stdout(&o));
+            assert_eq!(
+                naming.len(),
+                2,
+                "{b} dir={dir}: want one `mallocshim:` line per failed dump naming the dir; stderr:\n{}",
+                stderr(&o)
+            );
+            assert_eq!(
+                kv(&stdout(&o), "api_rc"),
+                Some(libc_eio()),
+                "{b} dir={dir}: mallocshim_dump() must return EIO: {}",
+                stdout(&o)
+            );
         }
     }
 }
@@ -482,11 +587,15 @@ fn planted_symlinks_not_followed_files_0600() {
             assert_eq!(&fs::read_link(&p).unwrap(), *target, "{w}");
         }
         // Each refused dump says so; mallocshim_dump() returns EIO for seq 1..3, 0 for seq 4.
-        assert!(err.lines().filter(|l| l.starts_with("mallocshim:")).count() >= 4, "{w}\nwant a `mallocshim:` line per refused dump");
+        assert!(
+            err.lines().filter(|l| l.starts_with("mallocshim:")).count() >= 4,
+            "{w}\nwant a `mallocshim:` line per refused dump"
+        );
         for (i, want) in [(1, 5), (2, 5), (3, 5), (4, 0)] {
             assert_eq!(kv(&rest.replace('\n', " "), &format!("api_rc{i}")), Some(want), "{w}\napi_rc{i}");
         }
-        let good: Vec<PathBuf> = ["json", "prom"].iter().map(|e| dir.join(format!("mallocshim.{pid}.4.{e}"))).collect();
+        let good: Vec<PathBuf> =
+            ["json", "prom"].iter().map(|e| dir.join(format!("mallocshim.{pid}.4.{e}"))).collect();
         for p in good.iter().chain([&dir.join(format!("mallocshim.{pid}.3.json"))]) {
             let m = fs::symlink_metadata(p).unwrap_or_else(|e| panic!("{w}\n{}: {e}", p.display()));
             assert!(m.file_type().is_file(), "{w}\n{} is not a regular file", p.display());
@@ -523,7 +632,8 @@ fn check_prom(text: &str, what: &str) -> usize {
         }
         if let Some(r) = line.strip_prefix("# TYPE ") {
             let mut it = r.split_whitespace();
-            let (n, t) = (it.next().unwrap(), it.next().unwrap_or_else(|| panic!("{what}: bad TYPE line {line}")));
+            let (n, t) =
+                (it.next().unwrap(), it.next().unwrap_or_else(|| panic!("{what}: bad TYPE line {line}")));
             assert!(["counter", "gauge", "histogram", "summary", "untyped"].contains(&t), "{what}: {line}");
             types.insert(n.to_string(), t.to_string());
             continue;
@@ -532,10 +642,13 @@ fn check_prom(text: &str, what: &str) -> usize {
             assert!(line.starts_with("# HELP "), "{what}: unexpected comment {line}");
             continue;
         }
-        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("{what}: bad sample line {line}"));
+        let (series, value) =
+            line.rsplit_once(' ').unwrap_or_else(|| panic!("{what}: bad sample line {line}"));
         let v: f64 = value.parse().unwrap_or_else(|_| panic!("{what}: bad value in {line}"));
         let (name, labels) = match series.split_once('{') {
-            Some((n, l)) => (n, l.strip_suffix('}').unwrap_or_else(|| panic!("{what}: unclosed labels: {line}"))),
+            Some((n, l)) => {
+                (n, l.strip_suffix('}').unwrap_or_else(|| panic!("{what}: unclosed labels: {line}")))
+            }
             None => (series, ""),
         };
         assert!(
@@ -546,23 +659,37 @@ fn check_prom(text: &str, what: &str) -> usize {
         let mut rest = Vec::new();
         if !labels.is_empty() {
             for kvp in labels.split(',') {
-                let (k, val) = kvp.split_once('=').unwrap_or_else(|| panic!("{what}: bad label {kvp} in {line}"));
-                assert!(val.len() >= 2 && val.starts_with('"') && val.ends_with('"'), "{what}: unquoted label in {line}");
+                let (k, val) =
+                    kvp.split_once('=').unwrap_or_else(|| panic!("{what}: bad label {kvp} in {line}"));
+                assert!(
+                    val.len() >= 2 && val.starts_with('"') && val.ends_with('"'),
+                    "{what}: unquoted label in {line}"
+                );
                 if k == "le" {
                     let s = &val[1..val.len() - 1];
-                    le = Some(if s == "+Inf" { f64::INFINITY } else { s.parse::<f64>().unwrap_or_else(|_| panic!("{what}: bad le in {line}")) });
+                    le = Some(if s == "+Inf" {
+                        f64::INFINITY
+                    } else {
+                        s.parse::<f64>().unwrap_or_else(|_| panic!("{what}: bad le in {line}"))
+                    });
                 } else {
                     rest.push(kvp.to_string());
                 }
             }
         }
         let key_labels = rest.join(",");
-        if let Some(f) = name.strip_suffix("_bucket").filter(|f| types.get(*f).is_some_and(|t| t == "histogram")) {
+        if let Some(f) =
+            name.strip_suffix("_bucket").filter(|f| types.get(*f).is_some_and(|t| t == "histogram"))
+        {
             let le = le.unwrap_or_else(|| panic!("{what}: bucket without le: {line}"));
             buckets.entry((f.to_string(), key_labels)).or_default().push((le, v));
-        } else if let Some(f) = name.strip_suffix("_count").filter(|f| types.get(*f).is_some_and(|t| t == "histogram")) {
+        } else if let Some(f) =
+            name.strip_suffix("_count").filter(|f| types.get(*f).is_some_and(|t| t == "histogram"))
+        {
             counts.insert((f.to_string(), key_labels), v);
-        } else if let Some(f) = name.strip_suffix("_sum").filter(|f| types.get(*f).is_some_and(|t| t == "histogram")) {
+        } else if let Some(f) =
+            name.strip_suffix("_sum").filter(|f| types.get(*f).is_some_and(|t| t == "histogram"))
+        {
             sums.insert((f.to_string(), key_labels), v);
         } else {
             assert!(types.contains_key(name), "{what}: sample of an undeclared family: {line}");
@@ -590,8 +717,14 @@ fn check_prom(text: &str, what: &str) -> usize {
 fn check_hdr(hdr: &str, d: &Value, what: &str) {
     use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
     use hdrhistogram::serialization::Deserializer;
-    let start = hdr.lines().position(|l| l.starts_with("#[StartTime:")).unwrap_or_else(|| panic!("{what}: no #[StartTime: line:\n{hdr}"));
-    assert!(hdr.lines().take(start).all(|l| l.starts_with('#')), "{what}: only comments may precede #[StartTime:\n{hdr}");
+    let start = hdr
+        .lines()
+        .position(|l| l.starts_with("#[StartTime:"))
+        .unwrap_or_else(|| panic!("{what}: no #[StartTime: line:\n{hdr}"));
+    assert!(
+        hdr.lines().take(start).all(|l| l.starts_with('#')),
+        "{what}: only comments may precede #[StartTime:\n{hdr}"
+    );
     assert!(hdr.lines().any(|l| l.starts_with("Tag=malloc_64,")), "{what}: no Tag=malloc_64, line:\n{hdr}");
     let mut de = Deserializer::new();
     let mut seen = 0;
@@ -602,10 +735,14 @@ fn check_hdr(hdr: &str, d: &Value, what: &str) {
             LogEntry::BaseTime(_) => {}
             LogEntry::Interval(iv) => {
                 assert!(start_time.is_some(), "{what}: histogram before #[StartTime:");
-                let tag = iv.tag().map(|t| t.as_str().to_string()).unwrap_or_else(|| panic!("{what}: untagged histogram"));
+                let tag = iv
+                    .tag()
+                    .map(|t| t.as_str().to_string())
+                    .unwrap_or_else(|| panic!("{what}: untagged histogram"));
                 let bytes = base64_decode(iv.encoded_histogram());
-                let h: hdrhistogram::Histogram<u64> =
-                    de.deserialize(&mut bytes.as_slice()).unwrap_or_else(|e| panic!("{what}: {tag}: histogram does not decode: {e:?}"));
+                let h: hdrhistogram::Histogram<u64> = de
+                    .deserialize(&mut bytes.as_slice())
+                    .unwrap_or_else(|e| panic!("{what}: {tag}: histogram does not decode: {e:?}"));
                 let (op, label) = tag.split_once('_').unwrap_or_else(|| panic!("{what}: tag {tag}"));
                 let c = arr(d, "/size_classes")
                     .iter()
@@ -679,7 +816,10 @@ fn all_four_formats() {
         let sampled_classes = arr(&d, "/size_classes").iter().filter(|c| u(c, "/sampled") > 0).count();
         assert_eq!(series, sampled_classes, "{b}: one latency histogram per sampled size class");
         let calls = format!("mallocshim_calls_total{{backend=\"{b}\",op=\"malloc\",size_class=\"64\"}} ");
-        let line = prom.lines().find(|l| l.starts_with(&calls)).unwrap_or_else(|| panic!("{b}: no {calls}in\n{prom}"));
+        let line = prom
+            .lines()
+            .find(|l| l.starts_with(&calls))
+            .unwrap_or_else(|| panic!("{b}: no {calls}in\n{prom}"));
         let n: u64 = line[calls.len()..].parse().unwrap();
         assert_eq!(n, u(class(&d, "malloc", 64), "/count"), "{b}: prom calls_total vs JSON (same snapshot)");
         assert!(prom.contains(&format!("mallocshim_rss_bytes{{backend=\"{b}\"}} ")), "{b}: no rss gauge");
@@ -688,7 +828,10 @@ fn all_four_formats() {
         check_hdr(&hdr, &d, &format!("{b} .hdr"));
 
         let text = fs::read_to_string(dir.join(format!("mallocshim.{pid}.0.text"))).unwrap();
-        assert!(text.lines().any(|l| l.contains("p50_ns") && l.contains("p99_ns")), "{b}: .text has no header with p50_ns:\n{text}");
+        assert!(
+            text.lines().any(|l| l.contains("p50_ns") && l.contains("p99_ns")),
+            "{b}: .text has no header with p50_ns:\n{text}"
+        );
         assert!(text.contains(&format!("backend {b}")), "{b}: .text names the backend:\n{text}");
     }
 }

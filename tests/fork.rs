@@ -18,7 +18,12 @@ const CANARIES: [&str; 2] = ["fork_stdio", "fork_signal"];
 fn canary(name: &str) -> PathBuf {
     static P: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
     let (a, b) = P
-        .get_or_init(|| (common::cc("fork_stdio.c", "fork_stdio", &[]), common::cc("fork_signal.c", "fork_signal", &["-Wl,-z,now"])))
+        .get_or_init(|| {
+            (
+                common::cc("fork_stdio.c", "fork_stdio", &[]),
+                common::cc("fork_signal.c", "fork_signal", &["-Wl,-z,now"]),
+            )
+        })
         .clone();
     if name == "fork_stdio" {
         a
@@ -98,7 +103,12 @@ fn run(name: &str, config: &str, gdb: bool) -> (String, String, Output) {
         .to_string();
     let result = common::kv_str(&line, "result").unwrap_or("?").to_string();
     // The exit status agrees with the verdict.
-    assert_eq!(o.status.success(), result == "pass", "{name} under {config}: exit status vs verdict\n{}", common::describe(&o));
+    assert_eq!(
+        o.status.success(),
+        result == "pass",
+        "{name} under {config}: exit status vs verdict\n{}",
+        common::describe(&o)
+    );
     (result, line, o)
 }
 
@@ -115,7 +125,10 @@ fn assert_passes(name: &str, config: &str) {
     assert!(forks >= 50, "{name} under {config}: only {forks} children\n{line}");
     if name == "fork_signal" {
         let in_alloc = common::kv(detail, "in_alloc").unwrap_or(0);
-        assert!(in_alloc * 2 >= forks, "{name} under {config}: only {in_alloc} of {forks} forks interrupted the allocator\n{line}");
+        assert!(
+            in_alloc * 2 >= forks,
+            "{name} under {config}: only {in_alloc} of {forks} forks interrupted the allocator\n{line}"
+        );
     }
 }
 
@@ -160,7 +173,8 @@ fn fork_canaries_report() {
         for config in configs {
             handles.push(std::thread::spawn(move || {
                 let (result, line, o) = run(name, config, false);
-                let probe = common::stdout(&o).lines().find(|l| l.starts_with("probe ")).unwrap_or("").to_string();
+                let probe =
+                    common::stdout(&o).lines().find(|l| l.starts_with("probe ")).unwrap_or("").to_string();
                 (name, config, result, line, probe)
             }));
         }

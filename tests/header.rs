@@ -25,7 +25,12 @@ fn committed_header_is_fresh() {
         committed == fresh,
         "shim/include/mallocshim.h is stale: regenerate with `MALLOCSHIM_BLESS=1 cargo test --release --test header` and commit it"
     );
-    for f in ["mallocshim_backend_name", "mallocshim_get_stats", "struct mallocshim_stats", "backend_resident_bytes"] {
+    for f in [
+        "mallocshim_backend_name",
+        "mallocshim_get_stats",
+        "struct mallocshim_stats",
+        "backend_resident_bytes",
+    ] {
         assert!(fresh.contains(f), "header lacks {f}");
     }
 }

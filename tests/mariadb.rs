@@ -43,7 +43,9 @@ fn check(backend: &str) {
         out.status
     );
     let kv: HashMap<&str, &str> = stdout.lines().filter_map(|l| l.split_once('=')).collect();
-    let get = |k: &str| -> &str { kv.get(k).copied().unwrap_or_else(|| panic!("no `{k}=` in the output\n{report}")) };
+    let get = |k: &str| -> &str {
+        kv.get(k).copied().unwrap_or_else(|| panic!("no `{k}=` in the output\n{report}"))
+    };
     let num = |k: &str| -> f64 {
         let v = get(k);
         v.parse().unwrap_or_else(|_| panic!("`{k}={v}` is not a number\n{report}"))
@@ -64,17 +66,24 @@ fn check(backend: &str) {
     );
     let summary = get("summary_line");
     assert!(summary.starts_with("mallocshim: summary "), "{report}");
-    let malloc = common::kv(summary, "malloc").unwrap_or_else(|| panic!("no malloc= in the summary\n{report}"));
+    let malloc =
+        common::kv(summary, "malloc").unwrap_or_else(|| panic!("no malloc= in the summary\n{report}"));
     assert!(malloc > 0, "summary malloc={malloc}\n{report}");
     // kill -USR1 under load: a complete dump within 2 s, holding at least 8 live threads.
     let dump_ms = num("dump_ms");
     assert!(dump_ms <= 2000.0, "the dump took {dump_ms} ms after kill -USR1 (goal: 2 s)\n{report}");
-    assert!(num("dump_threads_with_calls") >= 8.0, "fewer than 8 live threads with counts in the dump\n{report}");
+    assert!(
+        num("dump_threads_with_calls") >= 8.0,
+        "fewer than 8 live threads with counts in the dump\n{report}"
+    );
     assert!(num("dump_malloc") > 0.0, "the dump counts no malloc\n{report}");
     assert_eq!(get("dump_backend"), backend, "{report}");
     // MariaDB asks for jemalloc's mallctl("version"): the shim answers with the truth.
     let vml = get("version_malloc_library");
-    assert!(vml.contains("mallocshim") && vml.contains(&format!("({backend}")), "@@version_malloc_library = {vml}\n{report}");
+    assert!(
+        vml.contains("mallocshim") && vml.contains(&format!("({backend}")),
+        "@@version_malloc_library = {vml}\n{report}"
+    );
     assert!(out.status.success(), "the script reported a failed check\n{report}");
     eprintln!(
         "mariadb {backend}: qps={} p95_ms={} malloc={malloc} total_calls={} allocated_bytes={} resident_bytes={} dump_ms={dump_ms} dump_threads_with_calls={} version_malloc_library={vml}",

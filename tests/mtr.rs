@@ -30,7 +30,10 @@ struct Run {
 
 impl Run {
     fn get(&self, k: &str) -> &str {
-        self.kv.get(k).map(String::as_str).unwrap_or_else(|| panic!("{}: no `{k}=` in the output\n{}", self.config, self.report))
+        self.kv
+            .get(k)
+            .map(String::as_str)
+            .unwrap_or_else(|| panic!("{}: no `{k}=` in the output\n{}", self.config, self.report))
     }
     fn num(&self, k: &str) -> u64 {
         let v = self.get(k);
@@ -84,7 +87,8 @@ fn run(config: &str) -> Run {
         }
     }
     let r = Run { config: config.to_string(), kv, results, reasons, report };
-    let failed: Vec<_> = r.results.iter().filter(|(_, v)| v.contains("fail")).map(|(n, v)| format!("{n} [{v}]")).collect();
+    let failed: Vec<_> =
+        r.results.iter().filter(|(_, v)| v.contains("fail")).map(|(n, v)| format!("{n} [{v}]")).collect();
     eprintln!(
         "mtr {config}: {} s, {} results: {} pass, {} fail, {} skipped, {} disabled; mtr exit {}{}",
         r.get("wall_s"),
@@ -107,11 +111,15 @@ fn check_common(r: &Run, fts_tests: &[String]) {
     assert!(
         r.results.values().all(|v| ["pass", "skipped", "disabled"].contains(&v.as_str())),
         "{c}: unexpected results {:?}\n{rep}",
-        r.results.iter().filter(|(_, v)| !["pass", "skipped", "disabled"].contains(&v.as_str())).collect::<Vec<_>>()
+        r.results
+            .iter()
+            .filter(|(_, v)| !["pass", "skipped", "disabled"].contains(&v.as_str()))
+            .collect::<Vec<_>>()
     );
     assert_eq!(r.get("mtr_exit"), "0", "{c}: mtr's exit status\n{rep}");
     for t in ["main.fulltext", "main.select", "main.subselect", "main.partition", "main.sp"] {
-        let mine: Vec<_> = r.results.iter().filter(|(n, _)| *n == t || n.starts_with(&format!("{t},"))).collect();
+        let mine: Vec<_> =
+            r.results.iter().filter(|(n, _)| *n == t || n.starts_with(&format!("{t},"))).collect();
         assert!(!mine.is_empty(), "{c}: {t} has no result\n{rep}");
         assert!(mine.iter().all(|(_, v)| v.as_str() == "pass"), "{c}: {t}: {mine:?}\n{rep}");
     }
@@ -136,7 +144,9 @@ fn mtr_subset_same_results_under_each_backend() {
     let mtrdir = std::path::PathBuf::from(base.get("mtrdir"));
     let mut fts_tests: Vec<String> = std::fs::read_dir(mtrdir.join("suite/innodb_fts/t"))
         .unwrap_or_else(|e| panic!("{}/suite/innodb_fts/t: {e}", mtrdir.display()))
-        .filter_map(|e| e.ok()?.file_name().to_str()?.strip_suffix(".test").map(|n| format!("innodb_fts.{n}")))
+        .filter_map(|e| {
+            e.ok()?.file_name().to_str()?.strip_suffix(".test").map(|n| format!("innodb_fts.{n}"))
+        })
         .collect();
     fts_tests.sort();
     assert!(fts_tests.len() > 20, "innodb_fts has only {} tests?", fts_tests.len());
@@ -145,7 +155,12 @@ fn mtr_subset_same_results_under_each_backend() {
     assert!(base.num("pass") >= 40, "baseline: only {} passes\n{}", base.num("pass"), base.report);
     assert_eq!(base.num("procs_shim_mapped"), 0, "baseline: a server had the shim mapped\n{}", base.report);
     assert_eq!(base.num("procs_other_preload"), 0, "baseline: a server had LD_PRELOAD set\n{}", base.report);
-    assert_eq!(base.num("shim_tables") + base.num("summaries"), 0, "baseline: shim lines in the logs\n{}", base.report);
+    assert_eq!(
+        base.num("shim_tables") + base.num("summaries"),
+        0,
+        "baseline: shim lines in the logs\n{}",
+        base.report
+    );
     let mut by_reason: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for n in base.with("skipped") {
         by_reason.entry(base.reasons.get(n).map(String::as_str).unwrap_or("?")).or_default().push(n);
@@ -180,16 +195,28 @@ fn mtr_subset_same_results_under_each_backend() {
                 diffs.push(format!("{n}: not in the baseline, {backend} {w}"));
             }
         }
-        assert!(diffs.is_empty(), "{backend}: results differ from the baseline:\n  {}\n{rep}", diffs.join("\n  "));
+        assert!(
+            diffs.is_empty(),
+            "{backend}: results differ from the baseline:\n  {}\n{rep}",
+            diffs.join("\n  ")
+        );
         assert_eq!(r.with("pass"), base.with("pass"), "{backend}: passes\n{rep}");
 
         // The shim was in every server of the run, with this backend.
         let seen = r.num("procs_seen");
-        assert_eq!(r.num("procs_shim_mapped"), seen, "{backend}: servers without libmallocshim.so mapped\n{rep}");
+        assert_eq!(
+            r.num("procs_shim_mapped"),
+            seen,
+            "{backend}: servers without libmallocshim.so mapped\n{rep}"
+        );
         assert_eq!(r.num("procs_other_preload"), 0, "{backend}: a server had another LD_PRELOAD\n{rep}");
         let starts = r.num("server_starts");
         assert!(starts > 0, "{backend}: no server start in the error logs\n{rep}");
-        assert_eq!(r.num("shim_tables"), r.num("shim_tables_backend"), "{backend}: options table of another backend\n{rep}");
+        assert_eq!(
+            r.num("shim_tables"),
+            r.num("shim_tables_backend"),
+            "{backend}: options table of another backend\n{rep}"
+        );
         assert!(
             r.num("shim_tables_backend") >= starts,
             "{backend}: {starts} server starts but only {} options tables for {backend}\n{rep}",
@@ -201,11 +228,23 @@ fn mtr_subset_same_results_under_each_backend() {
             "{backend}: MALLOCSHIM_PROFILE=1 did not reach every server (options table says otherwise)\n{rep}"
         );
         assert!(r.num("summaries") > 0, "{backend}: no `mallocshim: summary` line in the error logs\n{rep}");
-        assert_eq!(r.num("summaries"), r.num("summaries_backend"), "{backend}: a summary names another backend\n{rep}");
+        assert_eq!(
+            r.num("summaries"),
+            r.num("summaries_backend"),
+            "{backend}: a summary names another backend\n{rep}"
+        );
         assert_eq!(r.num("fallback_lines"), 0, "{backend}: the shim fell back to glibc\n{rep}");
         assert!(r.num("dumps") > 0, "{backend}: no exit dump\n{rep}");
-        assert_eq!(r.num("dumps"), r.num("dumps_backend"), "{backend}: an exit dump names another backend\n{rep}");
-        assert_eq!(r.num("dumps"), r.num("summaries"), "{backend}: every clean exit writes a summary and a dump\n{rep}");
+        assert_eq!(
+            r.num("dumps"),
+            r.num("dumps_backend"),
+            "{backend}: an exit dump names another backend\n{rep}"
+        );
+        assert_eq!(
+            r.num("dumps"),
+            r.num("summaries"),
+            "{backend}: every clean exit writes a summary and a dump\n{rep}"
+        );
         eprintln!(
             "mtr {backend}: {seen} servers seen in /proc all with the shim mapped; {starts} starts, {} options tables, {} summaries, {} dumps naming {backend}",
             r.num("shim_tables_backend"),

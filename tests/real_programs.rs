@@ -118,9 +118,15 @@ fn python_under(backend: &str) {
     let expected = python_expected();
     let o = run_python(Some(backend));
     let what = format!("python JSON under the shim, backend={backend}");
-    assert_eq!(common::stdout(&o), expected, "{what}: output differs from the no-shim run\n{}", common::describe(&o));
+    assert_eq!(
+        common::stdout(&o),
+        expected,
+        "{what}: output differs from the no-shim run\n{}",
+        common::describe(&o)
+    );
     assert_summaries(&o, backend, &what);
-    let last = common::shim_lines(&o).into_iter().filter(|l| l.starts_with("mallocshim: summary")).last().unwrap();
+    let last =
+        common::shim_lines(&o).into_iter().filter(|l| l.starts_with("mallocshim: summary")).last().unwrap();
     // ~100k objects built, serialized and parsed twice with PYTHONMALLOC=malloc.
     let m = common::kv(&last, "malloc").unwrap_or(0);
     assert!(m >= 100_000, "{what}: only {m} mallocs routed: {last}");
@@ -182,10 +188,14 @@ fn write_files(repo: &Path, round: u32) {
     std::fs::write(repo.join("README"), format!("mallocshim git test, round {round}\n")).unwrap();
     let mut big = String::new();
     for i in 0..20_000u32 {
-        big.push_str(&format!("line {i} {}\n", i.wrapping_mul(2_654_435_761).wrapping_add(round) % 1_000_003));
+        big.push_str(&format!(
+            "line {i} {}\n",
+            i.wrapping_mul(2_654_435_761).wrapping_add(round) % 1_000_003
+        ));
     }
     std::fs::write(repo.join("src/big.txt"), big).unwrap();
-    std::fs::write(repo.join("src/deep/small.c"), format!("int round(void) {{ return {round}; }}\n")).unwrap();
+    std::fs::write(repo.join("src/deep/small.c"), format!("int round(void) {{ return {round}; }}\n"))
+        .unwrap();
 }
 
 /// The observable results of the session: log, head, tree listing, object counts.

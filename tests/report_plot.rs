@@ -24,7 +24,15 @@ fn memlog(dir: &Path, name: &str, base_mib: u64, n: u64, backend: bool) -> Strin
         let rss = (base_mib + i * 3) << 20;
         let t = 1_767_225_600_000 + i * 1000;
         if backend {
-            s.push_str(&format!("{t},{rss},{},{},{},{},{},{}\n", rss * 4, rss / 2, rss * 3 / 4, rss / 4, i / 3, i * 4096));
+            s.push_str(&format!(
+                "{t},{rss},{},{},{},{},{},{}\n",
+                rss * 4,
+                rss / 2,
+                rss * 3 / 4,
+                rss / 4,
+                i / 3,
+                i * 4096
+            ));
         } else {
             s.push_str(&format!("{t},{rss},{},,,,,\n", rss * 4));
         }
@@ -43,7 +51,14 @@ fn scratch(name: &str) -> PathBuf {
 
 /// How many `<text>` elements of the SVG say exactly `label`.
 fn text_count(svg: &str, label: &str) -> usize {
-    svg.split("<text").skip(1).filter(|t| t.split_once('>').map(|(_, r)| r.split("</text>").next().unwrap_or("").trim() == label).unwrap_or(false)).count()
+    svg.split("<text")
+        .skip(1)
+        .filter(|t| {
+            t.split_once('>')
+                .map(|(_, r)| r.split("</text>").next().unwrap_or("").trim() == label)
+                .unwrap_or(false)
+        })
+        .count()
 }
 
 #[test]
@@ -56,7 +71,10 @@ fn svg_has_one_line_per_csv() {
     let o = report(&["plot", "--out", out.to_str().unwrap(), &a, &b, &c]);
     assert!(o.status.success(), "{}", describe(&o));
     let svg = std::fs::read_to_string(&out).expect("SVG written");
-    assert!(svg.trim_start().starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "not an SVG document");
+    assert!(
+        svg.trim_start().starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
+        "not an SVG document"
+    );
     // legend: every file in the RSS panel; the two with backend columns also in the allocated panel
     assert_eq!(text_count(&svg, "glibc"), 2, "glibc legend entries");
     assert_eq!(text_count(&svg, "jemalloc"), 2, "jemalloc legend entries");
@@ -65,7 +83,12 @@ fn svg_has_one_line_per_csv() {
     assert_eq!(text_count(&svg, "backend allocated bytes"), 1);
     // per file colour (the plot module's palette: 1F77B4, FF7F0E, 2CA02C), one polyline per data
     // line plus one per legend sample: 2 panels x 2 for glibc and jemalloc, 1 x 2 for tcmalloc
-    let lines = |color: &str| svg.split("<polyline").skip(1).filter(|p| p.split('>').next().unwrap_or("").contains(&format!("stroke=\"#{color}\""))).count();
+    let lines = |color: &str| {
+        svg.split("<polyline")
+            .skip(1)
+            .filter(|p| p.split('>').next().unwrap_or("").contains(&format!("stroke=\"#{color}\"")))
+            .count()
+    };
     assert_eq!((lines("1F77B4"), lines("FF7F0E"), lines("2CA02C")), (4, 4, 2), "polylines per file");
 }
 
@@ -101,7 +124,11 @@ fn plot_errors() {
     let out = d.join("x.png");
     let o = report(&["plot", "--out", out.to_str().unwrap(), &good, bad.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{}", describe(&o));
-    assert!(stderr(&o).starts_with("report: ") && stderr(&o).contains("not a memlog CSV"), "{}", describe(&o));
+    assert!(
+        stderr(&o).starts_with("report: ") && stderr(&o).contains("not a memlog CSV"),
+        "{}",
+        describe(&o)
+    );
     let o = report(&["plot", "--out", out.to_str().unwrap(), "--label", "a,b", &good]);
     assert_eq!(o.status.code(), Some(2), "{}", describe(&o));
     assert!(stderr(&o).contains("--label wants 1"), "{}", describe(&o));

@@ -114,7 +114,13 @@ fn md_row(out: &str, op: &str, size: &str) -> Vec<String> {
 }
 
 fn ok(o: Output, what: &str) -> String {
-    assert!(o.status.success(), "{what}: exit {:?}\n--- stdout\n{}\n--- stderr\n{}", o.status, stdout(&o), stderr(&o));
+    assert!(
+        o.status.success(),
+        "{what}: exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        o.status,
+        stdout(&o),
+        stderr(&o)
+    );
     stdout(&o)
 }
 
@@ -125,7 +131,10 @@ fn one_dump_table_threads_and_memory() {
     let out = ok(report(&[&a]), "report a.json");
     assert!(out.contains("backend glibc pid 4242"), "{out}");
     // op, size, calls, bytes, sampled, p50, p99, max
-    assert_eq!(row(&out, "malloc", "<=64"), ["malloc", "<=64", "120000", "5400000", "1875", "10", "40", "2300"]);
+    assert_eq!(
+        row(&out, "malloc", "<=64"),
+        ["malloc", "<=64", "120000", "5400000", "1875", "10", "40", "2300"]
+    );
     assert_eq!(row(&out, "memalign", "<=8K")[5], "300");
     // A row without samples shows no percentiles rather than 0 ns.
     assert_eq!(row(&out, "malloc", "<=2K")[5..], ["-", "-", "-"]);
@@ -147,7 +156,10 @@ fn one_dump_table_threads_and_memory() {
 
     // Markdown: the same row as a pipe table.
     let out = ok(report(&["--format", "markdown", &a]), "report --format markdown");
-    assert_eq!(md_row(&out, "malloc", "<=64"), ["malloc", "<=64", "120000", "5400000", "1875", "10", "40", "2300"]);
+    assert_eq!(
+        md_row(&out, "malloc", "<=64"),
+        ["malloc", "<=64", "120000", "5400000", "1875", "10", "40", "2300"]
+    );
 }
 
 #[test]
@@ -168,7 +180,10 @@ fn two_dumps_side_by_side_with_ratios() {
     assert_eq!(row(&out, "free", "<=64")[6], "0.50");
     assert_eq!(row(&out, "free", "<=64")[9], "0.50");
     // Present in A only, in B only.
-    assert_eq!(row(&out, "memalign", "<=8K"), ["memalign", "<=8K", "12", "-", "300", "-", "-", "300", "-", "-"]);
+    assert_eq!(
+        row(&out, "memalign", "<=8K"),
+        ["memalign", "<=8K", "12", "-", "300", "-", "-", "300", "-", "-"]
+    );
     assert_eq!(row(&out, "calloc", "<=1K"), ["calloc", "<=1K", "-", "50", "-", "700", "-", "-", "700", "-"]);
     // A row without samples on one side has no ratio.
     assert_eq!(row(&out, "malloc", "<=2K")[4..], ["-", "-", "-", "-", "-", "-"]);
@@ -191,12 +206,20 @@ fn two_dumps_side_by_side_with_ratios() {
 fn rejects_what_is_not_a_version_1_dump() {
     let d = scratch("bad");
     let cases = [
-        ("other-format.json", DUMP_A.replace("\"mallocshim-dump\"", "\"jemalloc-stats\""), "not a mallocshim dump"),
+        (
+            "other-format.json",
+            DUMP_A.replace("\"mallocshim-dump\"", "\"jemalloc-stats\""),
+            "not a mallocshim dump",
+        ),
         ("no-format.json", r#"{"version": 1, "pid": 1}"#.to_string(), "not a mallocshim dump"),
         ("array.json", "[1, 2, 3]".to_string(), "not a mallocshim dump"),
         ("version-2.json", DUMP_A.replace("\"version\": 1", "\"version\": 2"), "version 2"),
         ("truncated.json", DUMP_A[..DUMP_A.len() / 2].to_string(), "not a valid mallocshim dump"),
-        ("missing-field.json", r#"{"format": "mallocshim-dump", "version": 1, "pid": 1}"#.to_string(), "missing field"),
+        (
+            "missing-field.json",
+            r#"{"format": "mallocshim-dump", "version": 1, "pid": 1}"#.to_string(),
+            "missing field",
+        ),
     ];
     for (name, body, msg) in cases {
         let p = write(&d, name, &body);

@@ -63,7 +63,12 @@ impl Report {
     }
 
     fn tcmalloc_growth(&self) -> i128 {
-        assert_eq!(self.str("tcmalloc"), "loaded", "libtcmalloc_minimal.so.4 not in the process\n{}", self.text);
+        assert_eq!(
+            self.str("tcmalloc"),
+            "loaded",
+            "libtcmalloc_minimal.so.4 not in the process\n{}",
+            self.text
+        );
         self.num("tcmalloc_allocated_after") - self.num("tcmalloc_allocated_before")
     }
 }

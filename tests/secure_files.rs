@@ -34,7 +34,14 @@ fn memlog(dir: &Path) -> String {
     let mut s = format!("{HEADER}\n");
     for i in 0..10u64 {
         let rss = (100 + i * 3) << 20;
-        s.push_str(&format!("{},{rss},{},{},{},{},0,0\n", 1_767_225_600_000 + i * 1000, rss * 4, rss / 2, rss * 3 / 4, rss / 4));
+        s.push_str(&format!(
+            "{},{rss},{},{},{},{},0,0\n",
+            1_767_225_600_000 + i * 1000,
+            rss * 4,
+            rss / 2,
+            rss * 3 / 4,
+            rss / 4
+        ));
     }
     let p = dir.join("glibc.csv");
     std::fs::write(&p, s).expect("write memlog");
@@ -47,8 +54,10 @@ fn plot(out: &Path, csv: &str) -> Output {
 
 /// The names in `dir`, sorted (a leftover temporary file would show here).
 fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> =
-        std::fs::read_dir(dir).expect("list").map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect();
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .expect("list")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
     v.sort();
     v
 }
@@ -62,7 +71,11 @@ fn assert_refused(o: &Output, out: &Path, what: &str) {
     let e = stderr(o);
     assert_eq!(o.status.code(), Some(2), "{}", describe(o));
     assert_eq!(e.lines().count(), 1, "one error line\n{}", describe(o));
-    assert!(e.starts_with(&format!("report: refusing to write {}: it is ", out.display())), "{}", describe(o));
+    assert!(
+        e.starts_with(&format!("report: refusing to write {}: it is ", out.display())),
+        "{}",
+        describe(o)
+    );
     assert!(e.contains(what), "expected {what:?}\n{}", describe(o));
 }
 
@@ -79,7 +92,11 @@ fn assert_png(p: &Path) {
 
 fn assert_svg(p: &Path) {
     let s = std::fs::read_to_string(p).expect("SVG written");
-    assert!(s.trim_start().starts_with("<svg") && s.trim_end().ends_with("</svg>"), "{}: not an SVG document", p.display());
+    assert!(
+        s.trim_start().starts_with("<svg") && s.trim_end().ends_with("</svg>"),
+        "{}: not an SVG document",
+        p.display()
+    );
     assert!(s.contains("glibc"), "{}: the legend names the CSV", p.display());
 }
 
@@ -95,7 +112,11 @@ fn planted_symlink_is_neither_followed_nor_replaced() {
         symlink(&victim, &out).expect("plant the symlink");
         let o = plot(&out, &csv);
         assert_refused(&o, &out, &format!("a symbolic link to {}", victim.display()));
-        assert_eq!(std::fs::read(&victim).expect("victim"), b"precious data\n", "{name}: the victim was written");
+        assert_eq!(
+            std::fs::read(&victim).expect("victim"),
+            b"precious data\n",
+            "{name}: the victim was written"
+        );
         assert_eq!(mode(&victim), 0o644, "{name}: the victim's mode changed");
         assert_eq!(std::fs::read_link(&out).expect("the symlink is still there"), victim, "{name}");
     }
@@ -107,7 +128,11 @@ fn planted_symlink_is_neither_followed_nor_replaced() {
     assert_refused(&o, &out, "a symbolic link");
     assert!(std::fs::symlink_metadata(&gone).is_err(), "the dangling symlink's target was created");
     assert_eq!(std::fs::read_link(&out).expect("still a symlink"), gone);
-    assert_eq!(names(&d), ["dangling.png", "glibc.csv", "victim", "x.png", "x.svg"], "no temporary file left");
+    assert_eq!(
+        names(&d),
+        ["dangling.png", "glibc.csv", "victim", "x.png", "x.svg"],
+        "no temporary file left"
+    );
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -134,7 +159,11 @@ fn new_image_is_0600_and_own_file_is_replaced() {
         let o = plot(&out, &csv);
         assert!(o.status.success(), "{}", describe(&o));
         assert_eq!(mode(&out), 0o600, "{name}: mode after replacing");
-        assert_eq!(std::fs::read(&link).expect("link"), b"an older file of ours, longer than nothing\n", "{name}: written through the old inode");
+        assert_eq!(
+            std::fs::read(&link).expect("link"),
+            b"an older file of ours, longer than nothing\n",
+            "{name}: written through the old inode"
+        );
         assert_eq!(std::fs::metadata(&out).expect("stat").nlink(), 1, "{name}: a new file");
     }
     assert_png(&d.join("old.png"));

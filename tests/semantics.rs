@@ -43,11 +43,19 @@ fn run_backend(backend: &str) {
     let n = assert_passed(&o, &what);
     // Under the shim every check runs: the aligned_alloc EINVAL and free_sized checks too.
     let out = common::stdout(&o);
-    assert!(!out.contains("not applicable") && !out.contains("not available"), "{what}: checks skipped\n{}", common::describe(&o));
+    assert!(
+        !out.contains("not applicable") && !out.contains("not available"),
+        "{what}: checks skipped\n{}",
+        common::describe(&o)
+    );
 
     let lines = common::shim_lines(&o);
     let summaries: Vec<&String> = lines.iter().filter(|l| l.starts_with("mallocshim: summary")).collect();
-    assert!(!summaries.is_empty(), "{what}: no `mallocshim: summary` line on stderr\n{}", common::describe(&o));
+    assert!(
+        !summaries.is_empty(),
+        "{what}: no `mallocshim: summary` line on stderr\n{}",
+        common::describe(&o)
+    );
     assert!(
         lines.len() > summaries.len(),
         "{what}: MALLOCSHIM_VERBOSE=1 but no option table lines before the summary\n{}",
@@ -56,7 +64,12 @@ fn run_backend(backend: &str) {
     // The exec'd children (/bin/true and the program itself) print their own summaries;
     // every one of them must name the requested backend (no silent fallback anywhere).
     for s in &summaries {
-        assert_eq!(common::kv_str(s, "backend"), Some(backend), "{what}: summary names another backend: {s}\n{}", common::describe(&o));
+        assert_eq!(
+            common::kv_str(s, "backend"),
+            Some(backend),
+            "{what}: summary names another backend: {s}\n{}",
+            common::describe(&o)
+        );
     }
     // The parent waits for all its children, so the last summary is the parent's own.
     let last = summaries.last().unwrap();
@@ -106,5 +119,9 @@ fn semantics_detects_missing_shim() {
     let o = cmd.output().expect("start semantics");
     assert_eq!(o.status.code(), Some(1), "expected failure\n{}", common::describe(&o));
     let out = common::stdout(&o);
-    assert!(out.contains("FAIL: [loaded]") && out.contains("expected libmallocshim.so"), "{}", common::describe(&o));
+    assert!(
+        out.contains("FAIL: [loaded]") && out.contains("expected libmallocshim.so"),
+        "{}",
+        common::describe(&o)
+    );
 }

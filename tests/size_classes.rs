@@ -31,9 +31,15 @@ fn run_with_exit_dump(bin: &std::path::Path, backend: &str, sample: &str, tag: &
         .env("MALLOCSHIM_DUMP_FORMATS", "json")
         .env("MALLOCSHIM_SAMPLE", sample);
     let o = run_ok(c, &what);
-    let files: Vec<_> = fs::read_dir(&dir).expect("read dump dir").flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
+    let files: Vec<_> = fs::read_dir(&dir)
+        .expect("read dump dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
     assert_eq!(files.len(), 1, "{what}: expected one JSON dump at exit, found {files:?}");
-    let d: Value = serde_json::from_str(&fs::read_to_string(&files[0]).expect("read dump")).expect("dump is JSON");
+    let d: Value =
+        serde_json::from_str(&fs::read_to_string(&files[0]).expect("read dump")).expect("dump is JSON");
     assert_eq!(d["backend"], backend, "{what}");
     (stdout(&o), d)
 }
@@ -61,7 +67,10 @@ fn malloc_edges_fall_in_their_classes() {
             let (max, want, exact) = (k("max_bytes"), k("count"), k("exact") == 1);
             let (n, _) = row(&d, "malloc", max);
             if exact {
-                assert_eq!(n, want, "{b}: malloc class <= {max}: the program made exactly {want} calls of its edge sizes");
+                assert_eq!(
+                    n, want,
+                    "{b}: malloc class <= {max}: the program made exactly {want} calls of its edge sizes"
+                );
             } else {
                 // Each edge size is called 5,000 times: a misplaced edge moves 5,000 calls,
                 // far more than the few hundred the process makes itself.
@@ -92,7 +101,6 @@ fn max_bytes(c: &Value) -> u64 {
     c["max_bytes"].as_u64().unwrap_or(u64::MAX)
 }
 
-
 #[test]
 fn frees_are_classed_by_usable_size_on_every_path() {
     let bin = cc("free_classes.c", "free_classes", &[]);
@@ -104,7 +112,11 @@ fn frees_are_classed_by_usable_size_on_every_path() {
             for &(max, count, bytes, exact) in &want {
                 let (n, by) = row(&d, "free", max);
                 if exact {
-                    assert_eq!((n, by), (count, bytes), "{what}: free class <= {max}: dump (count, bytes) vs the program's");
+                    assert_eq!(
+                        (n, by),
+                        (count, bytes),
+                        "{what}: free class <= {max}: dump (count, bytes) vs the program's"
+                    );
                 } else {
                     assert!(n >= count && by >= bytes, "{what}: free class <= {max}: dump has ({n}, {by}), the program freed at least ({count}, {bytes})");
                 }

@@ -110,13 +110,19 @@ fn exited(pid: u32) -> bool {
     // SAFETY: a zeroed siginfo_t is a valid out-parameter for waitid.
     unsafe {
         let mut si: libc::siginfo_t = std::mem::zeroed();
-        let rc = libc::waitid(libc::P_PID, pid as libc::id_t, &mut si, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT);
+        let rc = libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut si,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        );
         rc == 0 && si.si_pid() == pid as i32
     }
 }
 
 fn gdb_backtrace(pid: u32) -> String {
-    match Command::new("gdb").args(["-p", &pid.to_string(), "-batch", "-ex", "thread apply all bt"]).output() {
+    match Command::new("gdb").args(["-p", &pid.to_string(), "-batch", "-ex", "thread apply all bt"]).output()
+    {
         Ok(o) => format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)),
         Err(e) => format!("(gdb not available: {e})"),
     }
@@ -259,7 +265,11 @@ fn check(run: Run, backend: &str) -> Checked {
         .stderr
         .lines()
         .filter(|l| l.starts_with("mallocshim:"))
-        .filter(|l| !(l.starts_with("mallocshim:   MALLOCSHIM_") || l.starts_with("mallocshim: mallocshim ") || l.starts_with("mallocshim: summary ")))
+        .filter(|l| {
+            !(l.starts_with("mallocshim:   MALLOCSHIM_")
+                || l.starts_with("mallocshim: mallocshim ")
+                || l.starts_with("mallocshim: summary "))
+        })
         .collect();
     assert!(unexpected.is_empty(), "{w}: unexpected shim lines {unexpected:?}: {all}");
     let prog_calls = prog_values(&run.stdout, "calls.");
@@ -267,10 +277,16 @@ fn check(run: Run, backend: &str) -> Checked {
     for e in ENTRIES {
         assert!(prog_calls.contains_key(e), "{w}: the program did not print calls.{e}: {all}");
     }
-    let line = run.stderr.lines().find(|l| l.starts_with("mallocshim: summary ")).unwrap_or_else(|| panic!("{w}: no summary line: {all}"));
+    let line = run
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("mallocshim: summary "))
+        .unwrap_or_else(|| panic!("{w}: no summary line: {all}"));
     assert_eq!(kv_str(line, "backend"), Some(backend), "{w}: {line}");
-    let summary: BTreeMap<String, u64> =
-        ENTRIES.iter().map(|e| (e.to_string(), kv(line, e).unwrap_or_else(|| panic!("{w}: no {e}= in {line}")))).collect();
+    let summary: BTreeMap<String, u64> = ENTRIES
+        .iter()
+        .map(|e| (e.to_string(), kv(line, e).unwrap_or_else(|| panic!("{w}: no {e}= in {line}"))))
+        .collect();
 
     // Dumps: each complete and parseable, invariants kept, counts never decreasing with seq.
     let files = json_dumps(&run.dir, run.pid);
@@ -281,14 +297,19 @@ fn check(run: Run, backend: &str) -> Checked {
         .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
         .filter(|n| !(n.starts_with("mallocshim.") && n.ends_with(".json")))
         .partition(|n| n.starts_with(&format!(".mallocshim.{}.", run.pid)) && n.ends_with(".json.tmp"));
-    assert!(others.is_empty() && tmps.len() <= 1, "{w}: files other than published JSON dumps in {}: {others:?} {tmps:?}", run.dir.display());
+    assert!(
+        others.is_empty() && tmps.len() <= 1,
+        "{w}: files other than published JSON dumps in {}: {others:?} {tmps:?}",
+        run.dir.display()
+    );
     assert!(!files.is_empty(), "{w}: no dump at all in {}", run.dir.display());
     let mut prev: Option<BTreeMap<String, u64>> = None;
     let mut decreases = Vec::new();
     let mut last = BTreeMap::new();
     for (seq, p) in &files {
         let s = fs::read_to_string(p).unwrap_or_else(|e| panic!("{w}: read {}: {e}", p.display()));
-        let d: Value = serde_json::from_str(&s).unwrap_or_else(|e| panic!("{w}: dump {} is not complete JSON: {e}\n{s}", p.display()));
+        let d: Value = serde_json::from_str(&s)
+            .unwrap_or_else(|e| panic!("{w}: dump {} is not complete JSON: {e}\n{s}", p.display()));
         let dw = format!("{w}, dump seq {seq}");
         assert_eq!(d["format"], "mallocshim-dump", "{dw}");
         assert_eq!(u(&d, "/pid"), run.pid as u64, "{dw}");
@@ -299,7 +320,10 @@ fn check(run: Run, backend: &str) -> Checked {
         let mut counts = BTreeMap::new();
         for op in OPS {
             let (n, b) = (u(&d, &format!("/totals/{op}/count")), u(&d, &format!("/totals/{op}/bytes")));
-            let by_thread: u64 = threads.iter().map(|t| t.pointer(&format!("/ops/{op}/count")).and_then(Value::as_u64).unwrap_or(0)).sum();
+            let by_thread: u64 = threads
+                .iter()
+                .map(|t| t.pointer(&format!("/ops/{op}/count")).and_then(Value::as_u64).unwrap_or(0))
+                .sum();
             assert_eq!(by_thread, n, "{dw}: sum over threads of {op} != totals");
             let mine: Vec<&Value> = classes.iter().filter(|c| c["op"] == op).collect();
             let by_class: u64 = mine.iter().map(|c| u(c, "/count")).sum();
@@ -309,7 +333,10 @@ fn check(run: Run, backend: &str) -> Checked {
             if *seq == files.last().unwrap().0 {
                 // At exit nothing is in flight: with SAMPLE=1 every call was timed.
                 let sampled: u64 = mine.iter().map(|c| u(c, "/sampled")).sum();
-                assert_eq!(sampled, n, "{dw}: MALLOCSHIM_SAMPLE=1 but {sampled} of {n} {op} calls were timed");
+                assert_eq!(
+                    sampled, n,
+                    "{dw}: MALLOCSHIM_SAMPLE=1 but {sampled} of {n} {op} calls were timed"
+                );
                 last.insert(op.to_string(), (n, b));
             }
             counts.insert(op.to_string(), n);
@@ -317,7 +344,10 @@ fn check(run: Run, backend: &str) -> Checked {
         if let Some(p) = &prev {
             for op in OPS {
                 if counts[op] < p[op] {
-                    decreases.push(format!("dump seq {seq}: {op} count {} after {} in the dump before", counts[op], p[op]));
+                    decreases.push(format!(
+                        "dump seq {seq}: {op} count {} after {} in the dump before",
+                        counts[op], p[op]
+                    ));
                 }
             }
         }
@@ -361,7 +391,12 @@ fn stress(prog: &str) {
             full.run.secs,
             full.dumps
         );
-        assert!(full.dumps as u64 <= full.run.signals + 1, "{w}: {} dumps for {} signals", full.dumps, full.run.signals);
+        assert!(
+            full.dumps as u64 <= full.run.signals + 1,
+            "{w}: {} dumps for {} signals",
+            full.dumps,
+            full.run.signals
+        );
         let total: u64 = full.prog_calls.values().sum();
         assert!(total > 100_000, "{w}: the program made only {total} calls: {}", full.run.stdout);
         for e in ENTRIES {
@@ -375,16 +410,31 @@ fn stress(prog: &str) {
             );
         }
         for op in OPS {
-            let own = |c: &Checked| -> u64 { ENTRIES.iter().filter(|e| op_of(e) == Some(op)).map(|e| c.prog_calls[*e]).sum() };
-            let (nb, nf) = (base.last[op].0 as i64 - own(&base) as i64, full.last[op].0 as i64 - own(&full) as i64);
-            assert_eq!(nf, nb, "{w}: final dump {op} count {} = own {} + {nf}; baseline: {} = own {} + {nb}", full.last[op].0, own(&full), base.last[op].0, own(&base));
+            let own = |c: &Checked| -> u64 {
+                ENTRIES.iter().filter(|e| op_of(e) == Some(op)).map(|e| c.prog_calls[*e]).sum()
+            };
+            let (nb, nf) =
+                (base.last[op].0 as i64 - own(&base) as i64, full.last[op].0 as i64 - own(&full) as i64);
+            assert_eq!(
+                nf,
+                nb,
+                "{w}: final dump {op} count {} = own {} + {nf}; baseline: {} = own {} + {nb}",
+                full.last[op].0,
+                own(&full),
+                base.last[op].0,
+                own(&base)
+            );
         }
         for op in BYTE_OPS {
             let (nb, nf) = (
                 base.last[op].1 as i64 - base.prog_bytes[op] as i64,
                 full.last[op].1 as i64 - full.prog_bytes[op] as i64,
             );
-            assert_eq!(nf, nb, "{w}: final dump {op} bytes {} = own {} + {nf}; baseline: own + {nb}", full.last[op].1, full.prog_bytes[op]);
+            assert_eq!(
+                nf, nb,
+                "{w}: final dump {op} bytes {} = own {} + {nf}; baseline: own + {nb}",
+                full.last[op].1, full.prog_bytes[op]
+            );
         }
         let noise: Vec<String> = ENTRIES
             .iter()
@@ -454,7 +504,10 @@ fn exit_summary_equals_final_dump() {
         assert_eq!(files.len(), 1, "{}: signals off, so exactly the exit dump: {files:?}", r.what);
         let c = check(r, b);
         let s: u64 = ["free", "free_sized", "free_aligned_sized"].iter().map(|e| c.summary[*e]).sum();
-        let d = u(&serde_json::from_str(&fs::read_to_string(&files[0].1).unwrap()).unwrap(), "/totals/free/count");
+        let d = u(
+            &serde_json::from_str(&fs::read_to_string(&files[0].1).unwrap()).unwrap(),
+            "/totals/free/count",
+        );
         assert_eq!(
             s,
             d,

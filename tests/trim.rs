@@ -75,11 +75,16 @@ impl Run {
     }
 
     fn get(&self, k: &str) -> &str {
-        self.keys.get(k).map(String::as_str).unwrap_or_else(|| panic!("no {k}= in the output\n{}", self.report()))
+        self.keys
+            .get(k)
+            .map(String::as_str)
+            .unwrap_or_else(|| panic!("no {k}= in the output\n{}", self.report()))
     }
 
     fn num(&self, k: &str) -> u64 {
-        self.get(k).parse().unwrap_or_else(|_| panic!("{k}={} is not a number\n{}", self.get(k), self.report()))
+        self.get(k)
+            .parse()
+            .unwrap_or_else(|_| panic!("{k}={} is not a number\n{}", self.get(k), self.report()))
     }
 
     /// Lowest RSS sampled at or before `t_ms` after the frees.
@@ -171,8 +176,11 @@ fn last_dump(dir: &Path, pid: u64, ext: &str) -> PathBuf {
         })
         .collect();
     v.sort();
-    let names: Vec<String> =
-        fs::read_dir(dir).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    let names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
     v.pop().unwrap_or_else(|| panic!("no mallocshim.{pid}.*.{ext} in {} (has: {names:?})", dir.display())).1
 }
 
@@ -180,7 +188,8 @@ fn last_dump(dir: &Path, pid: u64, ext: &str) -> PathBuf {
 fn dump_trim(dir: &Path, pid: u64) -> Value {
     let p = last_dump(dir, pid, "json");
     let text = fs::read_to_string(&p).expect("read json dump");
-    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: bad JSON: {e}\n{text}", p.display()));
+    let v: Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: bad JSON: {e}\n{text}", p.display()));
     assert_eq!(v["pid"].as_u64(), Some(pid), "{}", p.display());
     let t = v["trim"].clone();
     assert!(t.is_object(), "no \"trim\" object in {}:\n{text}", p.display());
@@ -243,17 +252,25 @@ fn check_dump_against_lines(r: &Run, dir: &Path, backend: &str, interval_ms: u64
         assert!(free < min_bytes, "skipped although free_bytes >= min_bytes: {l}");
     }
     assert_eq!(u(&t, "released_bytes"), released, "released_bytes = sum of the lines' released\n{ctx}");
-    let (p50, p99, max) = (f(&t, &["duration_us", "p50"]), f(&t, &["duration_us", "p99"]), f(&t, &["duration_us", "max"]));
+    let (p50, p99, max) =
+        (f(&t, &["duration_us", "p50"]), f(&t, &["duration_us", "p99"]), f(&t, &["duration_us", "max"]));
     assert!(p50 <= p99 && p99 <= max, "duration_us not ordered\n{ctx}");
     if lines.is_empty() {
         assert_eq!(max, 0.0, "{ctx}");
         assert_eq!(u(&t, "last_unix_ms"), 0, "no run yet: last_unix_ms 0\n{ctx}");
     } else {
         // The lines print whole microseconds; the dump keeps ns precision.
-        assert!((max - longest as f64).abs() <= 1.0, "duration_us.max {max} vs longest line {longest}\n{ctx}");
-        let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+        assert!(
+            (max - longest as f64).abs() <= 1.0,
+            "duration_us.max {max} vs longest line {longest}\n{ctx}"
+        );
+        let now_ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
         let last = u(&t, "last_unix_ms");
-        assert!(last <= now_ms && last + 120_000 > now_ms, "last_unix_ms {last} not in the last 2 minutes\n{ctx}");
+        assert!(
+            last <= now_ms && last + 120_000 > now_ms,
+            "last_unix_ms {last} not in the last 2 minutes\n{ctx}"
+        );
     }
     let text = fs::read_to_string(last_dump(dir, pid, "prom")).expect("read prom dump");
     let pctx = format!("{ctx}\n--- prom\n{text}");
@@ -281,9 +298,22 @@ fn fragmentation_program_without_shim() {
     let kept = run(plain(fragment()), &["--watch-ms", "3000"], "fragment, plain glibc");
     assert_eq!(kept.get("trim_api"), "absent", "{}", kept.report());
     let after = kept.num("rss_after_free_bytes");
-    assert!(after >= 200 * MIB, "only {} right after the frees\n{}", kept.mib("rss_after_free_bytes"), kept.report());
-    assert!(kept.min_all() as f64 >= 0.75 * after as f64, "plain glibc gave memory back by itself\n{}", kept.report());
-    let trimmed = run(plain(fragment()), &["--watch-ms", "500", "--malloc-trim"], "fragment --malloc-trim, plain glibc");
+    assert!(
+        after >= 200 * MIB,
+        "only {} right after the frees\n{}",
+        kept.mib("rss_after_free_bytes"),
+        kept.report()
+    );
+    assert!(
+        kept.min_all() as f64 >= 0.75 * after as f64,
+        "plain glibc gave memory back by itself\n{}",
+        kept.report()
+    );
+    let trimmed = run(
+        plain(fragment()),
+        &["--watch-ms", "500", "--malloc-trim"],
+        "fragment --malloc-trim, plain glibc",
+    );
     let after2 = trimmed.num("rss_after_free_bytes");
     assert!(
         (trimmed.num("rss_final_bytes") as f64) <= 0.25 * after2 as f64,
@@ -304,7 +334,11 @@ fn fragmentation_program_without_shim() {
 fn periodic_falls(backend: &str) {
     let _h = heavy();
     let dir = fresh_dir(&format!("periodic-{backend}"));
-    let r = run(shimmed(backend, &dir, &[("MALLOCSHIM_TRIM_INTERVAL_MS", "500")]), &[], &format!("fragment under {backend}"));
+    let r = run(
+        shimmed(backend, &dir, &[("MALLOCSHIM_TRIM_INTERVAL_MS", "500")]),
+        &[],
+        &format!("fragment under {backend}"),
+    );
     assert_eq!(r.get("trim_api"), "present", "{}", r.report());
     let after = r.after_frees();
     assert!(after >= 200 * MIB, "only {after} bytes right after the frees\n{}", r.report());
@@ -321,7 +355,11 @@ fn periodic_falls(backend: &str) {
     );
     let t = check_dump_against_lines(&r, &dir, backend, 500, DEFAULT_MIN_BYTES);
     assert!(u(&t, "runs") >= 1, "{t}");
-    assert!(u(&t, "released_bytes") >= after / 2, "released_bytes {} for a fall from {after}: {t}", u(&t, "released_bytes"));
+    assert!(
+        u(&t, "released_bytes") >= after / 2,
+        "released_bytes {} for a fall from {after}: {t}",
+        u(&t, "released_bytes")
+    );
     eprintln!(
         "{backend}: after frees {:.1} MiB, lowest within 3 s {:.1} MiB ({:.1}%), final {}; runs={} skipped={} released={:.1} MiB duration_us max={}",
         after as f64 / MIB as f64,
@@ -370,7 +408,11 @@ fn periodic_trim_jemalloc() {
             base.report()
         );
         let t = check_dump_against_lines(&r, &dir, "jemalloc", 500, DEFAULT_MIN_BYTES);
-        assert!(u(&t, "runs") + u(&t, "skipped") >= 4, "the worker did not come by every 500 ms: {t}\n{}", r.report());
+        assert!(
+            u(&t, "runs") + u(&t, "skipped") >= 4,
+            "the worker did not come by every 500 ms: {t}\n{}",
+            r.report()
+        );
         eprintln!(
             "jemalloc ({release}): after frees {}, final {} (direct libjemalloc.so.2: {} -> {}); runs={} skipped={}",
             r.mib("rss_after_free_bytes"),
@@ -389,7 +431,11 @@ fn periodic_trim_jemalloc() {
 fn trim_off_keeps_memory_glibc() {
     let _h = heavy();
     let dir = fresh_dir("off-glibc");
-    let r = run(shimmed("glibc", &dir, &[("MALLOCSHIM_TRIM_INTERVAL_MS", "0")]), &[], "fragment under glibc, trim off");
+    let r = run(
+        shimmed("glibc", &dir, &[("MALLOCSHIM_TRIM_INTERVAL_MS", "0")]),
+        &[],
+        "fragment under glibc, trim off",
+    );
     let after = r.num("rss_after_free_bytes");
     assert!(after >= 200 * MIB, "{}", r.report());
     assert!(
@@ -399,7 +445,11 @@ fn trim_off_keeps_memory_glibc() {
     );
     let t = check_dump_against_lines(&r, &dir, "glibc", 0, DEFAULT_MIN_BYTES);
     assert_eq!((u(&t, "runs"), u(&t, "skipped")), (0, 0), "{t}");
-    eprintln!("glibc, trim off: after frees {}, lowest {:.1} MiB", r.mib("rss_after_free_bytes"), r.min_all() as f64 / MIB as f64);
+    eprintln!(
+        "glibc, trim off: after frees {}, lowest {:.1} MiB",
+        r.mib("rss_after_free_bytes"),
+        r.min_all() as f64 / MIB as f64
+    );
 }
 
 /// The skip threshold, each backend: 16 MiB of which 90% freed leaves far less than the default
@@ -431,12 +481,20 @@ fn skip_threshold_above_free_memory_glibc() {
     let env = [("MALLOCSHIM_TRIM_INTERVAL_MS", "500"), ("MALLOCSHIM_TRIM_MIN_BYTES", "1073741824")];
     let r = run(shimmed("glibc", &dir, &env), &["--watch-ms", "2500"], "fragment, MIN_BYTES=1 GiB");
     let after = r.num("rss_after_free_bytes");
-    assert!(r.min_all() as f64 >= 0.75 * after as f64, "RSS fell although every trim should be skipped\n{}", r.report());
+    assert!(
+        r.min_all() as f64 >= 0.75 * after as f64,
+        "RSS fell although every trim should be skipped\n{}",
+        r.report()
+    );
     let t = check_dump_against_lines(&r, &dir, "glibc", 500, 1 << 30);
     assert_eq!(u(&t, "runs"), 0, "{t}");
     assert!(u(&t, "skipped") >= 3, "{t}");
     let free = r.skip_lines().iter().filter_map(|l| kv(l, "free_bytes")).max().unwrap_or(0);
-    assert!(free >= 150 * MIB, "skip lines report only {free} free bytes after freeing ~230 MiB\n{}", r.report());
+    assert!(
+        free >= 150 * MIB,
+        "skip lines report only {free} free bytes after freeing ~230 MiB\n{}",
+        r.report()
+    );
 
     let dir0 = fresh_dir("skip-zero-glibc");
     let env0 = [("MALLOCSHIM_TRIM_INTERVAL_MS", "500"), ("MALLOCSHIM_TRIM_MIN_BYTES", "0")];
@@ -473,7 +531,8 @@ fn memlog_csv() {
     let elapsed_ms = t_start.elapsed().as_millis() as u64;
     let pid = r.num("pid");
     let path = dir.join(format!("mem.{pid}.csv"));
-    let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}\n{}", path.display(), r.report()));
+    let text =
+        fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}\n{}", path.display(), r.report()));
     let mut lines = text.lines();
     assert_eq!(
         lines.next(),
@@ -482,7 +541,10 @@ fn memlog_csv() {
     );
     let rows: Vec<Vec<u64>> = lines
         .map(|l| {
-            let v: Vec<u64> = l.split(',').map(|x| x.parse().unwrap_or_else(|_| panic!("bad field in {l:?}\n{text}"))).collect();
+            let v: Vec<u64> = l
+                .split(',')
+                .map(|x| x.parse().unwrap_or_else(|_| panic!("bad field in {l:?}\n{text}")))
+                .collect();
             assert_eq!(v.len(), 8, "line {l:?} has {} fields\n{text}", v.len());
             v
         })
@@ -510,9 +572,20 @@ fn memlog_csv() {
     assert!(peak >= 200 * MIB, "memlog never saw the 256 MiB\n{text}");
     assert!((last[1] as f64) <= 0.25 * peak as f64, "memlog's last RSS is not after the trim\n{text}");
     let t = check_dump_against_lines(&r, &dir, "glibc", 1500, DEFAULT_MIN_BYTES);
-    assert!(last[6] >= 1 && last[6] <= u(&t, "runs"), "trims column {} vs dump runs {}\n{text}", last[6], t["runs"]);
+    assert!(
+        last[6] >= 1 && last[6] <= u(&t, "runs"),
+        "trims column {} vs dump runs {}\n{text}",
+        last[6],
+        t["runs"]
+    );
     assert!(last[7] > 0 && last[7] <= u(&t, "released_bytes"), "released column vs dump\n{text}");
-    eprintln!("memlog: {} lines in {elapsed_ms} ms, peak rss {:.1} MiB, last {:.1} MiB, trims {}", rows.len(), peak as f64 / MIB as f64, last[1] as f64 / MIB as f64, last[6]);
+    eprintln!(
+        "memlog: {} lines in {elapsed_ms} ms, peak rss {:.1} MiB, last {:.1} MiB, trims {}",
+        rows.len(),
+        peak as f64 / MIB as f64,
+        last[1] as f64 / MIB as f64,
+        last[6]
+    );
 }
 
 /// A child that keeps running after fork (no exec) and keeps allocating is trimmed by its own
@@ -538,7 +611,11 @@ fn forked_child(backend: &str) {
     );
     let child = r.num("pid");
     let t = dump_trim(&dir, child);
-    assert!(u(&t, "runs") >= 1 && u(&t, "released_bytes") >= after / 2, "{backend}: child's dump: {t}\n{}", r.report());
+    assert!(
+        u(&t, "runs") >= 1 && u(&t, "released_bytes") >= after / 2,
+        "{backend}: child's dump: {t}\n{}",
+        r.report()
+    );
     assert_eq!(u(&t, "interval_ms"), 500, "{t}");
     eprintln!(
         "{backend} fork child: after frees {:.1} MiB, lowest within 3 s {:.1} MiB; child's dump runs={} released={:.1} MiB",
@@ -579,7 +656,11 @@ fn trim_api() {
         assert!(before >= 20 * MIB && before < 1 << 40, "rss_before {before}\n{}", r.report());
         assert!(r.num("api_duration_ns") > 0 && r.num("api_duration_ns") < 60_000_000_000, "{}", r.report());
         if backend != "jemalloc" {
-            assert!(after as f64 <= 0.25 * before as f64, "{backend}: mallocshim_trim left {after} of {before}\n{}", r.report());
+            assert!(
+                after as f64 <= 0.25 * before as f64,
+                "{backend}: mallocshim_trim left {after} of {before}\n{}",
+                r.report()
+            );
         }
         let t = check_dump_against_lines(&r, &dir, backend, 0, DEFAULT_MIN_BYTES);
         assert_eq!(u(&t, "runs"), 2, "two API calls, two runs: {t}");
@@ -609,9 +690,14 @@ fn memlog_one_line_per_period_across_long_trims() {
         ("MALLOCSHIM_MEMLOG", pattern.to_str().unwrap()),
         ("MALLOCSHIM_MEMLOG_INTERVAL_MS", "20"),
     ];
-    let r = run(shimmed("glibc", &dir, &env), &["--watch-ms", "1500", "--cycles", "2"], "fragment with a 20 ms memlog");
+    let r = run(
+        shimmed("glibc", &dir, &env),
+        &["--watch-ms", "1500", "--cycles", "2"],
+        "fragment with a 20 ms memlog",
+    );
     let path = dir.join(format!("mem.{}.csv", r.num("pid")));
-    let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}\n{}", path.display(), r.report()));
+    let text =
+        fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}\n{}", path.display(), r.report()));
     let ms: Vec<u64> = text.lines().skip(1).map(|l| l.split(',').next().unwrap().parse().unwrap()).collect();
     let long = r.trim_lines().iter().filter(|l| kv(l, "duration_us").unwrap_or(0) > 20_000).count();
     let dups: Vec<u64> = ms.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]).collect();

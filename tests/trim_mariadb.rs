@@ -18,7 +18,9 @@ use std::process::Command;
 
 #[test]
 fn fulltext_rss_trim_on_vs_off_glibc() {
-    for prog in ["bash", "flock", "python3", "mariadbd", "mariadb-install-db", "mariadb-admin", "mariadb", "sysbench"] {
+    for prog in
+        ["bash", "flock", "python3", "mariadbd", "mariadb-install-db", "mariadb-admin", "mariadb", "sysbench"]
+    {
         common::require(prog);
     }
     let so = common::shim();
@@ -39,7 +41,9 @@ fn fulltext_rss_trim_on_vs_off_glibc() {
         common::stderr(&out)
     );
     let kv: HashMap<&str, &str> = stdout.lines().filter_map(|l| l.split_once('=')).collect();
-    let get = |k: &str| -> &str { kv.get(k).copied().unwrap_or_else(|| panic!("no `{k}=` in the output\n{report}")) };
+    let get = |k: &str| -> &str {
+        kv.get(k).copied().unwrap_or_else(|| panic!("no `{k}=` in the output\n{report}"))
+    };
     let num = |k: &str| -> u64 {
         let v = get(k);
         v.parse().unwrap_or_else(|_| panic!("`{k}={v}` is not an integer\n{report}"))
@@ -57,7 +61,8 @@ fn fulltext_rss_trim_on_vs_off_glibc() {
     assert!(out.status.success() && get("ok") == "1", "the script reported a failed check\n{report}");
 
     let dump = |c: &str| -> Value {
-        serde_json::from_str(get(&format!("dump_trim_{c}"))).unwrap_or_else(|e| panic!("dump_trim_{c}: {e}\n{report}"))
+        serde_json::from_str(get(&format!("dump_trim_{c}")))
+            .unwrap_or_else(|e| panic!("dump_trim_{c}: {e}\n{report}"))
     };
     let off = dump("off");
     assert_eq!(off["interval_ms"].as_u64(), Some(0), "{off}\n{report}");

@@ -15,4 +15,3 @@ pub unsafe fn release(_pad: usize) -> bool {
 pub unsafe fn version(out: &mut crate::diag::LineBuf) {
     out.put(b"bootstrap pool");
 }
-

@@ -91,12 +91,21 @@ pub unsafe fn load() -> bool {
     // glibc documents for that symbol.
     unsafe {
         let r = &mut *REAL.0.get();
-        r.mallinfo2 = core::mem::transmute::<*mut c_void, Option<unsafe extern "C" fn() -> Mallinfo2>>(next(c"mallinfo2"));
-        r.mallinfo = core::mem::transmute::<*mut c_void, Option<unsafe extern "C" fn() -> Mallinfo>>(next(c"mallinfo"));
-        r.malloc_trim = core::mem::transmute::<*mut c_void, Option<unsafe extern "C" fn(usize) -> c_int>>(next(c"malloc_trim"));
-        r.malloc_stats = core::mem::transmute::<*mut c_void, Option<unsafe extern "C" fn()>>(next(c"malloc_stats"));
-        r.malloc_info =
-            core::mem::transmute::<*mut c_void, Option<unsafe extern "C" fn(c_int, *mut libc::FILE) -> c_int>>(next(c"malloc_info"));
+        r.mallinfo2 = core::mem::transmute::<*mut c_void, Option<unsafe extern "C" fn() -> Mallinfo2>>(next(
+            c"mallinfo2",
+        ));
+        r.mallinfo = core::mem::transmute::<*mut c_void, Option<unsafe extern "C" fn() -> Mallinfo>>(next(
+            c"mallinfo",
+        ));
+        r.malloc_trim = core::mem::transmute::<*mut c_void, Option<unsafe extern "C" fn(usize) -> c_int>>(
+            next(c"malloc_trim"),
+        );
+        r.malloc_stats =
+            core::mem::transmute::<*mut c_void, Option<unsafe extern "C" fn()>>(next(c"malloc_stats"));
+        r.malloc_info = core::mem::transmute::<
+            *mut c_void,
+            Option<unsafe extern "C" fn(c_int, *mut libc::FILE) -> c_int>,
+        >(next(c"malloc_info"));
     }
     true
 }

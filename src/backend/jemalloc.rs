@@ -91,7 +91,8 @@ impl super::Raw for Jemalloc {
 /// adds the usable size of every block the thread frees); null when mallctl refuses it.
 pub fn thread_freed_counter() -> *mut u64 {
     // SAFETY: `thread.deallocatedp` is a read-only mallctl whose value is a `uint64_t *`.
-    unsafe { tikv_jemalloc_ctl::raw::read::<*mut u64>(b"thread.deallocatedp\0") }.unwrap_or(core::ptr::null_mut())
+    unsafe { tikv_jemalloc_ctl::raw::read::<*mut u64>(b"thread.deallocatedp\0") }
+        .unwrap_or(core::ptr::null_mut())
 }
 
 /// stats.allocated / stats.resident after an `epoch` refresh.
@@ -108,14 +109,23 @@ pub unsafe fn mem_stats() -> MemStats {
 pub unsafe fn release(_pad: usize) -> bool {
     let name = if crate::config::get().jemalloc_decay { DECAY_ALL } else { PURGE_ALL };
     // SAFETY: a void mallctl: no old or new value pointers.
-    unsafe { je::mallctl(name.as_ptr(), core::ptr::null_mut(), core::ptr::null_mut(), core::ptr::null_mut(), 0) == 0 }
+    unsafe {
+        je::mallctl(name.as_ptr(), core::ptr::null_mut(), core::ptr::null_mut(), core::ptr::null_mut(), 0)
+            == 0
+    }
 }
 
 /// jemalloc's own `mallctl`, for programs that call it through the shim (jemalloc backend only).
 ///
 /// # Safety
 /// The caller passes mallctl's arguments as jemalloc documents them.
-pub unsafe fn mallctl(name: *const core::ffi::c_char, oldp: *mut c_void, oldlenp: *mut usize, newp: *mut c_void, newlen: usize) -> core::ffi::c_int {
+pub unsafe fn mallctl(
+    name: *const core::ffi::c_char,
+    oldp: *mut c_void,
+    oldlenp: *mut usize,
+    newp: *mut c_void,
+    newlen: usize,
+) -> core::ffi::c_int {
     // SAFETY: forwarded as given (caller's contract).
     unsafe { je::mallctl(name, oldp, oldlenp, newp, newlen) }
 }

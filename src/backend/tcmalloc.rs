@@ -90,7 +90,12 @@ pub unsafe fn load(path: &CStr, why: &mut crate::diag::LineBuf) -> bool {
         for (i, n) in need.iter().enumerate() {
             p[i] = sym(n);
             if p[i].is_null() {
-                let _ = write!(why, "{} has no symbol {}", crate::config::Lossy(path.to_bytes()), crate::config::Lossy(n.to_bytes()));
+                let _ = write!(
+                    why,
+                    "{} has no symbol {}",
+                    crate::config::Lossy(path.to_bytes()),
+                    crate::config::Lossy(n.to_bytes())
+                );
                 return false;
             }
         }
@@ -101,8 +106,10 @@ pub unsafe fn load(path: &CStr, why: &mut crate::diag::LineBuf) -> bool {
         t.memalign = core::mem::transmute::<*mut c_void, Fmemalign>(p[3]);
         t.free = core::mem::transmute::<*mut c_void, Ffree>(p[4]);
         t.usable_size = core::mem::transmute::<*mut c_void, Fsize>(p[5]);
-        t.get_property = core::mem::transmute::<*mut c_void, Option<Fprop>>(sym(c"MallocExtension_GetNumericProperty"));
-        t.release = core::mem::transmute::<*mut c_void, Option<Frelease>>(sym(c"MallocExtension_ReleaseFreeMemory"));
+        t.get_property =
+            core::mem::transmute::<*mut c_void, Option<Fprop>>(sym(c"MallocExtension_GetNumericProperty"));
+        t.release =
+            core::mem::transmute::<*mut c_void, Option<Frelease>>(sym(c"MallocExtension_ReleaseFreeMemory"));
         t.version = core::mem::transmute::<*mut c_void, Option<Fversion>>(sym(c"tc_version"));
     }
     true

@@ -12,8 +12,8 @@
 //! Fields may be added; these names and meanings stay.
 
 use super::Snapshot;
-use crate::classes::OP_NAMES;
 use crate::classes::class_bounds;
+use crate::classes::OP_NAMES;
 use serde_json::{json, Map, Value};
 
 pub fn render(s: &Snapshot) -> String {

@@ -28,7 +28,8 @@ impl Latency {
     fn from_atomics(b: &[core::sync::atomic::AtomicU64], max_ticks: u64, ns_per_tick: f64) -> Latency {
         let buckets: Vec<u64> = b.iter().map(|x| x.load(Relaxed)).collect();
         // Rounded as bucket values are (at least 1 ns once sampled), so p50 <= ... <= max holds.
-        let max_ns = if buckets.iter().any(|&n| n > 0) { ((max_ticks as f64 * ns_per_tick) as u64).max(1) } else { 0 };
+        let max_ns =
+            if buckets.iter().any(|&n| n > 0) { ((max_ticks as f64 * ns_per_tick) as u64).max(1) } else { 0 };
         Latency { buckets, max_ns, ns_per_tick }
     }
 
@@ -122,7 +123,10 @@ pub struct Snapshot {
 impl Snapshot {
     /// Totals per op over all size classes.
     pub fn totals(&self) -> Vec<(u64, u64)> {
-        self.classes.iter().map(|cs| (cs.iter().map(|r| r.count).sum(), cs.iter().map(|r| r.bytes).sum())).collect()
+        self.classes
+            .iter()
+            .map(|cs| (cs.iter().map(|r| r.count).sum(), cs.iter().map(|r| r.bytes).sum()))
+            .collect()
     }
 }
 
@@ -139,11 +143,16 @@ pub fn statm() -> (u64, u64) {
 
 /// Wall-clock time, ms since the epoch (0 if the clock is before it).
 pub fn unix_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 fn thread_name(tid: u32) -> String {
-    std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).map(|s| s.trim_end().to_string()).unwrap_or_default()
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
+        .map(|s| s.trim_end().to_string())
+        .unwrap_or_default()
 }
 
 static START_MS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
@@ -169,7 +178,10 @@ pub fn snapshot() -> Snapshot {
         let tid = s.tid.load(Relaxed);
         let mut ops = Vec::with_capacity(OPS);
         for o in 0..OPS {
-            let mut row = OpRow { latency: Latency::from_atomics(&s.hist[o], s.max[o].load(Relaxed), npt), ..OpRow::default() };
+            let mut row = OpRow {
+                latency: Latency::from_atomics(&s.hist[o], s.max[o].load(Relaxed), npt),
+                ..OpRow::default()
+            };
             for c in 0..CLASSES {
                 let (n, b) = (s.tally[o][c].count.load(Relaxed), s.tally[o][c].bytes.load(Relaxed));
                 row.count += n;

@@ -4,13 +4,28 @@
 //! trim duration histogram. No timestamps.
 
 use super::Snapshot;
-use crate::classes::OP_NAMES;
 use crate::classes::class_label;
+use crate::classes::OP_NAMES;
 use core::fmt::Write;
 
 /// Bucket upper bounds, in ns.
 const LE_NS: [u64; 16] = [
-    10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 50_000, 100_000, 1_000_000, 10_000_000, 100_000_000, 1_000_000_000,
+    10,
+    20,
+    50,
+    100,
+    200,
+    500,
+    1_000,
+    2_000,
+    5_000,
+    10_000,
+    50_000,
+    100_000,
+    1_000_000,
+    10_000_000,
+    100_000_000,
+    1_000_000_000,
 ];
 
 pub fn render(s: &Snapshot) -> String {
@@ -40,7 +55,12 @@ pub fn render(s: &Snapshot) -> String {
                 }
             }
             for (i, &le) in LE_NS.iter().enumerate() {
-                let _ = writeln!(o, "mallocshim_call_latency_seconds_bucket{{{labels},le=\"{}\"}} {}", le as f64 / 1e9, cum[i]);
+                let _ = writeln!(
+                    o,
+                    "mallocshim_call_latency_seconds_bucket{{{labels},le=\"{}\"}} {}",
+                    le as f64 / 1e9,
+                    cum[i]
+                );
             }
             let _ = writeln!(o, "mallocshim_call_latency_seconds_bucket{{{labels},le=\"+Inf\"}} {n}");
             let _ = writeln!(o, "mallocshim_call_latency_seconds_sum{{{labels}}} {}", sum_ns / 1e9);
@@ -58,14 +78,23 @@ pub fn render(s: &Snapshot) -> String {
                     continue;
                 }
                 let v = if pick == 0 { r.count } else { r.bytes };
-                let _ = writeln!(o, "{name}{{backend=\"{b}\",op=\"{}\",size_class=\"{}\"}} {v}", OP_NAMES[op], class_label(c));
+                let _ = writeln!(
+                    o,
+                    "{name}{{backend=\"{b}\",op=\"{}\",size_class=\"{}\"}} {v}",
+                    OP_NAMES[op],
+                    class_label(c)
+                );
             }
         }
     }
     let m = &s.memory;
     for (name, help, v) in [
         ("mallocshim_rss_bytes", "Resident set size (/proc/self/statm).", m.rss_bytes),
-        ("mallocshim_backend_allocated_bytes", "Bytes in live blocks, from the backend.", m.backend.allocated),
+        (
+            "mallocshim_backend_allocated_bytes",
+            "Bytes in live blocks, from the backend.",
+            m.backend.allocated,
+        ),
         ("mallocshim_backend_resident_bytes", "Bytes the backend holds in memory.", m.backend.resident),
         ("mallocshim_backend_free_bytes", "Free bytes the backend could return to the OS.", m.backend.free),
     ] {
@@ -73,14 +102,27 @@ pub fn render(s: &Snapshot) -> String {
     }
     let t = &s.trim;
     for (name, help, v) in [
-        ("mallocshim_trim_runs_total", "Trims run (backend release calls: periodic and mallocshim_trim()).", t.runs),
-        ("mallocshim_trim_skipped_total", "Periodic trims skipped: backend free bytes under MALLOCSHIM_TRIM_MIN_BYTES.", t.skipped),
-        ("mallocshim_trim_released_bytes_total", "Sum of RSS drops across trims (/proc/self/statm before and after).", t.released_bytes),
+        (
+            "mallocshim_trim_runs_total",
+            "Trims run (backend release calls: periodic and mallocshim_trim()).",
+            t.runs,
+        ),
+        (
+            "mallocshim_trim_skipped_total",
+            "Periodic trims skipped: backend free bytes under MALLOCSHIM_TRIM_MIN_BYTES.",
+            t.skipped,
+        ),
+        (
+            "mallocshim_trim_released_bytes_total",
+            "Sum of RSS drops across trims (/proc/self/statm before and after).",
+            t.released_bytes,
+        ),
     ] {
         let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} counter\n{name}{{backend=\"{b}\"}} {v}");
     }
     let name = "mallocshim_trim_duration_seconds";
-    let _ = writeln!(o, "# HELP {name} Wall time of each trim's backend release call.\n# TYPE {name} histogram");
+    let _ =
+        writeln!(o, "# HELP {name} Wall time of each trim's backend release call.\n# TYPE {name} histogram");
     let mut sum_ns = 0f64;
     let mut cum = [0u64; TRIM_LE_NS.len()];
     for (k, &cnt) in t.duration.buckets.iter().enumerate() {
@@ -106,5 +148,15 @@ pub fn render(s: &Snapshot) -> String {
 }
 
 /// Trim duration bucket upper bounds, in ns (100 us to 10 s).
-const TRIM_LE_NS: [u64; 10] =
-    [100_000, 500_000, 1_000_000, 5_000_000, 10_000_000, 50_000_000, 100_000_000, 500_000_000, 1_000_000_000, 10_000_000_000];
+const TRIM_LE_NS: [u64; 10] = [
+    100_000,
+    500_000,
+    1_000_000,
+    5_000_000,
+    10_000_000,
+    50_000_000,
+    100_000_000,
+    500_000_000,
+    1_000_000_000,
+    10_000_000_000,
+];

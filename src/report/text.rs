@@ -2,8 +2,8 @@
 //! calls.
 
 use super::{thread_total, Snapshot};
-use crate::classes::OP_NAMES;
 use crate::classes::class_label;
+use crate::classes::OP_NAMES;
 use core::fmt::Write;
 
 pub fn render(s: &Snapshot) -> String {
@@ -34,7 +34,11 @@ pub fn render(s: &Snapshot) -> String {
         d[1] / 1000,
         t.duration.max_ns / 1000
     );
-    let _ = writeln!(o, "{:<9} {:>6} {:>12} {:>9} {:>9} {:>9} {:>9}", "op", "size", "calls", "sampled", "p50_ns", "p99_ns", "max_ns");
+    let _ = writeln!(
+        o,
+        "{:<9} {:>6} {:>12} {:>9} {:>9} {:>9} {:>9}",
+        "op", "size", "calls", "sampled", "p50_ns", "p99_ns", "max_ns"
+    );
     for (op, cs) in s.classes.iter().enumerate() {
         for (c, r) in cs.iter().enumerate() {
             if r.count == 0 {
@@ -56,10 +60,23 @@ pub fn render(s: &Snapshot) -> String {
     }
     let mut ts: Vec<_> = s.threads.iter().map(|t| (thread_total(t), t)).collect();
     ts.sort_by(|a, b| b.0 .0.cmp(&a.0 .0));
-    let _ = writeln!(o, "\ntop threads by calls:\n{:>8} {:<16} {:<7} {:>12} {:>9} {:>9}", "tid", "name", "state", "calls", "p50_ns", "p99_ns");
+    let _ = writeln!(
+        o,
+        "\ntop threads by calls:\n{:>8} {:<16} {:<7} {:>12} {:>9} {:>9}",
+        "tid", "name", "state", "calls", "p50_ns", "p99_ns"
+    );
     for ((calls, lat), t) in ts.into_iter().take(15) {
         let p = lat.percentiles(&[0.5, 0.99]);
-        let _ = writeln!(o, "{:>8} {:<16} {:<7} {:>12} {:>9} {:>9}", t.tid, t.name, if t.live { "live" } else { "exited" }, calls, p[0], p[1]);
+        let _ = writeln!(
+            o,
+            "{:>8} {:<16} {:<7} {:>12} {:>9} {:>9}",
+            t.tid,
+            t.name,
+            if t.live { "live" } else { "exited" },
+            calls,
+            p[0],
+            p[1]
+        );
     }
     o
 }

@@ -167,7 +167,10 @@ pub fn report_bin() -> PathBuf {
 
 /// An unsigned number from the environment (bench knobs), or `default`; panics on garbage.
 pub fn env_u64(key: &str, default: u64) -> u64 {
-    std::env::var(key).ok().map(|v| v.trim().parse().unwrap_or_else(|_| panic!("{key}={v:?} is not a number"))).unwrap_or(default)
+    std::env::var(key)
+        .ok()
+        .map(|v| v.trim().parse().unwrap_or_else(|_| panic!("{key}={v:?} is not a number")))
+        .unwrap_or(default)
 }
 
 /// The median (NaN for no values).

@@ -55,7 +55,12 @@ pub struct Args {
     /// Workloads, comma-separated: sysbench built-in names (oltp_read_only, oltp_point_select,
     /// oltp_read_write, ...), a path to a sysbench .lua script, or a path to a .sql file (its
     /// statements, separated by ';' at line ends, are one transaction, repeated by each thread).
-    #[arg(long, value_delimiter = ',', default_value = "oltp_read_only,oltp_point_select", value_name = "W,...")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "oltp_read_only,oltp_point_select",
+        value_name = "W,..."
+    )]
     pub workloads: Vec<String>,
 
     /// sysbench thread counts (connections), comma-separated, each at least 1.
@@ -152,7 +157,9 @@ impl Workload {
     pub fn name(&self) -> String {
         match self {
             Workload::Builtin(s) => s.clone(),
-            Workload::Lua(p) | Workload::Sql(p) => p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
+            Workload::Lua(p) | Workload::Sql(p) => {
+                p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+            }
         }
     }
 }
@@ -262,7 +269,9 @@ pub fn check(args: Args) -> Result<Plan, String> {
             }
             p.canonicalize().map_err(|e| format!("{}: {e}", p.display()))?
         }
-        None => find_tool(&["mariadbd"]).map_err(|_| "mariadbd is not in PATH: install mariadb-server or give --mysqld PATH".to_string())?,
+        None => find_tool(&["mariadbd"]).map_err(|_| {
+            "mariadbd is not in PATH: install mariadb-server or give --mysqld PATH".to_string()
+        })?,
     };
     // workloads
     let mut workloads = Vec::new();
@@ -303,8 +312,14 @@ pub fn check(args: Args) -> Result<Plan, String> {
     let mut envs = Vec::new();
     for e in &args.envs {
         match e.split_once('=') {
-            Some((k, v)) if !k.is_empty() && k != "LD_PRELOAD" && k != "MALLOCSHIM_BACKEND" => envs.push((k.to_string(), v.to_string())),
-            _ => return Err(format!("--env {e:?}: want NAME=VALUE (not LD_PRELOAD or MALLOCSHIM_BACKEND, which the runner sets)")),
+            Some((k, v)) if !k.is_empty() && k != "LD_PRELOAD" && k != "MALLOCSHIM_BACKEND" => {
+                envs.push((k.to_string(), v.to_string()))
+            }
+            _ => {
+                return Err(format!(
+                "--env {e:?}: want NAME=VALUE (not LD_PRELOAD or MALLOCSHIM_BACKEND, which the runner sets)"
+            ))
+            }
         }
     }
     // tools

@@ -84,7 +84,10 @@ fn prepare(plan: &Plan, inst: &mut Instance, out: &Path) -> Res<()> {
     inst.sql("", Some("CREATE DATABASE IF NOT EXISTS sbtest"), None, &out.join("logs/create-db.log"))?;
     let mut c = Command::new("sysbench");
     server::clean_env(&mut c);
-    c.arg("oltp_read_only").args(sysbench_base(plan, inst)).arg(format!("--threads={}", plan.args.tables.min(4))).arg("prepare");
+    c.arg("oltp_read_only")
+        .args(sysbench_base(plan, inst))
+        .arg(format!("--threads={}", plan.args.tables.min(4)))
+        .arg("prepare");
     let log = out.join("logs/sysbench-prepare.log");
     let st = server::run_logged(c, &log, "sysbench prepare", Duration::from_secs(24 * 3600))?;
     if !st.success() {
@@ -124,7 +127,15 @@ fn server_env(plan: &Plan, cfg: &Config, dumpdir: &Path, memlog: &Path) -> Vec<(
 }
 
 /// One server run: start, every workload x thread count, stop.
-fn server_run(plan: &Plan, inst: &mut Instance, out: &Path, st: &mut State, round: u32, cfg: &Config, scripts: &[String]) -> Res<()> {
+fn server_run(
+    plan: &Plan,
+    inst: &mut Instance,
+    out: &Path,
+    st: &mut State,
+    round: u32,
+    cfg: &Config,
+    scripts: &[String],
+) -> Res<()> {
     let a = &plan.args;
     let stem = format!("r{round}-{}", cfg.name());
     let dumpdir = inst.dir.join(format!("dumps-{stem}"));
@@ -138,7 +149,14 @@ fn server_run(plan: &Plan, inst: &mut Instance, out: &Path, st: &mut State, roun
         if cfg.direct { memlog.clone() } else { proc_memlog.clone() },
         Duration::from_millis(a.memlog_interval_ms),
     )?;
-    let mut run = ServerRun { round, config: cfg.name(), memlog: memlog.clone(), memlog_source: String::new(), last_dump: None, exit: String::new() };
+    let mut run = ServerRun {
+        round,
+        config: cfg.name(),
+        memlog: memlog.clone(),
+        memlog_source: String::new(),
+        last_dump: None,
+        exit: String::new(),
+    };
     let mut prev = if cfg.direct {
         None
     } else {
@@ -151,7 +169,11 @@ fn server_run(plan: &Plan, inst: &mut Instance, out: &Path, st: &mut State, roun
             let cellname = format!("{stem}-{}-t{t}", w.name());
             let elapsed = st.started.elapsed();
             let first = *st.first_cell.get_or_insert_with(Instant::now);
-            let eta = if st.done > 0 { first.elapsed().mul_f64((st.total - st.done) as f64 / st.done as f64) } else { Duration::ZERO };
+            let eta = if st.done > 0 {
+                first.elapsed().mul_f64((st.total - st.done) as f64 / st.done as f64)
+            } else {
+                Duration::ZERO
+            };
             say(&format!(
                 "cell {}/{}: round {round} {} {} threads {t} (elapsed {}, eta {})",
                 st.done + 1,
@@ -179,13 +201,16 @@ fn server_run(plan: &Plan, inst: &mut Instance, out: &Path, st: &mut State, roun
                 sb(a.warmup, &out.join("logs").join(format!("{cellname}.warmup.txt")))?;
             }
             let log = out.join("logs").join(format!("{cellname}.sysbench.txt"));
-            let cpu0 = measure::cpu_seconds(srv.pid).ok_or_else(|| format!("cannot read /proc/{}/stat", srv.pid))?;
+            let cpu0 =
+                measure::cpu_seconds(srv.pid).ok_or_else(|| format!("cannot read /proc/{}/stat", srv.pid))?;
             let status = sb(a.time, &log)?;
             let cpu1 = measure::cpu_seconds(srv.pid).ok_or_else(|| {
                 format!("server pid {} is gone after the cell (log {})", srv.pid, srv.errlog.display())
             })?;
             let text = std::fs::read_to_string(&log).unwrap_or_default();
-            let mut r = measure::parse_sysbench(&text).map_err(|e| format!("{cellname}: {e} ({status}); {}:\n{}", log.display(), server::tail(&log, 15)))?;
+            let mut r = measure::parse_sysbench(&text).map_err(|e| {
+                format!("{cellname}: {e} ({status}); {}:\n{}", log.display(), server::tail(&log, 15))
+            })?;
             if !status.success() {
                 r.errors = r.errors.max(1);
             }
@@ -204,7 +229,11 @@ fn server_run(plan: &Plan, inst: &mut Instance, out: &Path, st: &mut State, roun
                 errors: r.errors,
                 queries: r.queries,
                 cpu_s: r3(cpu1 - cpu0),
-                cpu_us_per_query: if r.queries > 0 { r3((cpu1 - cpu0) * 1e6 / r.queries as f64) } else { 0.0 },
+                cpu_us_per_query: if r.queries > 0 {
+                    r3((cpu1 - cpu0) * 1e6 / r.queries as f64)
+                } else {
+                    0.0
+                },
                 allocs_per_query: None,
                 frees_per_query: None,
                 rss_bytes: rss,
@@ -215,12 +244,17 @@ fn server_run(plan: &Plan, inst: &mut Instance, out: &Path, st: &mut State, roun
                 let rel = format!("dumps/{cellname}.json");
                 let d = measure::take_dump(srv.pid, &dumpdir, &out.join(&rel))?;
                 if r.queries > 0 {
-                    cell.allocs_per_query = Some(r3(d.allocs().saturating_sub(p.allocs()) as f64 / r.queries as f64));
-                    cell.frees_per_query = Some(r3(d.count("free").saturating_sub(p.count("free")) as f64 / r.queries as f64));
+                    cell.allocs_per_query =
+                        Some(r3(d.allocs().saturating_sub(p.allocs()) as f64 / r.queries as f64));
+                    cell.frees_per_query =
+                        Some(r3(d.count("free").saturating_sub(p.count("free")) as f64 / r.queries as f64));
                 }
                 cell.backend_allocated_bytes = Some(d.memory.backend_allocated_bytes);
                 if d.backend != cfg.backend {
-                    st.notes.push(format!("{cellname}: the shim ran backend {} instead of {} (fallback)", d.backend, cfg.backend));
+                    st.notes.push(format!(
+                        "{cellname}: the shim ran backend {} instead of {} (fallback)",
+                        d.backend, cfg.backend
+                    ));
                 }
                 cell.dump = rel.clone();
                 run.last_dump = Some(out.join(&rel));
@@ -262,9 +296,16 @@ fn server_run(plan: &Plan, inst: &mut Instance, out: &Path, st: &mut State, roun
 fn run(plan: &Plan, tools: server::Tools, out: &Path, workdir: &Path, st: &mut State) -> Res<()> {
     let _lock = server::take_lock()?;
     let maxc = plan.args.threads.iter().copied().max().unwrap_or(1) + 50;
-    let mut inst = Instance::create(workdir.to_path_buf(), tools, &plan.args.buffer_pool, maxc.max(200), &plan.args.mysqld_opts)?;
+    let mut inst = Instance::create(
+        workdir.to_path_buf(),
+        tools,
+        &plan.args.buffer_pool,
+        maxc.max(200),
+        &plan.args.mysqld_opts,
+    )?;
     prepare(plan, &mut inst, out)?;
-    let scripts: Vec<String> = plan.workloads.iter().map(|w| workload_script(w, out)).collect::<Result<_, _>>()?;
+    let scripts: Vec<String> =
+        plan.workloads.iter().map(|w| workload_script(w, out)).collect::<Result<_, _>>()?;
     let n = plan.configs.len();
     for round in 1..=plan.args.rounds {
         let off = (round as usize - 1) % n;
@@ -285,7 +326,10 @@ fn create_private_dir(dir: &Path) -> Result<(), String> {
     }
     std::fs::DirBuilder::new().mode(0o700).create(dir).map_err(|e| {
         if e.kind() == std::io::ErrorKind::AlreadyExists {
-            format!("work directory {} exists and could not be removed (not ours?): choose another --workdir", dir.display())
+            format!(
+                "work directory {} exists and could not be removed (not ours?): choose another --workdir",
+                dir.display()
+            )
         } else {
             format!("cannot create {}: {e}", dir.display())
         }
@@ -324,7 +368,9 @@ fn main() -> ExitCode {
     };
     if let Err(e) = ctrlc::set_handler(|| {
         INTERRUPTED.store(true, Ordering::SeqCst);
-        eprintln!("mallocshim-compare: interrupted: stopping sysbench and the server, keeping the finished cells");
+        eprintln!(
+            "mallocshim-compare: interrupted: stopping sysbench and the server, keeping the finished cells"
+        );
     }) {
         say(&format!("cannot install the Ctrl-C handler: {e}"));
         return ExitCode::from(1);
@@ -355,9 +401,19 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let total = plan.args.rounds as usize * plan.configs.len() * plan.workloads.len() * plan.args.threads.len();
+    let total =
+        plan.args.rounds as usize * plan.configs.len() * plan.workloads.len() * plan.args.threads.len();
     let info = RunInfo::collect(&plan, &tools.version, &cmdline);
-    let mut st = State { cells: Vec::new(), runs: Vec::new(), csv, notes: Vec::new(), started: Instant::now(), first_cell: None, done: 0, total };
+    let mut st = State {
+        cells: Vec::new(),
+        runs: Vec::new(),
+        csv,
+        notes: Vec::new(),
+        started: Instant::now(),
+        first_cell: None,
+        done: 0,
+        total,
+    };
     say(&format!("{total} cells of {} s; output in {}", plan.args.time, out.display()));
     let res = run(&plan, tools, &out, &workdir, &mut st);
     let status = match &res {
@@ -370,7 +426,16 @@ fn main() -> ExitCode {
     } else {
         say(&format!("work directory kept: {}", workdir.display()));
     }
-    let rep = results::write_report(&out, &plan, &info, &st.cells, &st.runs, &st.notes, &status, st.started.elapsed());
+    let rep = results::write_report(
+        &out,
+        &plan,
+        &info,
+        &st.cells,
+        &st.runs,
+        &st.notes,
+        &status,
+        st.started.elapsed(),
+    );
     if let Err(e) = &rep {
         say(&format!("report: {e}"));
     }

@@ -206,11 +206,15 @@ pub fn take_dump(pid: u32, dir: &Path, dest: &Path) -> Res<Dump> {
     loop {
         let new: Vec<PathBuf> = json_dumps(dir).into_iter().filter(|p| !before.contains(p)).collect();
         if let Some(p) = new.into_iter().max() {
-            super::secure_write::move_into(&p, dest).map_err(|e| format!("cannot move {} into place: {e}", p.display()))?;
+            super::secure_write::move_into(&p, dest)
+                .map_err(|e| format!("cannot move {} into place: {e}", p.display()))?;
             return Ok(read_dump(dest)?);
         }
         if t0.elapsed() > Duration::from_secs(15) {
-            return Err(Error::Failed(format!("no JSON dump appeared in {} within 15 s of SIGUSR1 to pid {pid}", dir.display())));
+            return Err(Error::Failed(format!(
+                "no JSON dump appeared in {} within 15 s of SIGUSR1 to pid {pid}",
+                dir.display()
+            )));
         }
         super::server::nap(Duration::from_millis(50))?;
     }

@@ -45,8 +45,18 @@ pub fn read_memlog(path: &Path) -> Result<Vec<MemRow>, String> {
     let mut lines = complete.lines();
     match lines.next() {
         Some(h) if h.trim() == MEMLOG_HEADER => {}
-        Some(h) => return Err(format!("{}: not a memlog CSV: header is {h:?}, expected {MEMLOG_HEADER:?}", path.display())),
-        None => return Err(format!("{}: empty file, expected the memlog header {MEMLOG_HEADER:?}", path.display())),
+        Some(h) => {
+            return Err(format!(
+                "{}: not a memlog CSV: header is {h:?}, expected {MEMLOG_HEADER:?}",
+                path.display()
+            ))
+        }
+        None => {
+            return Err(format!(
+                "{}: empty file, expected the memlog header {MEMLOG_HEADER:?}",
+                path.display()
+            ))
+        }
     }
     let mut rows = Vec::new();
     for (i, line) in lines.enumerate() {
@@ -59,7 +69,8 @@ pub fn read_memlog(path: &Path) -> Result<Vec<MemRow>, String> {
             return Err(bad());
         }
         let req = |s: &str| s.parse::<u64>().map_err(|_| bad());
-        let opt = |s: &str| if s.is_empty() { Ok(None) } else { s.parse::<u64>().map(Some).map_err(|_| bad()) };
+        let opt =
+            |s: &str| if s.is_empty() { Ok(None) } else { s.parse::<u64>().map(Some).map_err(|_| bad()) };
         rows.push(MemRow {
             unix_ms: req(f[0])?,
             rss_bytes: req(f[1])?,
@@ -181,14 +192,18 @@ pub fn draw(out: &Path, title: &str, panels: &[Panel]) -> Result<(), String> {
         let mut text = String::new();
         {
             let root = SVGBackend::with_string(&mut text, size).into_drawing_area();
-            draw_on(&root, title, panels).and_then(|_| root.present().map_err(|e| e.to_string())).map_err(cannot)?;
+            draw_on(&root, title, panels)
+                .and_then(|_| root.present().map_err(|e| e.to_string()))
+                .map_err(cannot)?;
         }
         text.into_bytes()
     } else {
         let mut rgb = vec![0u8; size.0 as usize * size.1 as usize * 3];
         {
             let root = BitMapBackend::with_buffer(&mut rgb, size).into_drawing_area();
-            draw_on(&root, title, panels).and_then(|_| root.present().map_err(|e| e.to_string())).map_err(cannot)?;
+            draw_on(&root, title, panels)
+                .and_then(|_| root.present().map_err(|e| e.to_string()))
+                .map_err(cannot)?;
         }
         encode_png(&rgb, size).map_err(|e| format!("cannot encode {} as PNG: {e}", out.display()))?
     };
@@ -209,7 +224,11 @@ fn encode_png(rgb: &[u8], (w, h): (u32, u32)) -> Result<Vec<u8>, png::EncodingEr
     Ok(bytes)
 }
 
-fn draw_on<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str, panels: &[Panel]) -> Result<(), String>
+fn draw_on<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    panels: &[Panel],
+) -> Result<(), String>
 where
     DB::ErrorType: 'static,
 {
@@ -234,7 +253,8 @@ where
         }
         // y from 0 unless the values are log values (may be negative) or far from 0.
         let ypad = ((y1 - y0).abs() * 0.08).max(1e-6);
-        let (ylo, yhi) = if y0 >= 0.0 && y0 < (y1 - y0) * 2.0 { (0.0, y1 + ypad) } else { (y0 - ypad, y1 + ypad) };
+        let (ylo, yhi) =
+            if y0 >= 0.0 && y0 < (y1 - y0) * 2.0 { (0.0, y1 + ypad) } else { (y0 - ypad, y1 + ypad) };
         let mut chart = ChartBuilder::on(area)
             .caption(&panel.title, ("sans-serif", 18))
             .margin(12)
@@ -290,7 +310,12 @@ pub fn memlog_figure(files: &[(String, Vec<MemRow>)]) -> Vec<Panel> {
     for (i, (label, rows)) in files.iter().enumerate() {
         let t0 = rows.first().map(|r| r.unix_ms).unwrap_or(0);
         let t = |r: &MemRow| (r.unix_ms.saturating_sub(t0)) as f64 / 1000.0;
-        rss.push(Series { label: label.clone(), color: i, thin: false, points: rows.iter().map(|r| (t(r), mib(r.rss_bytes))).collect() });
+        rss.push(Series {
+            label: label.clone(),
+            color: i,
+            thin: false,
+            points: rows.iter().map(|r| (t(r), mib(r.rss_bytes))).collect(),
+        });
         let a: Vec<(f64, f64)> =
             rows.iter().filter_map(|r| r.backend_allocated_bytes.map(|b| (t(r), mib(b)))).collect();
         if !a.is_empty() {

@@ -114,10 +114,18 @@ fn create_temp(dest: &Path) -> Result<(PathBuf, File), Error> {
 /// renameat2(RENAME_NOREPLACE): Ok(false) when `to` appeared meanwhile; falls back to link +
 /// unlink where the file system does not support the flag.
 fn rename_noreplace(from: &Path, to: &Path) -> Result<bool, Error> {
-    let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(|_| Error::Io { path: p.to_path_buf(), op: "name", err: std::io::ErrorKind::InvalidInput.into() });
+    let c = |p: &Path| {
+        std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(|_| Error::Io {
+            path: p.to_path_buf(),
+            op: "name",
+            err: std::io::ErrorKind::InvalidInput.into(),
+        })
+    };
     let (f, t) = (c(from)?, c(to)?);
     // SAFETY: two NUL-terminated paths relative to the current directory.
-    let r = unsafe { libc::renameat2(libc::AT_FDCWD, f.as_ptr(), libc::AT_FDCWD, t.as_ptr(), libc::RENAME_NOREPLACE) };
+    let r = unsafe {
+        libc::renameat2(libc::AT_FDCWD, f.as_ptr(), libc::AT_FDCWD, t.as_ptr(), libc::RENAME_NOREPLACE)
+    };
     if r == 0 {
         return Ok(true);
     }
@@ -150,7 +158,10 @@ fn install(tmp: &Path, dest: &Path, discard: bool) -> Result<(), Error> {
             }
             // Something appeared at `dest` meanwhile: look again.
         }
-        Err(Error::Refused { path: dest.to_path_buf(), what: "being replaced by someone else while we write".into() })
+        Err(Error::Refused {
+            path: dest.to_path_buf(),
+            what: "being replaced by someone else while we write".into(),
+        })
     })();
     if res.is_err() && discard {
         let _ = std::fs::remove_file(tmp);
@@ -185,7 +196,10 @@ pub fn create(path: &Path) -> Result<File, Error> {
             Err(e) => return Err(io(path, "create")(e)),
         }
     }
-    Err(Error::Refused { path: path.to_path_buf(), what: "being re-created by someone else while we write".into() })
+    Err(Error::Refused {
+        path: path.to_path_buf(),
+        what: "being re-created by someone else while we write".into(),
+    })
 }
 
 /// Moves the finished file `src` (ours) to `dest` under the same rules as [`write`]: a rename
@@ -194,7 +208,10 @@ pub fn move_into(src: &Path, dest: &Path) -> Result<(), Error> {
     check_dest(dest)?;
     let m = std::fs::symlink_metadata(src).map_err(io(src, "inspect"))?;
     if !m.file_type().is_file() {
-        return Err(Error::Refused { path: src.to_path_buf(), what: "not a regular file (moving only regular files)".into() });
+        return Err(Error::Refused {
+            path: src.to_path_buf(),
+            what: "not a regular file (moving only regular files)".into(),
+        });
     }
     // The source may be readable by others (a dump the shim wrote 0600 stays 0600; tighten anyway).
     use std::os::unix::fs::PermissionsExt;
@@ -227,7 +244,10 @@ mod tests {
 
     /// Only the destination and no temporary file is left in `d`.
     fn only(d: &Path, names: &[&str]) {
-        let mut v: Vec<String> = std::fs::read_dir(d).expect("list").map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect();
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .expect("list")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
         v.sort();
         assert_eq!(v, names, "files in {}", d.display());
     }
@@ -345,7 +365,8 @@ mod tests {
         // /dev/shm (tmpfs) and the temp dir: rename fails with EXDEV, the fallback copies.
         let shm = Path::new("/dev/shm");
         let d = scratch("xdev");
-        let (a, b) = (std::fs::metadata(shm).expect("/dev/shm").dev(), std::fs::metadata(&d).expect("scratch").dev());
+        let (a, b) =
+            (std::fs::metadata(shm).expect("/dev/shm").dev(), std::fs::metadata(&d).expect("scratch").dev());
         assert_ne!(a, b, "this test needs {} on another file system than /dev/shm", d.display());
         let src = shm.join(format!("secure-write-{}.json", std::process::id()));
         std::fs::write(&src, b"[1,2]").expect("src");

@@ -79,7 +79,11 @@ pub fn run_logged(mut cmd: Command, log: &Path, what: &str, timeout: Duration) -
             if interrupted() {
                 return Err(Error::Interrupted);
             }
-            return Err(Error::Failed(format!("{what} did not finish within {} s (log {})", timeout.as_secs(), log.display())));
+            return Err(Error::Failed(format!(
+                "{what} did not finish within {} s (log {})",
+                timeout.as_secs(),
+                log.display()
+            )));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -125,7 +129,9 @@ pub fn take_lock() -> Res<File> {
                 return Err(Error::Interrupted);
             }
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return Err(Error::Failed(format!("flock {LOCK} failed"))),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(Error::Failed(format!("flock {LOCK} failed")))
+            }
         }
     }
 }
@@ -158,14 +164,17 @@ pub fn tools(mysqld: &Path) -> Result<Tools, String> {
     let mariadb = version.contains("MariaDB");
     let beside = |n: &str| -> Option<PathBuf> {
         let d = mysqld.parent()?;
-        [d.join(n), d.join("../bin").join(n), d.join("../scripts").join(n)].into_iter().find(|p| super::cli::is_exec(p))
+        [d.join(n), d.join("../bin").join(n), d.join("../scripts").join(n)]
+            .into_iter()
+            .find(|p| super::cli::is_exec(p))
     };
     let pick = |names: &[&str]| -> Result<PathBuf, String> {
         names.iter().find_map(|n| beside(n)).map(Ok).unwrap_or_else(|| super::cli::find_tool(names))
     };
     let install_db = if mariadb { Some(pick(&["mariadb-install-db", "mysql_install_db"])?) } else { None };
     let client = pick(if mariadb { &["mariadb", "mysql"] } else { &["mysql", "mariadb"] })?;
-    let admin = pick(if mariadb { &["mariadb-admin", "mysqladmin"] } else { &["mysqladmin", "mariadb-admin"] })?;
+    let admin =
+        pick(if mariadb { &["mariadb-admin", "mysqladmin"] } else { &["mysqladmin", "mariadb-admin"] })?;
     Ok(Tools { mysqld: mysqld.to_path_buf(), mariadb, version, install_db, client, admin })
 }
 
@@ -187,8 +196,15 @@ pub struct Instance {
 
 impl Instance {
     /// Creates the work directory and the datadir.
-    pub fn create(dir: PathBuf, tools: Tools, buffer_pool: &str, max_conn: u32, user_opts: &[String]) -> Res<Instance> {
-        std::fs::create_dir_all(dir.join("tmp")).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    pub fn create(
+        dir: PathBuf,
+        tools: Tools,
+        buffer_pool: &str,
+        max_conn: u32,
+        user_opts: &[String],
+    ) -> Res<Instance> {
+        std::fs::create_dir_all(dir.join("tmp"))
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let datadir = dir.join("data");
         let socket = dir.join("mysqld.sock");
         let port = free_port()?;
@@ -223,14 +239,23 @@ impl Instance {
             run_logged(c, &log, "mariadb-install-db", Duration::from_secs(300))?
         } else {
             let mut c = Command::new(&tools.mysqld);
-            c.args(["--no-defaults", "--initialize-insecure", "--user=root"]).arg(format!("--datadir={}", datadir.display()));
+            c.args(["--no-defaults", "--initialize-insecure", "--user=root"])
+                .arg(format!("--datadir={}", datadir.display()));
             clean_env(&mut c);
             run_logged(c, &log, "mysqld --initialize-insecure", Duration::from_secs(300))?
         };
         if !st.success() {
-            return Err(Error::Failed(format!("creating the datadir failed ({st}); log {}:\n{}", log.display(), tail(&log, 30))));
+            return Err(Error::Failed(format!(
+                "creating the datadir failed ({st}); log {}:\n{}",
+                log.display(),
+                tail(&log, 30)
+            )));
         }
-        eprintln!("mallocshim-compare: datadir {} created in {:.1} s", datadir.display(), t0.elapsed().as_secs_f64());
+        eprintln!(
+            "mallocshim-compare: datadir {} created in {:.1} s",
+            datadir.display(),
+            t0.elapsed().as_secs_f64()
+        );
         Ok(Instance { dir, datadir, socket, tools, opts, runs: 0 })
     }
 
@@ -290,7 +315,8 @@ impl Instance {
     pub fn sql(&self, db: &str, sql: Option<&str>, file: Option<&Path>, log: &Path) -> Res<()> {
         let mut c = Command::new(&self.tools.client);
         clean_env(&mut c);
-        c.args(["--no-defaults", "--user=root", "--batch"]).arg(format!("--socket={}", self.socket.display()));
+        c.args(["--no-defaults", "--user=root", "--batch"])
+            .arg(format!("--socket={}", self.socket.display()));
         if let Some(s) = sql {
             c.arg("-e").arg(s);
         }
@@ -314,7 +340,11 @@ impl Instance {
             run_logged(c, log, "mariadb client", Duration::from_secs(600))?
         };
         if !st.success() {
-            return Err(Error::Failed(format!("SQL failed ({st}); log {}:\n{}", log.display(), tail(log, 20))));
+            return Err(Error::Failed(format!(
+                "SQL failed ({st}); log {}:\n{}",
+                log.display(),
+                tail(log, 20)
+            )));
         }
         Ok(())
     }
@@ -328,7 +358,11 @@ fn shell_quote(s: &str) -> String {
 pub fn clean_env(c: &mut Command) {
     for (k, _) in std::env::vars_os() {
         let ks = k.to_string_lossy();
-        if ks.starts_with("MALLOCSHIM_") || ks == "LD_PRELOAD" || ks.starts_with("_RJEM_") || ks.starts_with("TCMALLOC_") {
+        if ks.starts_with("MALLOCSHIM_")
+            || ks == "LD_PRELOAD"
+            || ks.starts_with("_RJEM_")
+            || ks.starts_with("TCMALLOC_")
+        {
             c.env_remove(&k);
         }
     }
@@ -353,12 +387,19 @@ impl Server {
         let t0 = Instant::now();
         loop {
             if let Ok(Some(st)) = child.try_wait() {
-                return if st.success() { Ok(st.to_string()) } else { Err(format!("server exited with {st}; log {}", self.errlog.display())) };
+                return if st.success() {
+                    Ok(st.to_string())
+                } else {
+                    Err(format!("server exited with {st}; log {}", self.errlog.display()))
+                };
             }
             if t0.elapsed() > timeout {
                 signal_group(child.id(), libc::SIGKILL);
                 let _ = child.wait();
-                return Err(format!("server did not stop within {} s after SIGTERM; killed", timeout.as_secs()));
+                return Err(format!(
+                    "server did not stop within {} s after SIGTERM; killed",
+                    timeout.as_secs()
+                ));
             }
             std::thread::sleep(Duration::from_millis(50));
         }
