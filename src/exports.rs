@@ -4,7 +4,7 @@
 //! No logic lives here. `__libc_*` names are deliberately not exported.
 
 use crate::backend::glibc::{Mallinfo, Mallinfo2};
-use crate::{introspect, route, signals, worker};
+use crate::{atfork, introspect, route, signals, worker};
 use core::ffi::{c_char, c_int, c_void};
 
 // SAFETY (for every function below): each is called by C code with the C contract of the
@@ -152,4 +152,13 @@ pub unsafe extern "C" fn sigwaitinfo(set: *const libc::sigset_t, info: *mut libc
 #[no_mangle]
 pub unsafe extern "C" fn sigwait(set: *const libc::sigset_t, sig: *mut c_int) -> c_int {
     unsafe { signals::sigwait(set, sig) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_atfork(
+    prepare: atfork::Handler,
+    parent: atfork::Handler,
+    child: atfork::Handler,
+) -> c_int {
+    unsafe { atfork::pthread_atfork(prepare, parent, child) }
 }

@@ -13,11 +13,13 @@
 //! - [`backend`]: glibc, jemalloc, tcmalloc and the bootstrap pseudo-backend;
 //! - [`bootstrap`]: the static pool for allocations made while a backend loads;
 //! - [`init`], [`config`]: lazy start-up and the option table;
+//! - [`atfork`]: the backend's fork handlers, under glibc's fork rules;
 //! - [`tls`], [`slots`]: per-thread state and per-thread counters;
 //! - [`introspect`]: mallinfo and friends for the active backend;
 //! - [`worker`], [`trim`], [`memlog`], [`dump`]: the shim's thread and its jobs;
 //! - [`capi`]: the shim's own C API (`shim/include/mallocshim.h`).
 
+pub mod atfork;
 pub mod backend;
 pub mod bootstrap;
 pub mod capi;

@@ -149,14 +149,13 @@ pub fn init() {
     } else {
         crate::shim_warn!("pthread_key_create failed: counts of exiting threads go to the shared aggregate");
     }
-    // SAFETY: registering a plain extern "C" function.
-    unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
+    crate::atfork::register_child(after_fork_child);
 }
 
 /// In a forked child only the forking thread survives: fold every other thread's slot into
 /// EXITED and give the survivor's slot its new tid. Runs single-threaded, before the child
 /// returns from fork.
-extern "C" fn after_fork_child() {
+unsafe extern "C" fn after_fork_child() {
     // Only this thread exists now: no walk or fold is in progress here.
     WALKING.store(0, SeqCst);
     FOLDING.store(0, SeqCst);

@@ -87,9 +87,9 @@ fn wanted() -> bool {
 pub fn start() {
     LOADED.store(true, Release);
     if !ATFORK.swap(true, AcqRel) {
-        // SAFETY: registering a plain extern "C" function. Registered after the backends'
-        // own handlers, so it runs after they have unlocked the child's heap.
-        unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
+        // Registered after the backend's own handlers, so it runs after they have unlocked the
+        // child's heap.
+        crate::atfork::register_child(after_fork_child);
     }
 }
 
@@ -118,7 +118,7 @@ fn spawn(child: bool) {
     }
 }
 
-extern "C" fn after_fork_child() {
+unsafe extern "C" fn after_fork_child() {
     for a in [&WAKE_RD, &WAKE_WR] {
         let fd = a.swap(-1, Relaxed);
         if fd >= 0 {

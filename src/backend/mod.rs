@@ -88,8 +88,10 @@ pub unsafe fn load(want: Backend, tcmalloc_lib: &core::ffi::CStr) -> Backend {
         glibc::load()
             && match want {
                 Backend::Glibc | Backend::Bootstrap => true,
-                Backend::Jemalloc => jemalloc::load(),
-                Backend::Tcmalloc => tcmalloc::load(tcmalloc_lib, &mut why),
+                Backend::Jemalloc => crate::atfork::loading_backend(|| jemalloc::load()),
+                Backend::Tcmalloc => {
+                    crate::atfork::loading_backend(|| tcmalloc::load(tcmalloc_lib, &mut why))
+                }
             }
     };
     if ok {

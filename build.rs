@@ -1,0 +1,41 @@
+//! Build script: links the built-in jemalloc without its load-time constructor.
+//!
+//! tikv-jemalloc-sys's `libjemalloc_pic.a` has one `.init_array` entry (jemalloc.c's
+//! `jemalloc_constructor`, which calls `malloc_init`): left in, it would initialise jemalloc when
+//! the shim is loaded, whatever backend is chosen (mmaps, `_RJEM_MALLOC_CONF`, and its
+//! pthread_atfork handlers, which deadlock a fork nested in a signal handler). This script copies
+//! the archive into OUT_DIR with `objcopy --remove-section=.init_array` and links the copy first:
+//! the linker resolves every jemalloc symbol from it, so the bundled original is never pulled
+//! in. jemalloc then initialises only when the jemalloc backend loads it (`backend::jemalloc::load`).
+//! The build fails when objcopy (binutils) is missing or the copy still has a constructor.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn main() {
+    let root =
+        std::env::var("DEP_JEMALLOC_ROOT").expect("DEP_JEMALLOC_ROOT (from tikv-jemalloc-sys's `links`)");
+    let src = PathBuf::from(root).join("lib/libjemalloc_pic.a");
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
+    let dst = out.join("libjemalloc_noinit.a");
+    let objcopy = std::env::var("OBJCOPY").unwrap_or_else(|_| "objcopy".into());
+    let st = Command::new(&objcopy)
+        .args(["--remove-section=.init_array", "--remove-section=.rela.init_array"])
+        .arg(&src)
+        .arg(&dst)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {objcopy} (binutils): {e}"));
+    assert!(st.success(), "{objcopy} {} failed", src.display());
+    let objdump = Command::new("objdump").arg("-h").arg(&dst).output().expect("run objdump (binutils)");
+    assert!(objdump.status.success(), "objdump -h {} failed", dst.display());
+    assert!(
+        !String::from_utf8_lossy(&objdump.stdout).contains("init_array"),
+        "{} still has an .init_array section",
+        dst.display()
+    );
+    println!("cargo:rustc-link-search=native={}", out.display());
+    println!("cargo:rustc-link-lib=static=jemalloc_noinit");
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed={}", src.display());
+    println!("cargo:rerun-if-env-changed=OBJCOPY");
+}
