@@ -52,7 +52,7 @@ fn tally(s: &Slot, shared: bool, op: Op, size: usize) {
 /// which implies an own slot and no guard (see [`tls::ThreadState::countdown`]) — is inline;
 /// the guard, claiming a slot, the shared EXITED sink and sampled calls are out of line.
 #[inline(always)]
-fn recorded<R>(
+fn recorded<B: Raw, R: Outcome>(
     e: Entry,
     op: Op,
     size: impl FnOnce() -> usize,
@@ -68,7 +68,7 @@ fn recorded<R>(
         let cd = (*st).countdown;
         (*st).countdown = cd.wrapping_sub(1);
         if cd == 0 {
-            return recorded_slow(st, e, op, size, run, plain);
+            return recorded_slow::<B, R>(st, e, op, size, run, plain);
         }
         let s = (*st).slot;
         if !derived(e) {
@@ -86,7 +86,7 @@ fn recorded<R>(
 /// adds; the countdown stays 0, and 1 call in N is timed, chosen by the clock's low bits).
 #[cold]
 #[inline(never)]
-fn recorded_slow<R>(
+fn recorded_slow<B: Raw, R: Outcome>(
     st: *mut tls::ThreadState,
     e: Entry,
     op: Op,
@@ -119,12 +119,54 @@ fn recorded_slow<R>(
         };
         let out = run(n);
         let d = clock::ticks().wrapping_sub(t0);
+        if B::COUNTS_FREED_BYTES
+            && !shared
+            && op != Op::Free
+            && out.ok()
+            && (*s).freed_counter.load(Relaxed).is_null()
+        {
+            adopt_counter::<B>(&*s);
+        }
         tally(&*s, shared, op, n);
         if timed {
             sample(&*s, shared, op as usize, class_of(n), d);
         }
         out
     }
+}
+
+/// Whether a call's result is a success (an allocation that the backend served).
+pub trait Outcome {
+    fn ok(&self) -> bool;
+}
+
+impl Outcome for *mut c_void {
+    fn ok(&self) -> bool {
+        !self.is_null()
+    }
+}
+
+impl Outcome for c_int {
+    fn ok(&self) -> bool {
+        *self == 0
+    }
+}
+
+impl Outcome for () {
+    fn ok(&self) -> bool {
+        false
+    }
+}
+
+/// Adopts the backend's count of bytes this thread frees into its slot, after an allocation the
+/// backend served on this thread: its per-thread state exists then, so reading the counter's
+/// address creates nothing (never at claim time, see `slots`). A null answer keeps the
+/// usable-size lookup.
+#[cold]
+#[inline(never)]
+fn adopt_counter<B: Raw>(s: &Slot) {
+    let _g = tls::Reentry::enter();
+    s.freed_counter.store(B::thread_freed_counter(), Relaxed);
 }
 
 /// The out-of-line start of a recorded call: None under the guard; otherwise the calling
@@ -172,7 +214,7 @@ fn sample(s: &Slot, shared: bool, o: usize, c: usize, d: u64) {
 macro_rules! entry {
     ($P:ident, $e:expr, $op:expr, $size:expr, $call:expr) => {
         if $P {
-            recorded($e, $op, || $size, |_| $call, || $call)
+            recorded::<B, _>($e, $op, || $size, |_| $call, || $call)
         } else {
             $call
         }
@@ -214,7 +256,7 @@ unsafe fn free_as<B: Raw, const P: bool>(e: Entry, p: *mut c_void) {
         return unsafe { csem::free::<B>(p) };
     }
     if p.is_null() || crate::bootstrap::contains(p) {
-        return free_unowned(e, p);
+        return free_unowned::<B>(e, p);
     }
     if B::COUNTS_FREED_BYTES {
         // SAFETY: `p` is a live backend block (the program's contract).
@@ -232,10 +274,23 @@ unsafe fn free_as<B: Raw, const P: bool>(e: Entry, p: *mut c_void) {
 /// recorded with size 0 (NULL) or the pool block's size.
 #[cold]
 #[inline(never)]
-fn free_unowned(e: Entry, p: *mut c_void) {
+fn free_unowned<B: Raw>(e: Entry, p: *mut c_void) {
     // SAFETY: a pool block's size is recorded in front of it.
     let n = if p.is_null() { 0 } else { unsafe { crate::bootstrap::usable_size(p) } };
-    recorded(e, Op::Free, || n, |_| (), || ())
+    let st = tls::state();
+    // SAFETY: this thread's TLS block; EXITED lives for the life of the process.
+    unsafe {
+        if (*st).slot.is_null() && (*st).guard == 0 {
+            // A thread without a slot claims none for a call that frees nothing (see `slots`).
+            let s = &*slots::exited_ptr();
+            if !derived(e) {
+                bump(s.calls.get_unchecked(e as usize), 1, true);
+            }
+            tally(s, true, Op::Free, n);
+            return;
+        }
+    }
+    recorded::<B, ()>(e, Op::Free, || n, |_| (), || ())
 }
 
 /// A recorded free that reads the block's usable size from the backend first.
@@ -245,7 +300,7 @@ fn free_unowned(e: Entry, p: *mut c_void) {
 #[inline(always)]
 unsafe fn free_looked_up<B: Raw>(e: Entry, p: *mut c_void) {
     // SAFETY (each closure): `p` is a live backend block (the caller's contract).
-    recorded(
+    recorded::<B, ()>(
         e,
         Op::Free,
         || unsafe { B::usable_size(p) },

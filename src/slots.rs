@@ -7,6 +7,15 @@
 //! A fold (thread exit) and a reader's walk exclude each other (two counters, Dekker style, the
 //! walk has priority), so a thread exiting during a snapshot is counted exactly once: never in
 //! both its slot and `EXITED`, never in neither. Neither side is on the hot path.
+//! Claiming makes no backend call: a thread may claim inside glibc's thread teardown
+//! (`__libc_thread_freeres` frees after every key destructor has run) or where the backend cannot
+//! create its per-thread state (an exhausted RLIMIT_AS), and jemalloc's `thread.deallocatedp`
+//! would create a thread cache there (linked into an arena's list and never unlinked: the next
+//! thread on that TLS corrupted the list). The counter is adopted by `front` after the thread's
+//! first successful allocation, when the backend's per-thread state exists.
+//! A thread without a slot whose call frees nothing (free(NULL), a pool block) counts in `EXITED`
+//! and claims nothing: that is the only call a thread makes after its slot is released or
+//! after the key destructors have run, when a claimed slot would never be released.
 
 use crate::classes::{Op, BUCKETS, CLASSES, OPS};
 use crate::tls::{self, Reentry};
@@ -200,7 +209,8 @@ pub fn claim(st: *mut tls::ThreadState) -> *mut Slot {
             if !s.in_use.load(Relaxed) && s.in_use.compare_exchange(false, true, Acquire, Relaxed).is_ok() {
                 // SAFETY: gettid has no preconditions.
                 s.tid.store(unsafe { libc::gettid() } as u32, Relaxed);
-                s.freed_counter.store(crate::backend::thread_freed_counter(), Relaxed);
+                // No backend call here: the counter is adopted later (`front`), see the module doc.
+                s.freed_counter.store(ptr::null_mut(), Relaxed);
                 got = s as *const Slot as *mut Slot;
                 break 'outer;
             }

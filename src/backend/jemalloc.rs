@@ -78,6 +78,10 @@ impl super::Raw for Jemalloc {
     const COUNTS_FREED_BYTES: bool = true;
     super::raw_forwards!();
 
+    fn thread_freed_counter() -> *mut u64 {
+        thread_freed_counter()
+    }
+
     /// `sdallocx(p, usable, 0)`: a size in [request, usable size] is valid, and with it jemalloc
     /// takes the size class from the size instead of a second radix-tree lookup.
     #[inline(always)]
@@ -88,7 +92,9 @@ impl super::Raw for Jemalloc {
 }
 
 /// `thread.deallocatedp`: the address of the calling thread's count of bytes freed (jemalloc
-/// adds the usable size of every block the thread frees); null when mallctl refuses it.
+/// adds the usable size of every block the thread frees); null when mallctl refuses it. mallctl
+/// creates the thread's jemalloc state (thread cache, arena) if it does not exist: call it only
+/// after jemalloc served an allocation on this thread (`front` does).
 pub fn thread_freed_counter() -> *mut u64 {
     // SAFETY: `thread.deallocatedp` is a read-only mallctl whose value is a `uint64_t *`.
     unsafe { tikv_jemalloc_ctl::raw::read::<*mut u64>(b"thread.deallocatedp\0") }

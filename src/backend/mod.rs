@@ -131,7 +131,7 @@ pub trait Raw {
     const FREE_KEEPS_ERRNO: bool;
     /// The backend counts the bytes each thread frees, adding the block's usable size on every
     /// free (jemalloc's `thread.deallocated`): the recorder reads the counter around a free
-    /// (see [`thread_freed_counter`]) instead of looking the usable size up first.
+    /// (see [`Raw::thread_freed_counter`]) instead of looking the usable size up first.
     const COUNTS_FREED_BYTES: bool = false;
 
     /// # Safety
@@ -152,6 +152,12 @@ pub trait Raw {
     /// # Safety
     /// `p` is a non-null live block of this backend.
     unsafe fn usable_size(p: *mut c_void) -> usize;
+    /// The calling thread's counter of bytes freed when [`Raw::COUNTS_FREED_BYTES`], or null.
+    /// Called only after the backend served an allocation on this thread (its per-thread state
+    /// exists), under the reentrancy guard.
+    fn thread_freed_counter() -> *mut u64 {
+        core::ptr::null_mut()
+    }
     /// Frees a block whose usable size the caller has just read: jemalloc's `sdallocx` then
     /// skips the lookup that `free` would repeat.
     ///
@@ -200,16 +206,6 @@ macro_rules! raw_forwards {
     };
 }
 pub(crate) use raw_forwards;
-
-/// The calling thread's counter of bytes freed, kept by the active backend (jemalloc:
-/// `thread.deallocatedp`), or null. Called when a thread claims its recording slot, under the
-/// reentrancy guard.
-pub fn thread_freed_counter() -> *mut u64 {
-    match active() {
-        Backend::Jemalloc => jemalloc::thread_freed_counter(),
-        _ => core::ptr::null_mut(),
-    }
-}
 
 /// The active backend's own memory figures, in bytes. `None` fields could not be read.
 #[derive(Clone, Copy, Default, Debug)]
