@@ -5,6 +5,14 @@
 //! `mallocshim:` line and are otherwise ignored. Runs under the reentrancy guard; dumps are
 //! serialised by an atomic flag (never taken on the hot path) that a forked child resets, so a
 //! dump in progress in the parent at fork time can never leave the child's dumps locked.
+//! An unusable directory is reported once: checked at start ([`check_dir`]), and a failed dump
+//! prints its line only if nothing was reported before. At exit ([`finish_at_exit`]) no new dump
+//! starts and the one in progress on another thread is waited for (up to 5 s, then its
+//! temporary files are removed), so exit never leaves a `.mallocshim.*.tmp` behind nor cuts the
+//! last dump short. In a secure-execution process (AT_SECURE: setuid, setgid, file
+//! capabilities) the environment cannot configure `MALLOCSHIM_DUMP_DIR` (path variables are
+//! ignored there, see `config`), and no dump is written without a configured directory: dumps
+//! are off (said at start under `MALLOCSHIM_VERBOSE=1`).
 
 use crate::config::{self, FMT_HDR, FMT_JSON, FMT_PROM, FMT_TEXT, FORMATS};
 use crate::report;
@@ -14,32 +22,109 @@ use std::io::Write;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
-static BUSY: AtomicBool = AtomicBool::new(false);
+/// Kernel tid of the thread writing a dump (0: none).
+static BUSY: AtomicU32 = AtomicU32::new(0);
+/// The process is exiting: no new dump starts (but the exit dump).
+static EXITING: AtomicBool = AtomicBool::new(false);
+/// A dump failure (or the unusable directory) has been reported.
+static REPORTED: AtomicBool = AtomicBool::new(false);
+
+fn tid() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() as u32 }
+}
 
 /// Holds the dump flag; released on drop.
 struct Serial;
 
 impl Serial {
-    fn take() -> Serial {
-        while BUSY.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+    /// Waits for the flag; None when this thread already holds it (a signal handler or exit
+    /// interrupting its own dump) or `deadline_ms` passed.
+    fn take(deadline_ms: Option<u64>) -> Option<Serial> {
+        let me = tid();
+        let mut waited = 0;
+        loop {
+            match BUSY.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return Some(Serial),
+                Err(t) if t == me => return None,
+                Err(_) => {}
+            }
+            if deadline_ms.is_some_and(|d| waited >= d) {
+                return None;
+            }
             std::thread::sleep(std::time::Duration::from_millis(1));
+            waited += 1;
         }
-        Serial
     }
 }
 
 impl Drop for Serial {
     fn drop(&mut self) {
-        BUSY.store(false, Ordering::Release);
+        BUSY.store(0, Ordering::Release);
     }
 }
 
 /// In a forked child: the thread that was dumping in the parent does not exist here.
 pub fn after_fork_child() {
-    BUSY.store(false, Ordering::Release);
+    BUSY.store(0, Ordering::Release);
+}
+
+/// True when dumps are off: a secure-execution process without a configured directory.
+fn off() -> bool {
+    // SAFETY: getauxval has no preconditions.
+    let secure = unsafe { libc::getauxval(libc::AT_SECURE) } != 0;
+    secure && config::cstr_bytes(&config::get().dump_dir).is_empty()
+}
+
+/// At start (from the library constructor): one line when dumps are off (secure execution) or
+/// when the dump directory is not a writable directory. Later failures then print nothing more.
+pub fn check_dir() {
+    let _g = Reentry::enter();
+    let c = config::get();
+    if c.dump_signal == 0 && c.dump_interval_s == 0 && !c.dump_at_exit {
+        return;
+    }
+    if off() {
+        REPORTED.store(true, Ordering::Relaxed);
+        if c.verbose > 0 {
+            crate::shim_warn!("secure-execution process: dumps are off (no dump directory configured)");
+        }
+        return;
+    }
+    let d = dir();
+    let Ok(c) = CString::new(d.as_os_str().as_bytes()) else { return };
+    // SAFETY: a valid NUL-terminated path.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 || !d.is_dir() {
+        let e = std::io::Error::last_os_error();
+        REPORTED.store(true, Ordering::Relaxed);
+        crate::shim_warn!("dump directory {} is not usable ({}): dumps will fail", d.display(), e);
+    }
+}
+
+/// At exit: stops new dumps and waits for one in progress on another thread (at most 5 s; then
+/// removes this process's temporary dump files).
+pub fn finish_at_exit() {
+    EXITING.store(true, Ordering::Release);
+    if let Some(s) = Serial::take(Some(5000)) {
+        drop(s);
+        return;
+    }
+    if BUSY.load(Ordering::Acquire) == tid() {
+        return;
+    }
+    let prefix = format!(".mallocshim.{}.", std::process::id());
+    if let Ok(rd) = std::fs::read_dir(dir()) {
+        for e in rd.flatten() {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            if n.starts_with(&prefix) && n.ends_with(".tmp") {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
 }
 
 /// The dump directory: the variable, else `$TMPDIR` (not in secure-execution), else `/tmp`.
@@ -58,8 +143,26 @@ pub fn dir() -> PathBuf {
 
 /// Writes one dump in every configured format; returns the paths written.
 pub fn write_all() -> Result<Vec<PathBuf>, String> {
+    if EXITING.load(Ordering::Acquire) {
+        return Err("the process is exiting".into());
+    }
+    write(false)
+}
+
+/// The exit dump (`MALLOCSHIM_DUMP_AT_EXIT`, or a request no thread has written yet).
+pub fn write_at_exit() -> Result<Vec<PathBuf>, String> {
+    write(true)
+}
+
+fn write(at_exit: bool) -> Result<Vec<PathBuf>, String> {
     let _g = Reentry::enter();
-    let _l = Serial::take();
+    if off() {
+        crate::worker::clear_pending();
+        return Err("dumps are off in a secure-execution process".into());
+    }
+    let Some(_l) = Serial::take(at_exit.then_some(5000)) else {
+        return Err("a dump is already being written by this thread".into());
+    };
     // This dump answers any request still waiting for a thread to write it.
     crate::worker::clear_pending();
     let formats = config::get().dump_formats;
@@ -83,7 +186,9 @@ pub fn write_all() -> Result<Vec<PathBuf>, String> {
             Ok(p) => written.push(p),
             Err(e) => {
                 let msg = format!("cannot write dump {}/{}: {}", dir.display(), name, e);
-                crate::shim_warn!("{}", msg);
+                if !REPORTED.swap(true, Ordering::Relaxed) {
+                    crate::shim_warn!("{}", msg);
+                }
                 return Err(msg);
             }
         }

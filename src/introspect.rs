@@ -66,7 +66,9 @@ pub fn malloc_trim(pad: usize) -> c_int {
 }
 
 /// `malloc_stats()`: glibc's own report under glibc; otherwise the same layout on stderr for
-/// the active backend.
+/// the active backend, ending with glibc's `max mmap regions` and `max mmap bytes` lines.
+/// Neither jemalloc nor tcmalloc keeps glibc's peak count of mmap()ed chunks (glibc's
+/// `max_n_mmaps`, `max_mmapped_mem`): both lines read 0 there.
 pub fn malloc_stats() {
     let _g = Reentry::enter();
     let b = active_ready();
@@ -83,12 +85,14 @@ pub fn malloc_stats() {
     let mut o = LineBuf::new();
     let _ = write!(
         o,
-        "Backend {} ({}):\nTotal (incl. mmap):\nsystem bytes     = {:10}\nin use bytes     = {:10}\nfree bytes       = {:10}\n",
+        "Backend {} ({}):\nTotal (incl. mmap):\nsystem bytes     = {:10}\nin use bytes     = {:10}\nfree bytes       = {:10}\nmax mmap regions = {:10}\nmax mmap bytes   = {:10}\n",
         b.name(),
         crate::config::Lossy(v.as_bytes()),
         s.resident,
         s.allocated,
-        s.free
+        s.free,
+        0,
+        0
     );
     o.write_to(2);
 }

@@ -46,6 +46,7 @@ pub mod worker;
 /// done so yet, so a program that never allocates still gets its configuration checked.
 extern "C" fn at_load() {
     if init::ensure() {
+        dump::check_dir();
         worker::start();
     }
 }
@@ -61,12 +62,13 @@ extern "C" fn at_exit() {
     }
     // Everything below, including dropping what the dump returns, goes unrecorded.
     let _g = tls::Reentry::enter();
-    if config::get().dump_at_exit {
-        let _ = dump::write_all();
-    }
-    // A dump requested by signal that no thread has written yet (single-threaded program).
-    if worker::dump_pending() {
-        worker::write_pending();
+    // No dump starts from now on but the exit dump; one in progress elsewhere is finished first.
+    dump::finish_at_exit();
+    // A dump requested by signal that no thread has written yet (single-threaded program) is
+    // answered by the exit dump.
+    if config::get().dump_at_exit || worker::dump_pending() {
+        worker::clear_pending();
+        let _ = dump::write_at_exit();
     }
     if config::get().verbose > 0 {
         capi::print_summary();
