@@ -8,7 +8,7 @@
 # Exits non-zero with a message when something cannot be installed.
 set -euo pipefail
 
-PACKAGES=(mariadb-server mariadb-client mariadb-test perl sysbench libtcmalloc-minimal4 libjemalloc2 gcc make gdb
+PACKAGES=(mariadb-server mariadb-client mariadb-test perl sysbench libtcmalloc-minimal4 libjemalloc2 gcc g++ make gdb
     pkg-config python3 git procps fonts-dejavu-core valgrind)
 
 say() { printf 'install-deps: %s\n' "$*" >&2; }
@@ -87,7 +87,7 @@ else
 fi
 
 # Check the programs and libraries themselves, not only the package database.
-for c in mariadbd mariadb-install-db mariadb-admin mariadb mysqld_safe sysbench gcc make pkg-config python3 git pgrep; do
+for c in mariadbd mariadb-install-db mariadb-admin mariadb mysqld_safe sysbench gcc g++ make pkg-config python3 git pgrep; do
     command -v "$c" >/dev/null 2>&1 || die "program $c not found after installation (PATH=$PATH)"
 done
 # mariadb-test's mtr (scripts/mtr.sh, tests/mtr.rs)

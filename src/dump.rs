@@ -1,6 +1,7 @@
 //! Writing dumps: one snapshot rendered in every configured format to
-//! `MALLOCSHIM_DUMP_DIR/mallocshim.<pid>.<seq>.<ext>`. Each file is written under a temporary
-//! name created 0600 with O_CREAT|O_EXCL|O_NOFOLLOW, then renamed with RENAME_NOREPLACE, so a
+//! `MALLOCSHIM_DUMP_DIR/mallocshim.<pid>.<seq>.<ext>`. Each file is written to an unnamed
+//! O_TMPFILE file (0600) linked into place when complete, or, on a filesystem without
+//! O_TMPFILE, under a temporary name created 0600 with O_CREAT|O_EXCL|O_NOFOLLOW, then renamed with RENAME_NOREPLACE, so a
 //! planted symlink or another user's file is never followed or overwritten. Failures give one
 //! `mallocshim:` line and are otherwise ignored. Runs under the reentrancy guard; dumps are
 //! serialised by an atomic flag (never taken on the hot path) that a forked child resets, so a
@@ -196,7 +197,44 @@ fn write(at_exit: bool) -> Result<Vec<PathBuf>, String> {
     Ok(written)
 }
 
+/// Writes `body` to `dir/name`: through an unnamed O_TMPFILE file linked into place (nothing
+/// visible until complete, nothing left if the process dies mid-write, even by `_exit` or a
+/// signal), or, where the filesystem has no O_TMPFILE, through a named temporary file.
 fn publish(dir: &std::path::Path, name: &str, body: &[u8]) -> std::io::Result<PathBuf> {
+    let dst = dir.join(name);
+    let cdir = CString::new(dir.as_os_str().as_bytes())?;
+    // SAFETY: a valid NUL-terminated path; the descriptor is owned by `f` below.
+    let fd = unsafe { libc::open(cdir.as_ptr(), libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC, 0o600) };
+    if fd >= 0 {
+        use std::os::fd::FromRawFd;
+        // SAFETY: a descriptor this function just opened and nothing else owns.
+        let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
+        f.write_all(body)?;
+        let proc_path = CString::new(format!("/proc/self/fd/{fd}"))?;
+        let d = CString::new(dst.as_os_str().as_bytes())?;
+        // SAFETY: valid NUL-terminated paths; linkat refuses an existing destination.
+        let rc = unsafe {
+            libc::linkat(
+                libc::AT_FDCWD,
+                proc_path.as_ptr(),
+                libc::AT_FDCWD,
+                d.as_ptr(),
+                libc::AT_SYMLINK_FOLLOW,
+            )
+        };
+        if rc == 0 {
+            return Ok(dst);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ENOENT) {
+            return Err(e);
+        }
+        // No /proc: the named temporary below.
+    }
+    publish_named(dir, name, body)
+}
+
+fn publish_named(dir: &std::path::Path, name: &str, body: &[u8]) -> std::io::Result<PathBuf> {
     let tmp = dir.join(format!(".{name}.tmp"));
     let dst = dir.join(name);
     let mut f = std::fs::OpenOptions::new()

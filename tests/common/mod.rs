@@ -11,6 +11,20 @@ use std::sync::{Mutex, OnceLock};
 /// The three backends, in the order the tests and the README use.
 pub const BACKENDS: [&str; 3] = ["glibc", "jemalloc", "tcmalloc"];
 
+/// The profiling settings every change is tested under, as (name, environment): profiling on
+/// (the default), off, and every call timed. With [`BACKENDS`], the test matrix.
+pub const SETTINGS: [(&str, &[(&str, &str)]); 3] = [
+    ("profiling on", &[]),
+    ("MALLOCSHIM_PROFILE=off", &[("MALLOCSHIM_PROFILE", "off")]),
+    ("MALLOCSHIM_SAMPLE=1", &[("MALLOCSHIM_SAMPLE", "1")]),
+];
+
+/// Every (backend, setting name, setting environment) of the matrix.
+pub fn matrix() -> impl Iterator<Item = (&'static str, &'static str, &'static [(&'static str, &'static str)])>
+{
+    BACKENDS.into_iter().flat_map(|b| SETTINGS.into_iter().map(move |(n, e)| (b, n, e)))
+}
+
 /// Debian's gperftools library, needed by the tcmalloc backend and the direct-preload baselines.
 pub const TCMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4";
 
@@ -77,11 +91,14 @@ pub fn cc(src: &str, out: &str, extra: &[&str]) -> PathBuf {
     require("gcc");
     let tmp = work_dir().join(format!(".{out}.{}.tmp", std::process::id()));
     let srcp = root().join("tests/c").join(src);
-    let mut cmd = Command::new("gcc");
+    let cxx = src.ends_with(".cc");
+    let compiler = if cxx { "g++" } else { "gcc" };
+    require(compiler);
+    let mut cmd = Command::new(compiler);
     cmd.args(["-O1", "-g", "-Wall", "-pthread", "-I"]).arg(root().join("shim/include"));
     cmd.arg("-o").arg(&tmp).arg(&srcp).args(extra).args(["-ldl", "-lpthread"]);
     let o = cmd.output().expect("run gcc");
-    assert!(o.status.success(), "gcc {src} failed:\n{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{compiler} {src} failed:\n{}", String::from_utf8_lossy(&o.stderr));
     std::fs::rename(&tmp, &dst).expect("rename compiled program");
     done.push(out.to_string());
     dst

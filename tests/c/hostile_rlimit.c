@@ -1,0 +1,85 @@
+/* Allocation under an RLIMIT_AS that runs out (tests/hostile.rs): a forked child limits its
+ * address space to 64 MiB above its current size, starts a thread (its first allocation happens
+ * there) and allocates 1 MiB and 1 KiB blocks until malloc returns NULL, then frees them all
+ * and allocates again. Prints `child_status=N blocks=N` from the parent; exits 0 when the child
+ * exited 0 (no crash: malloc returned NULL with errno ENOMEM). */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static long vm_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    long pages = 0;
+    if (f) {
+        if (fscanf(f, "%ld", &pages) != 1)
+            pages = 0;
+        fclose(f);
+    }
+    return pages * sysconf(_SC_PAGESIZE);
+}
+
+static void *hog(void *a)
+{
+    long *blocks = a;
+    void **keep = NULL;
+    size_t n = 0, cap = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (;;) {
+            size_t sz = (n % 2) ? 1024 : (1 << 20);
+            void *p = malloc(sz);
+            if (!p) {
+                if (errno != ENOMEM)
+                    exit(6);
+                break;
+            }
+            memset(p, 1, 64);
+            if (n == cap) {
+                void **k = realloc(keep, (cap = cap ? cap * 2 : 256) * sizeof *keep);
+                if (!k) {
+                    free(p);
+                    break;
+                }
+                keep = k;
+            }
+            keep[n++] = p;
+        }
+        *blocks += (long)n;
+        for (size_t i = 0; i < n; i++)
+            free(keep[i]);
+        n = 0;
+    }
+    free(keep);
+    return NULL;
+}
+
+int main(void)
+{
+    usleep(100 * 1000); /* long enough for the test's SIGUSR1 storm to reach the parent */
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct rlimit r = {0, 0};
+        r.rlim_cur = r.rlim_max = (rlim_t)vm_bytes() + (64L << 20);
+        if (setrlimit(RLIMIT_AS, &r) != 0)
+            _exit(7);
+        long blocks = 0;
+        pthread_t t;
+        if (pthread_create(&t, NULL, hog, &blocks) != 0) {
+            hog(&blocks); /* not even a thread stack fits */
+        } else {
+            pthread_join(t, NULL);
+        }
+        printf("blocks=%ld\n", blocks);
+        fflush(stdout);
+        _exit(blocks > 0 ? 0 : 8);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    printf("child_status=%s%d\n", WIFSIGNALED(st) ? "signal " : "exit ", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
+}

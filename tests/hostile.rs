@@ -1,0 +1,234 @@
+//! Hostile patterns (docs/testing-hostile.md): C and C++ programs that stress what a preloaded
+//! allocator meets in real processes — thread churn and teardown, TSD and thread_local
+//! destructors, fork in every awkward place, dlopen/dlclose, an exhausted address space — run
+//! under every backend × setting of `common::matrix()`, each several times, with SIGUSR1 (the
+//! dump signal) sent to the process every 3 ms throughout. Each run must exit 0 (or, for the
+//! RLIMIT_AS program, exactly as it does without the shim), within a deadline: a hang kills the
+//! process group and fails with the configuration named. Where the program counts its own
+//! calls, the exit dump's counts must cover them.
+
+mod common;
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Runs per matrix cell.
+const REPEATS: usize = 2;
+/// A run still going after this long is a hang.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+fn dump_dir(tag: &str) -> PathBuf {
+    let d = common::work_dir().join(format!("hostile-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("create dump dir");
+    d
+}
+
+/// Runs `cmd` in its own process group with SIGUSR1 sent every 3 ms (when `storm`); kills the
+/// group and fails on the deadline.
+fn run_stormed(mut cmd: Command, what: &str, storm: bool) -> Output {
+    cmd.process_group(0).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = cmd.spawn().unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
+    let pid = child.id() as i32;
+    let done = Arc::new(AtomicBool::new(false));
+    let d2 = done.clone();
+    let sender = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        let mut sent = 0u64;
+        while !d2.load(Ordering::Relaxed) {
+            if t0.elapsed() > DEADLINE {
+                // SAFETY: signalling the process group this test created.
+                unsafe { libc::kill(-pid, libc::SIGKILL) };
+                return (sent, true);
+            }
+            if storm && (sent > 0 || catches_usr1(pid)) {
+                // SAFETY: signalling the child this test started (not yet reaped: `done` is
+                // set only after wait_with_output returns).
+                unsafe { libc::kill(pid, libc::SIGUSR1) };
+                sent += 1;
+            }
+            std::thread::sleep(Duration::from_millis(3));
+        }
+        (sent, false)
+    });
+    let o = child.wait_with_output().unwrap_or_else(|e| panic!("{what}: wait: {e}"));
+    done.store(true, Ordering::Relaxed);
+    let (sent, hung) = sender.join().expect("signal sender");
+    // Children left behind in the group (a hung fork child) go too.
+    // SAFETY: as above; the group may be empty.
+    unsafe { libc::kill(-pid, libc::SIGKILL) };
+    assert!(!hung, "{what}: HANG: still running after {DEADLINE:?}, killed\n{}", common::describe(&o));
+    if storm {
+        assert!(sent > 0, "{what}: no SIGUSR1 was sent");
+    }
+    o
+}
+
+/// True once the process has a SIGUSR1 handler (the shim installed its dump signal): before
+/// that, SIGUSR1's default action would kill it.
+fn catches_usr1(pid: i32) -> bool {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .is_some_and(|m| m & (1 << (libc::SIGUSR1 - 1)) != 0)
+}
+
+/// Runs `prog args` under every backend and setting, REPEATS times each, and returns, for the
+/// checks of the caller, every (configuration, output, dump dir).
+fn each_config(prog: &Path, args: &[&str], check: impl Fn(&str, &Output, &Path)) {
+    for (backend, setting, env) in common::matrix() {
+        for rep in 0..REPEATS {
+            let what = format!(
+                "{} {} under {backend}, {setting} (run {})",
+                prog.file_name().unwrap().to_string_lossy(),
+                args.join(" "),
+                rep + 1
+            );
+            let tag: String = what.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+            let dir = dump_dir(&tag);
+            let mut c = common::preloaded(prog, backend);
+            c.args(args).envs(env.iter().copied());
+            c.env("MALLOCSHIM_DUMP_DIR", &dir).env("MALLOCSHIM_DUMP_AT_EXIT", "1");
+            let o = run_stormed(c, &what, true);
+            assert!(o.status.success(), "{what}: {}", common::describe(&o));
+            let stray: Vec<_> = std::fs::read_dir(&dir)
+                .unwrap()
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".tmp"))
+                .collect();
+            assert!(stray.is_empty(), "{what}: temporary dump files left behind: {stray:?}");
+            check(&what, &o, &dir);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+}
+
+/// The exit dump: the JSON file of the run's main process with the highest sequence number.
+fn exit_dump(dir: &Path, pid_hint: &str) -> serde_json::Value {
+    let mut best: Option<(u32, u64, PathBuf)> = None;
+    for e in std::fs::read_dir(dir).unwrap().filter_map(|e| e.ok()) {
+        let n = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = n.strip_prefix("mallocshim.").and_then(|r| r.strip_suffix(".json")) else {
+            continue;
+        };
+        let mut it = rest.split('.');
+        let (Some(pid), Some(seq)) =
+            (it.next().and_then(|p| p.parse().ok()), it.next().and_then(|s| s.parse().ok()))
+        else {
+            continue;
+        };
+        // The lowest pid is the program (children it forked have higher pids), its last dump
+        // the exit dump.
+        let key = (pid, u64::MAX - seq);
+        if best.as_ref().is_none_or(|b| key < (b.0, u64::MAX - b.1)) {
+            best = Some((pid, seq, e.path()));
+        }
+    }
+    let p = best.unwrap_or_else(|| panic!("{pid_hint}: no JSON dump in {}", dir.display())).2;
+    let s = std::fs::read_to_string(&p).expect("read dump");
+    serde_json::from_str(&s).unwrap_or_else(|e| panic!("{}: not JSON: {e}", p.display()))
+}
+
+fn total(v: &serde_json::Value, op: &str) -> u64 {
+    v.pointer(&format!("/totals/{op}/count"))
+        .and_then(|x| x.as_u64())
+        .unwrap_or_else(|| panic!("no totals/{op}"))
+}
+
+#[test]
+fn thread_churn_keys_and_teardown() {
+    let prog = common::cc("hostile_threads.c", "hostile_threads", &[]);
+    each_config(&prog, &["churn", "120"], |what, o, dir| {
+        let out = common::stdout(o);
+        let line =
+            out.lines().find(|l| l.starts_with("calls ")).unwrap_or_else(|| panic!("{what}: no calls line"));
+        let (m, f) = (common::kv(line, "malloc").unwrap(), common::kv(line, "free").unwrap());
+        let threads = common::kv(line, "threads").unwrap();
+        assert!(threads >= 1900, "{what}: {line}");
+        if what.contains("PROFILE=off") {
+            return;
+        }
+        let d = exit_dump(dir, what);
+        let (dm, df) = (total(&d, "malloc"), total(&d, "free"));
+        // The dump covers every call the program counted, plus glibc's own (thread teardown
+        // frees a dozen pointers, most NULL, per thread) and those of the detached threads
+        // after the count was printed.
+        let slack = 20_000 + 50 * threads;
+        assert!(dm >= m && dm <= m + slack, "{what}: dump malloc count {dm}, program made {m}");
+        assert!(df >= f && df <= f + slack, "{what}: dump free count {df}, program made {f}");
+    });
+}
+
+#[test]
+fn cxx_thread_local_destructors() {
+    let prog = common::cc("hostile_tls.cc", "hostile_tls", &[]);
+    each_config(&prog, &["60"], |what, o, _| {
+        assert!(common::stdout(o).contains("threads=960"), "{what}: {}", common::describe(o));
+    });
+}
+
+#[test]
+fn fork_with_and_without_exec() {
+    let prog = common::cc("hostile_fork.c", "hostile_fork", &[]);
+    each_config(&prog, &["exec", "24"], |_, _, _| {});
+}
+
+#[test]
+fn fork_from_signal_handler() {
+    let prog = common::cc("hostile_fork.c", "hostile_fork", &[]);
+    each_config(&prog, &["signal", "150"], |what, o, _| {
+        let out = common::stdout(o);
+        let hf = common::kv(out.lines().next().unwrap_or(""), "handler_forks").unwrap_or(0);
+        assert!(hf >= 10, "{what}: only {hf} forks from the handler\n{out}");
+    });
+}
+
+#[test]
+fn fork_while_stdio_flushes() {
+    let prog = common::cc("hostile_fork.c", "hostile_fork", &[]);
+    each_config(&prog, &["stdio", "60"], |_, _, _| {});
+}
+
+/// The fork_stdio canary (tests/fork.rs) under the shim over jemalloc and tcmalloc, where the
+/// backend's fork handler used to lock before glibc's stdio list lock.
+#[test]
+fn fork_stdio_canary_every_backend() {
+    let prog = common::cc("fork_stdio.c", "fork_stdio", &[]);
+    for (backend, setting, env) in common::matrix() {
+        let what = format!("fork_stdio canary under {backend}, {setting}");
+        let dir = dump_dir("fork_stdio");
+        let mut c = common::preloaded(&prog, backend);
+        c.envs(env.iter().copied()).env("MALLOCSHIM_DUMP_DIR", &dir).env("FORK_STDIO_FORKS", "60");
+        let o = run_stormed(c, &what, false);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(o.status.success(), "{what}: {}", common::describe(&o));
+    }
+}
+
+#[test]
+fn dlopen_dlclose_under_churn() {
+    let lib = common::cc("hostile_dlopen_lib.c", "libhostile_dlopen.so", &["-shared", "-fPIC"]);
+    let prog = common::cc("hostile_dlopen.c", "hostile_dlopen", &[]);
+    let lib_s = lib.to_string_lossy().into_owned();
+    each_config(&prog, &[&lib_s, "100"], |_, _, _| {});
+}
+
+#[test]
+fn rlimit_as_runs_out() {
+    let prog = common::cc("hostile_rlimit.c", "hostile_rlimit", &[]);
+    let base = run_stormed(common::plain(&prog), "hostile_rlimit without the shim", false);
+    let base_line =
+        common::stdout(&base).lines().find(|l| l.starts_with("child_status")).unwrap_or("").to_string();
+    assert!(base.status.success(), "hostile_rlimit without the shim: {}", common::describe(&base));
+    each_config(&prog, &[], |what, o, _| {
+        let line =
+            common::stdout(o).lines().find(|l| l.starts_with("child_status")).unwrap_or("").to_string();
+        assert_eq!(line, base_line, "{what}: differs from glibc alone");
+    });
+}
