@@ -12,8 +12,8 @@
 //! the worker.
 //! Fork: the child closes the inherited pipe and memlog (a signal to the child must not dump the
 //! parent), resets the dump flag, and, if the parent had a worker, starts one of its own, so a
-//! child that keeps running is trimmed and dumps itself. No lock is held across fork: the shim
-//! adds no prepare handler.
+//! child that keeps running is trimmed and dumps itself. The worker holds no lock across fork and
+//! its handler is a child handler only (the backend's prepare handlers are `atfork`'s).
 
 use crate::tls::{self, Reentry};
 use core::ffi::{c_int, c_void};
