@@ -493,7 +493,8 @@ fn thread_churn_folds_into_exited() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 7. An unusable dump directory: one `mallocshim:` line naming it, the program carries on.
+// 7. An unusable dump directory: one `mallocshim:` line naming it (at start, or at the first
+// failed dump), however many dumps fail; the program carries on.
 
 #[test]
 fn unusable_dump_dir_warns_and_carries_on() {
@@ -509,11 +510,11 @@ fn unusable_dump_dir_warns_and_carries_on() {
             let (o, _pid) = run(c, &format!("dump_misc sigfail with MALLOCSHIM_DUMP_DIR={dir} under {b}"));
             let lines = shim_lines(&o);
             let naming: Vec<&String> = lines.iter().filter(|l| l.contains(dir)).collect();
-            // One line for the signal's dump, one for mallocshim_dump().
+            // Two failed dumps (the signal's, mallocshim_dump()), reported once.
             assert_eq!(
                 naming.len(),
-                2,
-                "{b} dir={dir}: want one `mallocshim:` line per failed dump naming the dir; stderr:\n{}",
+                1,
+                "{b} dir={dir}: want exactly one `mallocshim:` line naming the dir; stderr:\n{}",
                 stderr(&o)
             );
             assert_eq!(
@@ -586,12 +587,14 @@ fn planted_symlinks_not_followed_files_0600() {
             assert!(m.file_type().is_symlink(), "{w}\n{name} was replaced");
             assert_eq!(&fs::read_link(&p).unwrap(), *target, "{w}");
         }
-        // Each refused dump says so; mallocshim_dump() returns EIO for seq 1..3, 0 for seq 4.
+        // Dumps are written to an unnamed O_TMPFILE file linked into place, so the planted
+        // temporary names (seq 0, 2) are never opened and those dumps succeed; the planted
+        // final names (seq 1, 3) refuse theirs. The first refusal is reported (once).
         assert!(
-            err.lines().filter(|l| l.starts_with("mallocshim:")).count() >= 4,
-            "{w}\nwant a `mallocshim:` line per refused dump"
+            err.lines().filter(|l| l.starts_with("mallocshim:")).count() >= 1,
+            "{w}\nwant a `mallocshim:` line for the refused dumps"
         );
-        for (i, want) in [(1, 5), (2, 5), (3, 5), (4, 0)] {
+        for (i, want) in [(1, 5), (2, 0), (3, 5), (4, 0)] {
             assert_eq!(kv(&rest.replace('\n', " "), &format!("api_rc{i}")), Some(want), "{w}\napi_rc{i}");
         }
         let good: Vec<PathBuf> =
