@@ -34,24 +34,10 @@ pub enum Entry {
 }
 
 /// Number of [`Entry`] values.
-pub const ENTRIES: usize = 13;
+pub const ENTRIES: usize = mallocshim_format::classes::ENTRIES;
 
 /// Names of the entry points, indexed by [`Entry`].
-pub const ENTRY_NAMES: [&str; ENTRIES] = [
-    "malloc",
-    "free",
-    "calloc",
-    "realloc",
-    "reallocarray",
-    "posix_memalign",
-    "aligned_alloc",
-    "memalign",
-    "valloc",
-    "pvalloc",
-    "malloc_usable_size",
-    "free_sized",
-    "free_aligned_sized",
-];
+pub use mallocshim_format::ENTRY_NAMES;
 
 /// One thread's recording: about 13 KiB.
 #[repr(C, align(64))]
