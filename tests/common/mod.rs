@@ -147,18 +147,19 @@ pub fn describe(o: &Output) -> String {
     format!("status {:?}\n--- stdout\n{}\n--- stderr\n{}", o.status, stdout(o), stderr(o))
 }
 
-/// Builds the report tool (`examples/report.rs`) once per test binary and returns its path.
-pub fn report_bin() -> PathBuf {
+/// Builds the `mallocshim` command (crates/mallocshim-cli) once per test binary and returns its
+/// path (target/release/mallocshim, beside the shim it finds there).
+pub fn cli_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let st = Command::new(cargo)
-            .args(["build", "--release", "--example", "report", "--quiet"])
+            .args(["build", "--release", "-p", "mallocshim-cli", "--quiet"])
             .current_dir(root())
             .status()
-            .expect("run cargo build --release --example report");
-        assert!(st.success(), "cargo build --release --example report failed");
-        let bin = target_dir().join("release/examples/report");
+            .expect("run cargo build --release -p mallocshim-cli");
+        assert!(st.success(), "cargo build --release -p mallocshim-cli failed");
+        let bin = target_dir().join("release/mallocshim");
         assert!(bin.exists(), "{} missing after build", bin.display());
         bin
     })

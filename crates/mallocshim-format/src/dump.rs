@@ -214,22 +214,18 @@ impl Dump {
     /// Parses a dump: `format` and `version` first (so a foreign file or another version is
     /// named as such), then every field, with line and column on a type error.
     pub fn parse(text: &str) -> Result<Dump, ParseError> {
-        #[derive(Deserialize)]
-        struct Head {
-            format: Option<serde_json::Value>,
-            version: Option<serde_json::Value>,
-        }
-        let h: Head = serde_json::from_str(text).map_err(ParseError::Json)?;
-        match h.format {
+        let v: serde_json::Value = serde_json::from_str(text).map_err(ParseError::Json)?;
+        match v.get("format") {
             Some(serde_json::Value::String(s)) if s == FORMAT => {}
-            Some(serde_json::Value::String(s)) => return Err(ParseError::NotADump(Some(s))),
+            Some(serde_json::Value::String(s)) => return Err(ParseError::NotADump(Some(s.clone()))),
             Some(other) => return Err(ParseError::NotADump(Some(other.to_string()))),
             None => return Err(ParseError::NotADump(None)),
         }
-        match h.version.as_ref().and_then(|v| v.as_u64()) {
+        match v.get("version").and_then(|v| v.as_u64()) {
             Some(VERSION) => {}
             found => return Err(ParseError::Version(found)),
         }
+        // Parsed again from the text (not the Value) so type errors carry a line and column.
         serde_json::from_str(text).map_err(ParseError::Json)
     }
 
@@ -423,7 +419,8 @@ mod tests {
         assert!(e("{\"format\":\"other\"}").contains("\"format\" is \"other\""));
         assert!(e("{}").contains("no \"format\""));
         assert!(e("{\"format\":\"mallocshim-dump\",\"version\":9}").contains("unsupported dump version 9"));
-        assert!(e("[1]").contains("not a valid mallocshim dump"));
+        assert!(e("[1]").contains("no \"format\""));
+        assert!(e("{").contains("not a valid mallocshim dump"));
         let mut v: serde_json::Value = serde_json::from_str(&sample().to_json()).unwrap();
         v["pid"] = "x".into();
         assert!(e(&v.to_string()).contains("invalid type"));
