@@ -19,7 +19,7 @@ pub enum Op {
 pub const OPS: usize = mallocshim_format::classes::OPS;
 /// Op names as they appear in dumps, indexed by [`Op`]; the size classes, their bounds and
 /// labels: one table in the format crate, shared with every reader.
-pub use mallocshim_format::classes::{class_bounds, class_label, class_of, class_range, CLASSES, OP_NAMES};
+pub use mallocshim_format::classes::{class_label, class_of, class_range, CLASSES, OP_NAMES};
 
 /// Latency buckets: values 0..7 exactly, then 8 per power of two up to 2^36 clock ticks.
 pub const BUCKETS: usize = 272;

@@ -12,7 +12,6 @@ use core::sync::atomic::{AtomicI32, Ordering::Relaxed};
 
 static FD: AtomicI32 = AtomicI32::new(-1);
 
-
 /// The configured path with `%p` expanded; None when the memlog is off, or when `child` is set
 /// and the path has no `%p`.
 fn path(child: bool) -> Option<std::ffi::CString> {
@@ -57,6 +56,7 @@ pub fn open(child: bool) {
     }
     // SAFETY: fstat into a zeroed local struct of an open descriptor.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: as above: our open descriptor, a live local struct.
     let ok = unsafe { libc::fstat(fd, &mut st) } == 0
         && st.st_mode & libc::S_IFMT == libc::S_IFREG
         // SAFETY: geteuid has no preconditions.

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{describe, cli_bin, stderr, work_dir};
+use common::{cli_bin, describe, stderr, work_dir};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -344,7 +344,9 @@ fn reads_a_real_dump_with_every_size_class() {
     let bin = cc("malloc_edges.c", "malloc_edges", &[]);
     let d = scratch("edges");
     let mut cmd = preloaded(&bin, "glibc");
-    cmd.env("MALLOCSHIM_DUMP_AT_EXIT", "1").env("MALLOCSHIM_DUMP_DIR", &d).env("MALLOCSHIM_DUMP_FORMATS", "json");
+    cmd.env("MALLOCSHIM_DUMP_AT_EXIT", "1")
+        .env("MALLOCSHIM_DUMP_DIR", &d)
+        .env("MALLOCSHIM_DUMP_FORMATS", "json");
     let child = cmd.stdout(std::process::Stdio::null()).spawn().expect("start malloc_edges");
     let pid = child.id();
     let o = child.wait_with_output().expect("wait for malloc_edges");
@@ -361,7 +363,8 @@ fn reads_a_real_dump_with_every_size_class() {
     let kv = ok(report(&["--format", "kv", "--dir", dir, "--pid", &pid.to_string()]), "report --format kv");
     assert!(kv.lines().any(|l| l == format!("pid={pid}")), "{kv}");
     assert!(kv.lines().any(|l| l == "backend=glibc"), "{kv}");
-    let calls: u64 = kv.lines().find_map(|l| l.strip_prefix("calls_malloc=")).expect("calls_malloc").parse().unwrap();
+    let calls: u64 =
+        kv.lines().find_map(|l| l.strip_prefix("calls_malloc=")).expect("calls_malloc").parse().unwrap();
     assert!(calls >= 170_000, "{kv}");
     // --format json is the dump again, on one line, readable by the schema.
     let path = mallocshim_format::newest_dump(&d, pid, "json").expect("read dir").expect("a dump");

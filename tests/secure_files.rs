@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{describe, cli_bin, stderr};
+use common::{cli_bin, describe, stderr};
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -49,18 +49,18 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// Entry points in the order of the shim's summary line and the programs' `calls.` keys.
-use mallocshim_format::classes::ENTRY_NAMES as ENTRIES;
 /// The JSON dump's op for each entry point (None: counted per entry point only).
 use mallocshim_format::classes::op_of_entry as op_of;
+/// Entry points in the order of the shim's summary line and the programs' `calls.` keys.
+use mallocshim_format::classes::ENTRY_NAMES as ENTRIES;
 
 /// Frees the shim records after its exit dump, of that dump's result (`Vec<PathBuf>` with one
 /// path: json only). A shim bug; see `exit_summary_equals_final_dump`.
 const EXIT_DUMP_RESULT_FREES: u64 = 2;
 
-use mallocshim_format::OP_NAMES as OPS;
 /// Ops whose recorded bytes are the requested sizes (free records the block's usable size).
 use mallocshim_format::classes::ALLOC_OPS as BYTE_OPS;
+use mallocshim_format::OP_NAMES as OPS;
 
 /// A program that runs longer than this is hung: its threads' stacks are taken with gdb.
 const HANG: Duration = Duration::from_secs(180);

@@ -226,8 +226,7 @@ fn check_dump_against_lines(r: &Run, dir: &Path, backend: &str, interval_ms: u64
         assert!(free < min_bytes, "skipped although free_bytes >= min_bytes: {l}");
     }
     assert_eq!(t.released_bytes, released, "released_bytes = sum of the lines' released\n{ctx}");
-    let (p50, p99, max) =
-        (t.duration_us.p50, t.duration_us.p99, t.duration_us.max);
+    let (p50, p99, max) = (t.duration_us.p50, t.duration_us.p99, t.duration_us.max);
     assert!(p50 <= p99 && p99 <= max, "duration_us not ordered\n{ctx}");
     if lines.is_empty() {
         assert_eq!(max, 0.0, "{ctx}");
@@ -382,11 +381,7 @@ fn periodic_trim_jemalloc() {
             base.report()
         );
         let t = check_dump_against_lines(&r, &dir, "jemalloc", 500, DEFAULT_MIN_BYTES);
-        assert!(
-            t.runs + t.skipped >= 4,
-            "the worker did not come by every 500 ms: {t:?}\n{}",
-            r.report()
-        );
+        assert!(t.runs + t.skipped >= 4, "the worker did not come by every 500 ms: {t:?}\n{}", r.report());
         eprintln!(
             "jemalloc ({release}): after frees {}, final {} (direct libjemalloc.so.2: {} -> {}); runs={} skipped={}",
             r.mib("rss_after_free_bytes"),
@@ -546,12 +541,7 @@ fn memlog_csv() {
     assert!(peak >= 200 * MIB, "memlog never saw the 256 MiB\n{text}");
     assert!((last[1] as f64) <= 0.25 * peak as f64, "memlog's last RSS is not after the trim\n{text}");
     let t = check_dump_against_lines(&r, &dir, "glibc", 1500, DEFAULT_MIN_BYTES);
-    assert!(
-        last[6] >= 1 && last[6] <= t.runs,
-        "trims column {} vs dump runs {}\n{text}",
-        last[6],
-        t.runs
-    );
+    assert!(last[6] >= 1 && last[6] <= t.runs, "trims column {} vs dump runs {}\n{text}", last[6], t.runs);
     assert!(last[7] > 0 && last[7] <= t.released_bytes, "released column vs dump\n{text}");
     eprintln!(
         "memlog: {} lines in {elapsed_ms} ms, peak rss {:.1} MiB, last {:.1} MiB, trims {}",
@@ -585,11 +575,7 @@ fn forked_child(backend: &str) {
     );
     let child = r.num("pid");
     let t = dump_trim(&dir, child);
-    assert!(
-        t.runs >= 1 && t.released_bytes >= after / 2,
-        "{backend}: child's dump: {t:?}\n{}",
-        r.report()
-    );
+    assert!(t.runs >= 1 && t.released_bytes >= after / 2, "{backend}: child's dump: {t:?}\n{}", r.report());
     assert_eq!(t.interval_ms, 500, "{t:?}");
     eprintln!(
         "{backend} fork child: after frees {:.1} MiB, lowest within 3 s {:.1} MiB; child's dump runs={} released={:.1} MiB",
@@ -627,7 +613,7 @@ fn trim_api() {
         let (before, after, rel) =
             (r.num("api_rss_before_bytes"), r.num("api_rss_after_bytes"), r.num("api_released_bytes"));
         assert_eq!(rel, before.saturating_sub(after), "{}", r.report());
-        assert!(before >= 20 * MIB && before < 1 << 40, "rss_before {before}\n{}", r.report());
+        assert!((20 * MIB..1 << 40).contains(&before), "rss_before {before}\n{}", r.report());
         assert!(r.num("api_duration_ns") > 0 && r.num("api_duration_ns") < 60_000_000_000, "{}", r.report());
         if backend != "jemalloc" {
             assert!(

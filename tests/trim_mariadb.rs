@@ -18,9 +18,7 @@ use std::process::Command;
 
 #[test]
 fn fulltext_rss_trim_on_vs_off_glibc() {
-    for prog in
-        ["bash", "flock", "mariadbd", "mariadb-install-db", "mariadb-admin", "mariadb", "sysbench"]
-    {
+    for prog in ["bash", "flock", "mariadbd", "mariadb-install-db", "mariadb-admin", "mariadb", "sysbench"] {
         common::require(prog);
     }
     let so = common::shim();

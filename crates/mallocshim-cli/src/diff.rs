@@ -133,5 +133,3 @@ fn tables(a: &Dump, pa: &Path, b: &Dump, pb: &Path, labels: (String, String), fm
     t.render(fmt, &mut o);
     o
 }
-
-

@@ -61,4 +61,3 @@ pub fn run(args: &Args) -> Result<String, String> {
     plot::draw(out, title, &plot::memlog_figure(&files))?;
     Ok(format!("wrote {} ({} lines)\n", out.display(), files.len()))
 }
-

@@ -141,4 +141,3 @@ pub fn heading(fmt: Format, text: &str, out: &mut String) {
         }
     }
 }
-

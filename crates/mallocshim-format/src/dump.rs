@@ -194,7 +194,9 @@ impl Dump {
     pub fn sorted_classes(&self) -> Vec<&ClassRow> {
         let mut v: Vec<&ClassRow> = self.size_classes.iter().collect();
         v.sort_by(|a, b| {
-            crate::classes::op_rank(&a.op).cmp(&crate::classes::op_rank(&b.op)).then(a.min_bytes.cmp(&b.min_bytes))
+            crate::classes::op_rank(&a.op)
+                .cmp(&crate::classes::op_rank(&b.op))
+                .then(a.min_bytes.cmp(&b.min_bytes))
         });
         v
     }
@@ -377,7 +379,11 @@ mod tests {
             ],
             threads: vec![ThreadRow { tid: 42, name: "main".into(), state: STATE_LIVE.into(), ops }],
             memory: Memory { rss_bytes: 1 << 20, ..Memory::default() },
-            trim: Trim { runs: 2, duration_us: DurationUs { p50: 1.5, p99: 2.0, max: 2.0 }, ..Trim::default() },
+            trim: Trim {
+                runs: 2,
+                duration_us: DurationUs { p50: 1.5, p99: 2.0, max: 2.0 },
+                ..Trim::default()
+            },
         }
     }
 
@@ -436,7 +442,9 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("mallocshim-format-test.{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        for n in ["mallocshim.7.2.json", "mallocshim.7.10.json", "mallocshim.7.11.prom", "mallocshim.8.99.json"] {
+        for n in
+            ["mallocshim.7.2.json", "mallocshim.7.10.json", "mallocshim.7.11.prom", "mallocshim.8.99.json"]
+        {
             std::fs::write(dir.join(n), "").unwrap();
         }
         let names: Vec<String> = dumps_of(&dir, 7, "json")

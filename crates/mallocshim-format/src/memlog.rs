@@ -96,7 +96,8 @@ pub fn parse(text: &str) -> Result<Vec<MemRow>, String> {
             return Err(bad());
         }
         let req = |s: &str| s.parse::<u64>().map_err(|_| bad());
-        let opt = |s: &str| if s.is_empty() { Ok(None) } else { s.parse::<u64>().map(Some).map_err(|_| bad()) };
+        let opt =
+            |s: &str| if s.is_empty() { Ok(None) } else { s.parse::<u64>().map(Some).map_err(|_| bad()) };
         rows.push(MemRow {
             unix_ms: req(f[0])?,
             rss_bytes: req(f[1])?,

@@ -3,9 +3,9 @@
 //! the runner's own RSS sampler (/proc/<pid>/statm into a memlog CSV, for servers without the
 //! shim, and as a fallback when the shim writes no memlog).
 
+use super::server::{Error, Res};
 use mallocshim_format::memlog::HEADER as MEMLOG_HEADER;
 use mallocshim_format::Dump;
-use super::server::{Error, Res};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
