@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, OnceLock};
 
-/// The three backends, in the order the tests and the README use.
-pub const BACKENDS: [&str; 3] = ["glibc", "jemalloc", "tcmalloc"];
+/// The backends, in the order the tests and the README use (the format crate's list).
+pub use mallocshim_format::BACKENDS;
 
 /// Debian's gperftools library, needed by the tcmalloc backend and the direct-preload baselines.
 pub const TCMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4";
