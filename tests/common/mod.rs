@@ -9,6 +9,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, OnceLock};
 
 /// The backends, in the order the tests and the README use (the format crate's list).
+#[allow(unused_imports)] // not every test binary uses it
 pub use mallocshim_format::BACKENDS;
 
 /// Debian's gperftools library, needed by the tcmalloc backend and the direct-preload baselines.
