@@ -273,6 +273,22 @@ fn help_explains_every_flag() {
     let o = Command::new(cli_bin()).arg("--version").output().expect("run mallocshim --version");
     let v = ok(o, "mallocshim --version");
     assert_eq!(v.trim(), format!("mallocshim {}", env!("CARGO_PKG_VERSION")));
+    // Man pages (one per subcommand) and completions, from the hidden generator.
+    let g = scratch("generate");
+    let o = Command::new(cli_bin()).arg("generate").arg(&g).output().expect("run mallocshim generate");
+    ok(o, "mallocshim generate");
+    for page in
+        ["mallocshim", "mallocshim-report", "mallocshim-diff", "mallocshim-plot", "mallocshim-compare"]
+    {
+        let text = std::fs::read_to_string(g.join(format!("man1/{page}.1")))
+            .unwrap_or_else(|e| panic!("man page {page}.1: {e}"));
+        assert!(text.starts_with(".ie") || text.contains(".TH"), "{page}.1 is not roff:\n{text}");
+    }
+    let bash = std::fs::read_to_string(g.join("completions/mallocshim.bash")).expect("bash completion");
+    assert!(bash.contains("report") && bash.contains("--labels"), "{bash}");
+    for f in ["completions/_mallocshim", "completions/mallocshim.fish"] {
+        assert!(g.join(f).is_file(), "{f} missing");
+    }
 }
 
 /// A dump the shim really wrote at exit, read alone and against itself.
