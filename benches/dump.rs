@@ -45,7 +45,14 @@ fn main() {
             std::fs::create_dir_all(&dir).expect("create dump dir");
             let mut c = common::preloaded(&prog, b);
             c.arg(threads.to_string()).arg(dumps.to_string()).env("MALLOCSHIM_DUMP_DIR", &dir);
-            let o = common::run_ok(c, &format!("dump_threads under {b}"));
+            let child = c
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("start dump_threads");
+            let pid = child.id();
+            let o = child.wait_with_output().expect("wait for dump_threads");
+            assert!(o.status.success(), "dump_threads under {b}: {}", common::describe(&o));
             let s = common::stdout(&o);
             let get = |k: &str| -> f64 {
                 s.lines()
@@ -59,18 +66,11 @@ fn main() {
             cols.entry("rate").or_default().push(get("pairs_dumping") / get("pairs_quiet").max(1.0));
             cols.entry("maxd").or_default().push(get("max_pair_us_dumping"));
             cols.entry("maxq").or_default().push(get("max_pair_us_quiet"));
-            let last = std::fs::read_dir(&dir)
+            let last = mallocshim_format::newest_dump(&dir, pid, "json")
                 .expect("read dump dir")
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|x| x == "json"))
-                .max()
                 .expect("a JSON dump");
-            let v: serde_json::Value =
-                serde_json::from_str(&std::fs::read_to_string(&last).unwrap()).expect("dump parses");
-            live = v["threads"]
-                .as_array()
-                .map(|a| a.iter().filter(|t| t["state"] == "live").count())
-                .unwrap_or(0);
+            let d = mallocshim_format::Dump::read(&last).unwrap_or_else(|e| panic!("{e}"));
+            live = d.live_threads().count();
         }
         let mut m = |k: &str| median(cols.remove(k).unwrap_or_default());
         let _ = writeln!(

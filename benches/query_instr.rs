@@ -226,7 +226,7 @@ fn main() {
                 };
                 let (s, sr, sa, ratio) = cell("shim");
                 if let Some(r) = ratio {
-                    if worst.as_ref().map_or(true, |(x, _)| r > *x) {
+                    if worst.as_ref().is_none_or(|(x, _)| r > *x) {
                         worst = Some((r, format!("{w} {t} threads {b}")));
                     }
                 }

@@ -189,6 +189,7 @@ fn section_fulltext(md: &mut String) {
     cmd.arg(common::root().join("scripts/fulltext-check.sh"))
         .args(configs.split_whitespace())
         .env("MALLOCSHIM_SO", &so)
+        .env("MALLOCSHIM_CLI", common::cli_bin())
         .env_remove("LD_PRELOAD");
     for (k, d) in [("FT_SECONDS", "15"), ("FT_IDLE", "10")] {
         if std::env::var_os(k).is_none() {
@@ -221,7 +222,7 @@ fn section_fulltext(md: &mut String) {
         let mut d: Vec<f64> =
             g(&format!("trim_durations_us_{n}")).split(',').filter_map(|x| x.parse::<f64>().ok()).collect();
         d.sort_by(|a, b| a.total_cmp(b));
-        let dump: serde_json::Value = serde_json::from_str(g(&format!("dump_trim_{n}"))).unwrap_or_default();
+        let trim = mallocshim_format::Dump::parse(g(&format!("dump_{n}"))).ok().map(|d| d.trim);
         let _ = writeln!(
             md,
             "| {c} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
@@ -235,9 +236,9 @@ fn section_fulltext(md: &mut String) {
             mb(&format!("rss_peak_{n}")),
             mb(&format!("rss_end_load_{n}")),
             mb(&format!("rss_final_{n}")),
-            dump["runs"].as_u64().map(|v| v.to_string()).unwrap_or("-".into()),
-            dump["skipped"].as_u64().map(|v| v.to_string()).unwrap_or("-".into()),
-            dump["released_bytes"].as_u64().map(|v| format!("{:.1}", v as f64 / MIB)).unwrap_or("-".into()),
+            trim.map(|t| t.runs.to_string()).unwrap_or("-".into()),
+            trim.map(|t| t.skipped.to_string()).unwrap_or("-".into()),
+            trim.map(|t| format!("{:.1}", t.released_bytes as f64 / MIB)).unwrap_or("-".into()),
             if d.is_empty() { "-".into() } else { format!("{:.3}", pct(&d, 0.5) / 1000.0) },
             if d.is_empty() { "-".into() } else { format!("{:.3}", d[d.len() - 1] / 1000.0) },
         );
@@ -256,6 +257,7 @@ fn section_qps(md: &mut String, rounds: u64) {
         .args([rounds.to_string(), secs.to_string(), threads.to_string()])
         .args(configs)
         .env("MALLOCSHIM_SO", &so)
+        .env("MALLOCSHIM_CLI", common::cli_bin())
         .env_remove("LD_PRELOAD");
     let o = cmd.output().expect("run scripts/trim-qps.sh");
     if !o.status.success() {

@@ -21,14 +21,16 @@
 # Environment: FT_BACKEND (glibc) FT_ROWS (300000) FT_WORDS (30) FT_THREADS (4) FT_SECONDS (20)
 #   FT_IDLE (10) FT_TRIM_MS (1000) FT_MIN_BYTES (unset: the shim's default) MDB_BUFFER_POOL (256M)
 #   FT_MEMLOG_DIR (unset; set: each shim config writes its memlog to FT_MEMLOG_DIR/<name>.csv)
-#   MALLOCSHIM_SO (default <repo>/target/release/libmallocshim.so; not built here) MDB_KEEP=1.
+#   MALLOCSHIM_SO (default <repo>/target/release/libmallocshim.so; not built here)
+#   MALLOCSHIM_CLI (default <repo>/target/release/mallocshim; not built here) MDB_KEEP=1.
 #
 # stdout: key=value lines. Once: backend rows words threads seconds idle trim_ms load_s index_s.
 # Per config C (suffix _C): qps errors sysbench_exit rss_start rss_peak rss_end_load rss_final
 #   (bytes) rss_series (VmRSS in bytes, one per second from the start of the searches, comma-
 #   separated) mariadbd_exit crash trim_lines skip_lines trim_released_lines (sum of the
 #   verbose lines' released=) trim_durations_us (comma-separated, from the verbose lines)
-#   dump_trim (the JSON dump's "trim" object, one line; shim configs) ok.
+#   dump (the newest JSON dump of the server, on one line, from `mallocshim report --format json`;
+#   shim configs) ok.
 # Last line: ok=1 when every config had zero query errors, sysbench exit 0, mariadbd exit 0 and
 # no crash report (and, for shim configs, a dump with a trim object); ok=0 otherwise.
 # stderr: progress. Exit status 0 when ok=1, 1 when a check failed, 2 on bad usage/setup.
@@ -57,6 +59,8 @@ done
 so=${MALLOCSHIM_SO:-$root/target/release/libmallocshim.so}
 [[ -f $so ]] || { echo "fulltext-check: shim $so not found (cargo build --release)" >&2; exit 2; }
 so=$(cd -- "$(dirname -- "$so")" && pwd)/$(basename -- "$so")
+cli=${MALLOCSHIM_CLI:-$root/target/release/mallocshim}
+[[ -x $cli ]] || { echo "fulltext-check: $cli not found (cargo build --release -p mallocshim-cli)" >&2; exit 2; }
 command -v python3 >/dev/null || { echo "fulltext-check: python3 is required" >&2; exit 2; }
 
 exec 9>"${MDB_LOCK:-/tmp/mallocshim-mariadb.lock}"
@@ -195,19 +199,13 @@ for c in "${configs[@]}"; do
     emit "trim_durations_us_$name" "$(sed -nE 's/^mallocshim: trim backend=.* duration_us=([0-9]+).*/\1/p' "$MDB_ERRLOG" | paste -sd,)"
     if [[ $c != none ]]; then
         emit "backend_$name" "$backend"
-        # The JSON dump with the highest seq for this pid: its "trim" object on one line.
-        trim=$(python3 - "$dumpdir" "$pid" <<'EOF' 2>/dev/null
-import glob, json, os, sys
-d, pid = sys.argv[1], sys.argv[2]
-files = [(int(os.path.basename(p).split(".")[2]), p) for p in glob.glob(os.path.join(d, "mallocshim.%s.*.json" % pid))]
-print(json.dumps(json.load(open(max(files)[1]))["trim"], separators=(",", ":")))
-EOF
-)
+        # The JSON dump with the highest seq for this pid, on one line.
+        trim=$("$cli" report --format json --dir "$dumpdir" --pid "$pid" 2>/dev/null)
         if [[ -n $trim ]]; then
-            emit "dump_trim_$name" "$trim"
+            emit "dump_$name" "$trim"
         else
             ok=0
-            fail+=("$name: no JSON dump with a trim object from pid $pid in $dumpdir")
+            fail+=("$name: no readable JSON dump from pid $pid in $dumpdir")
         fi
     fi
     emit "ok_$name" "$ok"

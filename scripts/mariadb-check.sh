@@ -42,6 +42,13 @@ if [[ ! -f $so ]]; then
     exit 2
 fi
 so=$(cd -- "$(dirname -- "$so")" && pwd)/$(basename -- "$so")
+# The dump is read by the mallocshim command ($MALLOCSHIM_CLI, default <repo>/target/release/
+# mallocshim; the test builds it with common::cli_bin(), main-job.sh with cargo).
+cli=${MALLOCSHIM_CLI:-$root/target/release/mallocshim}
+if [[ ! -x $cli ]]; then
+    echo "mariadb-check: $cli not found (run cargo build --release -p mallocshim-cli)" >&2
+    exit 2
+fi
 
 exec 9>"${MDB_LOCK:-/tmp/mallocshim-mariadb.lock}"
 flock -w 900 9 || { echo "mariadb-check: could not take the lock" >&2; exit 2; }
@@ -100,16 +107,16 @@ emit version_malloc_library "$vml"
 if [[ -f $dumpdir/usr1.result ]]; then
     read -r dump_ms dump_file <"$dumpdir/usr1.result"
     emit dump_ms "$dump_ms"
-    python3 - "$dump_file" <<'PY' || fail+=("the dump is not valid JSON")
-import json, sys
-d = json.load(open(sys.argv[1]))
-print("dump_threads=%d" % len(d["threads"]))
-print("dump_live_threads=%d" % sum(1 for t in d["threads"] if t["state"] == "live"))
-print("dump_threads_with_calls=%d" % sum(1 for t in d["threads"]
-      if t["state"] == "live" and sum(o["count"] for o in t["ops"].values()) > 0))
-print("dump_malloc=%d" % d["totals"]["malloc"]["count"])
-print("dump_backend=%s" % d["backend"])
-PY
+    if facts=$("$cli" report --format kv "$dump_file"); then
+        while IFS='=' read -r k v; do
+            case $k in
+            threads | live_threads | threads_with_calls | backend) emit "dump_$k" "$v" ;;
+            calls_malloc) emit dump_malloc "$v" ;;
+            esac
+        done <<<"$facts"
+    else
+        fail+=("the dump does not read as a mallocshim dump")
+    fi
 else
     emit dump_ms n/a
 fi

@@ -35,6 +35,8 @@ QPS_BACKEND=${QPS_BACKEND:-glibc}
 so=${MALLOCSHIM_SO:-$root/target/release/libmallocshim.so}
 [[ -f $so ]] || { echo "trim-qps: shim $so not found (cargo build --release)" >&2; exit 2; }
 so=$(cd -- "$(dirname -- "$so")" && pwd)/$(basename -- "$so")
+cli=${MALLOCSHIM_CLI:-$root/target/release/mallocshim}
+[[ -x $cli ]] || { echo "trim-qps: $cli not found (cargo build --release -p mallocshim-cli)" >&2; exit 2; }
 
 exec 9>"${MDB_LOCK:-/tmp/mallocshim-mariadb.lock}"
 flock -w 1800 9 || { echo "trim-qps: could not take the lock" >&2; exit 2; }
@@ -71,14 +73,9 @@ for ((r = 0; r < rounds; r++)); do
         mdb_sysbench_run oltp_read_only "$secs" "$threads"
         sb=$SB_EXIT qps=$SB_QPS errors=$SB_ERRORS
         mdb_stop
-        trim=$(python3 - "$dumpdir" "$pid" <<'EOF' 2>/dev/null
-import glob, json, os, sys
-d, pid = sys.argv[1], sys.argv[2]
-files = [(int(os.path.basename(p).split(".")[2]), p) for p in glob.glob(os.path.join(d, "mallocshim.%s.*.json" % pid))]
-t = json.load(open(max(files)[1]))["trim"]
-print("trim_runs=%d trim_skipped=%d trim_p50_us=%s trim_max_us=%s" % (t["runs"], t["skipped"], t["duration_us"]["p50"], t["duration_us"]["max"]))
-EOF
-)
+        # The newest JSON dump of this pid, its trim figures on one line.
+        trim=$("$cli" report --format kv --dir "$dumpdir" --pid "$pid" 2>/dev/null |
+            grep -E '^trim_(runs|skipped|p50_us|max_us)=' | paste -sd' ')
         echo "run round=$r config=$name qps=$qps errors=$errors ${trim:-trim_runs=n/a} mariadbd_exit=$MDB_EXIT"
         [[ $sb == 0 && $errors == 0 && $MDB_EXIT == 0 && -n $trim ]] || ok=0
     done

@@ -376,6 +376,7 @@ pub unsafe fn load() {
         if e.is_null() {
             break;
         }
+        // SAFETY: `e` was not the terminator, so the next element is still in the array.
         ep = unsafe { ep.add(1) };
         // SAFETY: each entry is a NUL-terminated C string.
         let entry = unsafe { core::ffi::CStr::from_ptr(e) }.to_bytes();

@@ -240,7 +240,7 @@ unsafe fn aligned<B: Raw>(align: usize, size: usize) -> *mut c_void {
 
 /// posix_memalign's rule: a power of two multiple of `sizeof(void *)`.
 pub fn posix_align_ok(align: usize) -> bool {
-    align.is_power_of_two() && align % core::mem::size_of::<usize>() == 0
+    align.is_power_of_two() && align.is_multiple_of(core::mem::size_of::<usize>())
 }
 
 /// `posix_memalign`: EINVAL (errno untouched) unless `align` is a power of two multiple of

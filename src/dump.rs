@@ -182,7 +182,7 @@ fn write(at_exit: bool) -> Result<Vec<PathBuf>, String> {
             FMT_TEXT => report::text::render(&snap).into_bytes(),
             _ => continue,
         };
-        let name = format!("mallocshim.{}.{}.{}", snap.pid, seq, ext);
+        let name = mallocshim_format::dump_file_name(snap.pid, seq, ext);
         match publish(&dir, &name, &body) {
             Ok(p) => written.push(p),
             Err(e) => {

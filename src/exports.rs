@@ -12,66 +12,79 @@ use core::ffi::{c_char, c_int, c_void};
 
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
+    // SAFETY: forwarded under the caller's C contract (see above).
     unsafe { (route::get().malloc)(size) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn free(p: *mut c_void) {
+    // SAFETY: forwarded under the caller's C contract (see above).
     unsafe { (route::get().free)(p) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
+    // SAFETY: forwarded under the caller's C contract (see above).
     unsafe { (route::get().calloc)(n, size) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    // SAFETY: forwarded under the caller's C contract (see above).
     unsafe { (route::get().realloc)(p, size) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
+    // SAFETY: forwarded under the caller's C contract (see above).
     unsafe { (route::get().reallocarray)(p, n, size) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> c_int {
+    // SAFETY: forwarded under the caller's C contract (see above).
     unsafe { (route::get().posix_memalign)(out, align, size) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
+    // SAFETY: forwarded under the caller's C contract (see above).
     unsafe { (route::get().aligned_alloc)(align, size) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
+    // SAFETY: forwarded under the caller's C contract (see above).
     unsafe { (route::get().memalign)(align, size) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
+    // SAFETY: forwarded under the caller's C contract (see above).
     unsafe { (route::get().valloc)(size) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
+    // SAFETY: forwarded under the caller's C contract (see above).
     unsafe { (route::get().pvalloc)(size) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
+    // SAFETY: forwarded under the caller's C contract (see above).
     unsafe { (route::get().malloc_usable_size)(p) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn free_sized(p: *mut c_void, size: usize) {
+    // SAFETY: forwarded under the caller's C contract (see above).
     unsafe { (route::get().free_sized)(p, size) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn free_aligned_sized(p: *mut c_void, align: usize, size: usize) {
+    // SAFETY: forwarded under the caller's C contract (see above).
     unsafe { (route::get().free_aligned_sized)(p, align, size) }
 }
 
@@ -97,6 +110,7 @@ pub extern "C" fn malloc_stats() {
 
 #[no_mangle]
 pub unsafe extern "C" fn malloc_info(options: c_int, fp: *mut libc::FILE) -> c_int {
+    // SAFETY: forwarded under the caller's C contract (see above).
     unsafe { introspect::malloc_info(options, fp) }
 }
 
@@ -108,6 +122,7 @@ pub unsafe extern "C" fn mallctl(
     newp: *mut c_void,
     newlen: usize,
 ) -> c_int {
+    // SAFETY: forwarded under the caller's C contract (see above).
     unsafe { introspect::mallctl(name, oldp, oldlenp, newp, newlen) }
 }
 
@@ -118,6 +133,7 @@ pub unsafe extern "C" fn pthread_create(
     start: extern "C" fn(*mut c_void) -> *mut c_void,
     arg: *mut c_void,
 ) -> c_int {
+    // SAFETY: forwarded under the caller's C contract (see above).
     unsafe { worker::pthread_create(t, attr, start, arg) }
 }
 
@@ -127,11 +143,13 @@ pub unsafe extern "C" fn sigaction(
     act: *const libc::sigaction,
     old: *mut libc::sigaction,
 ) -> c_int {
+    // SAFETY: forwarded under the caller's C contract (see above).
     unsafe { signals::sigaction(sig, act, old) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    // SAFETY: forwarded under the caller's C contract (see above).
     unsafe { signals::signal(sig, handler) }
 }
 
@@ -141,16 +159,19 @@ pub unsafe extern "C" fn sigtimedwait(
     info: *mut libc::siginfo_t,
     timeout: *const libc::timespec,
 ) -> c_int {
+    // SAFETY: forwarded under the caller's C contract (see above).
     unsafe { signals::sigtimedwait(set, info, timeout) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn sigwaitinfo(set: *const libc::sigset_t, info: *mut libc::siginfo_t) -> c_int {
+    // SAFETY: forwarded under the caller's C contract (see above).
     unsafe { signals::sigwaitinfo(set, info) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn sigwait(set: *const libc::sigset_t, sig: *mut c_int) -> c_int {
+    // SAFETY: forwarded under the caller's C contract (see above).
     unsafe { signals::sigwait(set, sig) }
 }
 
@@ -160,5 +181,6 @@ pub unsafe extern "C" fn pthread_atfork(
     parent: atfork::Handler,
     child: atfork::Handler,
 ) -> c_int {
+    // SAFETY: forwarded pthread_atfork contract (handlers are plain C functions or NULL).
     unsafe { atfork::pthread_atfork(prepare, parent, child) }
 }

@@ -299,12 +299,14 @@ fn free_unowned<B: Raw>(e: Entry, p: *mut c_void) {
 /// `p` is a live block of `B`, not a pool block.
 #[inline(always)]
 unsafe fn free_looked_up<B: Raw>(e: Entry, p: *mut c_void) {
-    // SAFETY (each closure): `p` is a live backend block (the caller's contract).
     recorded::<B, ()>(
         e,
         Op::Free,
+        // SAFETY: `p` is a live backend block (the caller's contract).
         || unsafe { B::usable_size(p) },
+        // SAFETY: as above; `u` is its usable size, read just before.
         |u| unsafe { csem::free_live::<B>(p, u) },
+        // SAFETY: as above.
         || unsafe { csem::free::<B>(p) },
     )
 }

@@ -19,28 +19,31 @@
 //! - [`worker`], [`trim`], [`memlog`], [`dump`]: the shim's thread and its jobs;
 //! - [`capi`]: the shim's own C API (`shim/include/mallocshim.h`).
 
-pub mod atfork;
-pub mod backend;
-pub mod bootstrap;
-pub mod capi;
-pub mod classes;
-pub mod clock;
-pub mod config;
-pub mod csem;
-pub mod diag;
-pub mod dump;
-pub mod exports;
-pub mod front;
-pub mod init;
-pub mod introspect;
-pub mod memlog;
-pub mod report;
-pub mod route;
-pub mod signals;
-pub mod slots;
-pub mod tls;
-pub mod trim;
-pub mod worker;
+// Every unsafe block states why it is sound (`// SAFETY:`), and clippy holds us to it.
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+mod atfork;
+mod backend;
+mod bootstrap;
+mod capi;
+mod classes;
+mod clock;
+mod config;
+mod csem;
+mod diag;
+mod dump;
+mod exports;
+mod front;
+mod init;
+mod introspect;
+mod memlog;
+mod report;
+mod route;
+mod signals;
+mod slots;
+mod tls;
+mod trim;
+mod worker;
 
 /// Runs when the library is loaded (`.init_array`): initialises the shim if no allocation has
 /// done so yet, so a program that never allocates still gets its configuration checked.

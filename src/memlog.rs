@@ -1,7 +1,7 @@
 //! The memory time series (`MALLOCSHIM_MEMLOG=PATH`): the worker appends one CSV line every
-//! `MALLOCSHIM_MEMLOG_INTERVAL_MS` — `unix_ms,rss_bytes,vsz_bytes,backend_allocated_bytes,
-//! backend_resident_bytes,backend_free_bytes,trims,released_bytes` — after a header line when the
-//! file is new. `%p` in PATH becomes the pid, so a forked child logs to its own file (a child of
+//! `MALLOCSHIM_MEMLOG_INTERVAL_MS` — the columns of `mallocshim_format::memlog` (unix_ms, RSS,
+//! VSZ, the backend's allocated/resident/free bytes, trims, released bytes) — after its header
+//! line when the file is new. `%p` in PATH becomes the pid, so a forked child logs to its own file (a child of
 //! a PATH without `%p` does not log: the parent's file stays one process's series).
 //! The file is opened O_APPEND|O_CREAT|O_NOFOLLOW, mode 0600, and kept only if it is a regular
 //! file owned by this user with a single link: a symlink or another user's file planted at the
@@ -9,11 +9,8 @@
 //! one write(2), so lines never interleave.
 
 use core::sync::atomic::{AtomicI32, Ordering::Relaxed};
-use std::io::Write;
 
 static FD: AtomicI32 = AtomicI32::new(-1);
-
-const HEADER: &[u8] = b"unix_ms,rss_bytes,vsz_bytes,backend_allocated_bytes,backend_resident_bytes,backend_free_bytes,trims,released_bytes\n";
 
 /// The configured path with `%p` expanded; None when the memlog is off, or when `child` is set
 /// and the path has no `%p`.
@@ -59,6 +56,7 @@ pub fn open(child: bool) {
     }
     // SAFETY: fstat into a zeroed local struct of an open descriptor.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: as above: our open descriptor, a live local struct.
     let ok = unsafe { libc::fstat(fd, &mut st) } == 0
         && st.st_mode & libc::S_IFMT == libc::S_IFREG
         // SAFETY: geteuid has no preconditions.
@@ -71,7 +69,10 @@ pub fn open(child: bool) {
         return;
     }
     if st.st_size == 0 {
-        write_fd(fd, HEADER);
+        let mut h = Vec::with_capacity(128);
+        h.extend_from_slice(mallocshim_format::memlog::HEADER.as_bytes());
+        h.push(b'\n');
+        write_fd(fd, &h);
     }
     FD.store(fd, Relaxed);
 }
@@ -99,7 +100,17 @@ pub fn sample() {
     let m = crate::backend::mem_stats();
     let (trims, released) = crate::trim::totals();
     let mut line = Vec::with_capacity(128);
-    let _ = writeln!(line, "{ms},{rss},{vsz},{},{},{},{trims},{released}", m.allocated, m.resident, m.free);
+    let row = mallocshim_format::MemRow {
+        unix_ms: ms,
+        rss_bytes: rss,
+        vsz_bytes: vsz,
+        backend_allocated_bytes: Some(m.allocated),
+        backend_resident_bytes: Some(m.resident),
+        backend_free_bytes: Some(m.free),
+        trims: Some(trims),
+        released_bytes: Some(released),
+    };
+    let _ = row.write_line(&mut line);
     write_fd(fd, &line);
 }
 

@@ -43,24 +43,10 @@ pub enum Entry {
 }
 
 /// Number of [`Entry`] values.
-pub const ENTRIES: usize = 13;
+pub const ENTRIES: usize = mallocshim_format::classes::ENTRIES;
 
 /// Names of the entry points, indexed by [`Entry`].
-pub const ENTRY_NAMES: [&str; ENTRIES] = [
-    "malloc",
-    "free",
-    "calloc",
-    "realloc",
-    "reallocarray",
-    "posix_memalign",
-    "aligned_alloc",
-    "memalign",
-    "valloc",
-    "pvalloc",
-    "malloc_usable_size",
-    "free_sized",
-    "free_aligned_sized",
-];
+pub use mallocshim_format::ENTRY_NAMES;
 
 /// One thread's recording: about 13 KiB.
 #[repr(C, align(64))]
@@ -93,10 +79,17 @@ pub struct Tally {
     pub bytes: AtomicU64,
 }
 
+// Initialisers of the statics below, never shared: each use of a const is a fresh value, which is
+// the point here, so clippy's warnings against interior-mutable and large consts do not apply.
+#[allow(clippy::declare_interior_mutable_const)]
 const Z: AtomicU64 = AtomicU64::new(0);
+#[allow(clippy::declare_interior_mutable_const)]
 const ZC: [AtomicU64; CLASSES] = [Z; CLASSES];
+#[allow(clippy::declare_interior_mutable_const)]
 const ZT: [Tally; CLASSES] = [const { Tally { count: Z, bytes: Z } }; CLASSES];
+#[allow(clippy::declare_interior_mutable_const)]
 const ZB: [AtomicU64; BUCKETS] = [Z; BUCKETS];
+#[allow(clippy::declare_interior_mutable_const, clippy::large_const_arrays)]
 const ZCB: [[AtomicU64; BUCKETS]; CLASSES] = [ZB; CLASSES];
 
 impl Slot {

@@ -1,4 +1,4 @@
-//! The comparison runner `mallocshim-compare` (src/bin/mallocshim-compare/): a short real run
+//! The comparison runner `mallocshim compare` (crates/mallocshim-cli/src/compare/): a short real run
 //! (two backends, one workload, two thread counts, two rounds, 3 s cells) whose CSV, report and
 //! PNGs are parsed back and checked against each other; Ctrl-C in the middle (no server left,
 //! finished cells kept); bad flags (one-line error, exit 2, nothing started); --help.
@@ -13,10 +13,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_mallocshim-compare");
+/// `mallocshim compare`, without `--shim`.
+fn compare() -> Command {
+    let mut c = common::plain(common::cli_bin());
+    c.arg("compare");
+    c
+}
 
 fn runner() -> Command {
-    let mut c = common::plain(BIN);
+    let mut c = compare();
     c.arg("--shim").arg(shim());
     c
 }
@@ -153,7 +158,7 @@ fn short_run_csv_report_and_plots_agree() {
         .arg("--workdir")
         .arg(&workdir)
         .output()
-        .expect("run mallocshim-compare");
+        .expect("run mallocshim compare");
     assert!(o.status.success(), "runner failed: {}", describe(&o));
     let err = stderr(&o);
     assert!(err.contains("cell 8/8 done"), "no progress lines: {err}");
@@ -182,21 +187,13 @@ fn short_run_csv_report_and_plots_agree() {
         // point_select: about one statement per transaction, a few allocations each
         let apq = f(r, "allocs_per_query");
         assert!(apq > 0.0 && apq < 1000.0, "allocations per query {apq}: {r:?}");
-        let dump: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(out.join(&r["dump"])).expect("read the cell's dump"),
-        )
-        .expect("dump is JSON");
-        assert_eq!(dump["format"], "mallocshim-dump");
-        assert_eq!(
-            dump["backend"].as_str(),
-            Some(r["backend"].as_str()),
-            "the shim ran another backend: {r:?}"
-        );
+        let dump = mallocshim_format::Dump::read(&out.join(&r["dump"])).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(dump.backend, r["backend"], "the shim ran another backend: {r:?}");
     }
     // rounds alternate: round 2 starts with the backend round 1 ended with
     let order: Vec<&str> = err
         .lines()
-        .filter(|l| l.starts_with("mallocshim-compare: server pid "))
+        .filter(|l| l.starts_with("mallocshim compare: server pid "))
         .filter_map(|l| l.rsplit('(').next())
         .collect();
     assert_eq!(
@@ -292,7 +289,7 @@ fn ctrl_c_stops_the_server_and_keeps_finished_cells() {
         .arg(&workdir)
         .stderr(Stdio::piped())
         .spawn()
-        .expect("start mallocshim-compare");
+        .expect("start mallocshim compare");
     let pid = child.id();
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     let err = child.stderr.take().unwrap();
@@ -311,7 +308,7 @@ fn ctrl_c_stops_the_server_and_keeps_finished_cells() {
         let l = rx
             .recv_timeout(Duration::from_secs(600))
             .unwrap_or_else(|_| panic!("runner stalled or ended early:\n{}", log.join("\n")));
-        if let Some(rest) = l.strip_prefix("mallocshim-compare: server pid ") {
+        if let Some(rest) = l.strip_prefix("mallocshim compare: server pid ") {
             servers.push(rest.split_whitespace().next().unwrap().parse::<u32>().unwrap());
         }
         let hit = l.contains("cell 3/12:");
@@ -364,14 +361,15 @@ fn ctrl_c_stops_the_server_and_keeps_finished_cells() {
 /// output directory, no server.
 fn bad(args: &[&str], expect: &str) {
     let out = scratch("bad");
+    let mut cmd = runner(); // builds the command first: the build is not the runner's time
     let t0 = Instant::now();
-    let o = runner().args(args).arg("--out").arg(&out).output().expect("run mallocshim-compare");
+    let o = cmd.args(args).arg("--out").arg(&out).output().expect("run mallocshim compare");
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{args:?}: {}", describe(&o));
     assert!(t0.elapsed() < Duration::from_secs(10), "{args:?}: took {:?}", t0.elapsed());
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 1, "{args:?}: want one line, got:\n{err}");
-    assert!(lines[0].starts_with("mallocshim-compare: ") && lines[0].contains(expect), "{args:?}: {err}");
+    assert!(lines[0].starts_with("mallocshim compare: ") && lines[0].contains(expect), "{args:?}: {err}");
     assert!(!out.exists(), "{args:?}: output directory created");
     assert!(o.stdout.is_empty(), "{args:?}: printed on stdout");
 }
@@ -387,7 +385,7 @@ fn bad_flags_fail_fast_with_one_line() {
     bad(&["--workloads", "/nonexistent/w.lua"], "no such file");
     bad(&["--time", "0"], "--time");
     bad(&["--frobnicate"], "--frobnicate");
-    let o = common::plain(BIN)
+    let o = compare()
         .args(["--shim", "/nonexistent/libmallocshim.so", "--out"])
         .arg(scratch("noshim"))
         .output()
@@ -398,7 +396,7 @@ fn bad_flags_fail_fast_with_one_line() {
 
 #[test]
 fn help_explains_every_flag() {
-    let o = common::plain(BIN).arg("--help").output().unwrap();
+    let o = compare().arg("--help").output().unwrap();
     assert!(o.status.success(), "{}", describe(&o));
     let h = String::from_utf8_lossy(&o.stdout);
     for flag in [
@@ -473,7 +471,7 @@ fn custom_sql_and_lua_workloads_and_direct_preload() {
         .arg("--workdir")
         .arg(&workdir)
         .output()
-        .expect("run mallocshim-compare");
+        .expect("run mallocshim compare");
     assert!(o.status.success(), "runner failed: {}", describe(&o));
     let rows = read_csv(&out.join("cells.csv"));
     assert_eq!(rows.len(), 4, "{rows:?}");

@@ -1,6 +1,7 @@
 //! Dumps, black-box: C programs under `tests/c/` run with the shim preloaded, ask for dumps the
 //! way a DBA or a server would (kill -USR1 to the process, `mallocshim_dump()`), and the files the
-//! shim writes are parsed and checked — the JSON contract of `src/report/json.rs`, the Prometheus
+//! shim writes are parsed and checked — the JSON dump (read through the format crate's schema,
+//! `mallocshim_format::Dump`, and checked on the wire as raw JSON), the Prometheus
 //! text, the HdrHistogram log and the text table — together with the signal semantics servers rely
 //! on (MariaDB's own SIGUSR1 handler, MySQL 8's sigwaitinfo thread, SIG_IGN, a program that never
 //! touches the signal), bursts, thread churn, unusable dump directories and planted symlinks.
@@ -56,19 +57,7 @@ fn run(mut c: Command, what: &str) -> (Output, u32) {
 
 /// Dump files `mallocshim.<pid>.<seq>.<ext>` in `dir`, sorted by seq.
 fn dumps(dir: &Path, pid: u32, ext: &str) -> Vec<PathBuf> {
-    let prefix = format!("mallocshim.{pid}.");
-    let suffix = format!(".{ext}");
-    let mut v: Vec<(u64, PathBuf)> = fs::read_dir(dir)
-        .expect("read dump dir")
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let n = e.file_name().into_string().ok()?;
-            let seq = n.strip_prefix(&prefix)?.strip_suffix(&suffix)?.parse::<u64>().ok()?;
-            Some((seq, e.path()))
-        })
-        .collect();
-    v.sort();
-    v.into_iter().map(|(_, p)| p).collect()
+    mallocshim_format::dumps_of(dir, pid, ext).expect("read dump dir")
 }
 
 /// Every directory entry's name, for failure messages.
@@ -86,8 +75,10 @@ fn only_json(dir: &Path, pid: u32, what: &str) -> Value {
     load(&j[0])
 }
 
+/// A JSON dump, raw: every dump must also read through the schema every reader uses.
 fn load(p: &Path) -> Value {
     let s = fs::read_to_string(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()));
+    mallocshim_format::Dump::parse(&s).unwrap_or_else(|e| panic!("{}: {e}\n{s}", p.display()));
     serde_json::from_str(&s).unwrap_or_else(|e| panic!("{} is not JSON: {e}\n{s}", p.display()))
 }
 

@@ -34,7 +34,11 @@ fn check(backend: &str) {
     let so = common::shim();
     let script = common::root().join("scripts/mariadb-check.sh");
     let mut cmd = Command::new("bash");
-    cmd.arg(&script).args([backend, SECONDS, THREADS]).env("MALLOCSHIM_SO", &so).env_remove("LD_PRELOAD");
+    cmd.arg(&script)
+        .args([backend, SECONDS, THREADS])
+        .env("MALLOCSHIM_SO", &so)
+        .env("MALLOCSHIM_CLI", common::cli_bin())
+        .env_remove("LD_PRELOAD");
     let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
     let stdout = common::stdout(&out);
     let stderr = common::stderr(&out);

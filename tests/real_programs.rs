@@ -125,8 +125,7 @@ fn python_under(backend: &str) {
         common::describe(&o)
     );
     assert_summaries(&o, backend, &what);
-    let last =
-        common::shim_lines(&o).into_iter().filter(|l| l.starts_with("mallocshim: summary")).last().unwrap();
+    let last = common::shim_lines(&o).into_iter().rfind(|l| l.starts_with("mallocshim: summary")).unwrap();
     // ~100k objects built, serialized and parsed twice with PYTHONMALLOC=malloc.
     let m = common::kv(&last, "malloc").unwrap_or(0);
     assert!(m >= 100_000, "{what}: only {m} mallocs routed: {last}");

@@ -1,41 +1,40 @@
-//! `report plot` (examples/report.rs, drawing with src/bin/mallocshim-compare/plot.rs): memlog
+//! `mallocshim plot` (crates/mallocshim-cli, drawing with its plot.rs): memlog
 //! CSVs in the shim's format (hand-made here) drawn as SVG and PNG, one line per CSV (counted by
 //! the legend entries), labels from file stems or --label, and the errors for a file that is not
 //! a memlog and for a --label list of the wrong length.
 
 mod common;
 
-use common::{describe, report_bin, stderr, work_dir};
+use common::{cli_bin, describe, stderr, work_dir};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn report(args: &[&str]) -> Output {
-    Command::new(report_bin()).args(args).output().expect("run report")
+fn mallocshim(args: &[&str]) -> Output {
+    Command::new(cli_bin()).args(args).output().expect("run mallocshim")
 }
 
-const HEADER: &str =
-    "unix_ms,rss_bytes,vsz_bytes,backend_allocated_bytes,backend_resident_bytes,backend_free_bytes,trims,released_bytes";
+/// The memlog header, from the format crate the shim writes through.
+use mallocshim_format::memlog::HEADER;
+use mallocshim_format::MemRow;
 
 /// A memlog of `n` lines, RSS growing from `base_mib`; `backend` false leaves the backend
 /// columns empty (the runner's own /proc sampling).
 fn memlog(dir: &Path, name: &str, base_mib: u64, n: u64, backend: bool) -> String {
-    let mut s = format!("{HEADER}\n");
+    let mut s = format!("{HEADER}\n").into_bytes();
     for i in 0..n {
         let rss = (base_mib + i * 3) << 20;
-        let t = 1_767_225_600_000 + i * 1000;
-        if backend {
-            s.push_str(&format!(
-                "{t},{rss},{},{},{},{},{},{}\n",
-                rss * 4,
-                rss / 2,
-                rss * 3 / 4,
-                rss / 4,
-                i / 3,
-                i * 4096
-            ));
-        } else {
-            s.push_str(&format!("{t},{rss},{},,,,,\n", rss * 4));
-        }
+        let some = |v| if backend { Some(v) } else { None };
+        let row = MemRow {
+            unix_ms: 1_767_225_600_000 + i * 1000,
+            rss_bytes: rss,
+            vsz_bytes: rss * 4,
+            backend_allocated_bytes: some(rss / 2),
+            backend_resident_bytes: some(rss * 3 / 4),
+            backend_free_bytes: some(rss / 4),
+            trims: some(i / 3),
+            released_bytes: some(i * 4096),
+        };
+        row.write_line(&mut s).unwrap();
     }
     let p = dir.join(name);
     std::fs::write(&p, s).unwrap();
@@ -68,7 +67,7 @@ fn svg_has_one_line_per_csv() {
     let b = memlog(&d, "jemalloc.csv", 120, 25, true);
     let c = memlog(&d, "tcmalloc.csv", 90, 40, false);
     let out = d.join("mem.svg");
-    let o = report(&["plot", "--out", out.to_str().unwrap(), &a, &b, &c]);
+    let o = mallocshim(&["plot", "--out", out.to_str().unwrap(), &a, &b, &c]);
     assert!(o.status.success(), "{}", describe(&o));
     let svg = std::fs::read_to_string(&out).expect("SVG written");
     assert!(
@@ -98,7 +97,7 @@ fn png_with_labels() {
     let a = memlog(&d, "one.csv", 100, 10, true);
     let b = memlog(&d, "two.csv", 50, 10, false);
     let out = d.join("mem.png");
-    let o = report(&["plot", "--out", out.to_str().unwrap(), "--label", "before,after", &a, &b]);
+    let o = mallocshim(&["plot", "--out", out.to_str().unwrap(), "--label", "before,after", &a, &b]);
     assert!(o.status.success(), "{}", describe(&o));
     let bytes = std::fs::read(&out).expect("PNG written");
     assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "PNG signature");
@@ -109,7 +108,7 @@ fn png_with_labels() {
     assert!(buf.iter().any(|&x| x != 255), "not blank");
     // the same labels land in an SVG of the same files
     let svg = d.join("mem.svg");
-    let o = report(&["plot", "--out", svg.to_str().unwrap(), "--label", "before,after", &a, &b]);
+    let o = mallocshim(&["plot", "--out", svg.to_str().unwrap(), "--label", "before,after", &a, &b]);
     assert!(o.status.success(), "{}", describe(&o));
     let s = std::fs::read_to_string(&svg).unwrap();
     assert_eq!((text_count(&s, "before"), text_count(&s, "after")), (2, 1));
@@ -122,19 +121,19 @@ fn plot_errors() {
     std::fs::write(&bad, "time,rss\n1,2\n").unwrap();
     let good = memlog(&d, "good.csv", 10, 3, true);
     let out = d.join("x.png");
-    let o = report(&["plot", "--out", out.to_str().unwrap(), &good, bad.to_str().unwrap()]);
+    let o = mallocshim(&["plot", "--out", out.to_str().unwrap(), &good, bad.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{}", describe(&o));
     assert!(
-        stderr(&o).starts_with("report: ") && stderr(&o).contains("not a memlog CSV"),
+        stderr(&o).starts_with("mallocshim plot: ") && stderr(&o).contains("not a memlog CSV"),
         "{}",
         describe(&o)
     );
-    let o = report(&["plot", "--out", out.to_str().unwrap(), "--label", "a,b", &good]);
+    let o = mallocshim(&["plot", "--out", out.to_str().unwrap(), "--label", "a,b", &good]);
     assert_eq!(o.status.code(), Some(2), "{}", describe(&o));
     assert!(stderr(&o).contains("--label wants 1"), "{}", describe(&o));
     assert!(!out.exists(), "no image after an error");
-    // the dump modes still work beside the subcommand
-    let o = report(&["/nonexistent.json"]);
+    // report beside plot: one line naming the file
+    let o = mallocshim(&["report", "/nonexistent.json"]);
     assert_eq!(o.status.code(), Some(2), "{}", describe(&o));
     assert!(stderr(&o).contains("cannot read /nonexistent.json"), "{}", describe(&o));
 }

@@ -1,15 +1,20 @@
-//! The `report` example (examples/report.rs): hand-made dumps in the format of
-//! `src/report/json.rs`, printed alone and side by side, the errors for files that are not a
-//! version-1 dump, and a real dump written by the shim at exit.
+//! `mallocshim report` and `mallocshim diff` (crates/mallocshim-cli): hand-made dumps in the
+//! format of the format crate, printed alone and side by side, the errors for files that are not
+//! a version-1 dump, and real dumps written by the shim at exit — one holding every size class,
+//! allocations above 64 MiB included (the open class, `max_bytes` null).
 
 mod common;
 
-use common::{preloaded, report_bin, require, stderr, stdout, work_dir};
+use common::{cc, cli_bin, preloaded, require, stderr, stdout, work_dir};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn report(args: &[&str]) -> Output {
-    Command::new(report_bin()).args(args).output().expect("run report")
+    Command::new(cli_bin()).arg("report").args(args).output().expect("run mallocshim report")
+}
+
+fn diff(args: &[&str]) -> Output {
+    Command::new(cli_bin()).arg("diff").args(args).output().expect("run mallocshim diff")
 }
 
 /// A fresh scratch directory for one test.
@@ -167,7 +172,7 @@ fn two_dumps_side_by_side_with_ratios() {
     let d = scratch("two");
     let a = write(&d, "a.json", DUMP_A);
     let b = write(&d, "b.json", DUMP_B);
-    let out = ok(report(&[&a, &b]), "report a.json b.json");
+    let out = ok(diff(&[&a, &b]), "diff a.json b.json");
     // Each side named by backend and pid.
     assert!(out.contains("glibc:4242") && out.contains("jemalloc:4343"), "{out}");
     assert!(out.contains("calls glibc:4242") && out.contains("p50 jemalloc:4343"), "{out}");
@@ -189,7 +194,7 @@ fn two_dumps_side_by_side_with_ratios() {
     assert_eq!(row(&out, "malloc", "<=2K")[4..], ["-", "-", "-", "-", "-", "-"]);
 
     // --labels renames the columns; markdown carries the same numbers.
-    let out = ok(report(&["--format", "markdown", "--labels", "before,after", &a, &b]), "report --labels");
+    let out = ok(diff(&["--format", "markdown", "--labels", "before,after", &a, &b]), "diff --labels");
     assert!(out.contains("calls before") && out.contains("p99 after"), "{out}");
     assert!(!out.contains("calls glibc:4242"), "{out}");
     assert_eq!(
@@ -198,7 +203,7 @@ fn two_dumps_side_by_side_with_ratios() {
     );
 
     // Reversed, the ratio inverts.
-    let out = ok(report(&[&b, &a]), "report b.json a.json");
+    let out = ok(diff(&[&b, &a]), "diff b.json a.json");
     assert_eq!(row(&out, "malloc", "<=64")[6], "0.50");
 }
 
@@ -226,34 +231,63 @@ fn rejects_what_is_not_a_version_1_dump() {
         let o = report(&[&p]);
         assert_eq!(o.status.code(), Some(2), "{name}: exit {:?}, stderr {}", o.status, stderr(&o));
         let err = stderr(&o);
-        assert!(err.starts_with("report: "), "{name}: {err}");
+        assert!(err.starts_with("mallocshim report: "), "{name}: {err}");
+        assert_eq!(err.lines().count(), 1, "{name}: one line: {err}");
         assert!(err.contains(msg) && err.contains(name), "{name}: {err}");
         assert!(stdout(&o).is_empty(), "{name}: printed {}", stdout(&o));
     }
     // A bad second file fails the comparison too.
     let good = write(&d, "good.json", DUMP_A);
     let bad = d.join("other-format.json");
-    let o = report(&[&good, bad.to_str().unwrap()]);
+    let o = diff(&[&good, bad.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).starts_with("report: "), "{}", stderr(&o));
-    // A missing file, malformed --labels, --labels with one dump.
-    for args in [
-        vec![d.join("nope.json").to_str().unwrap().to_string()],
-        vec!["--labels".into(), "x".into(), good.clone(), good.clone()],
-        vec!["--labels".into(), "x,y".into(), good.clone()],
+    assert!(stderr(&o).starts_with("mallocshim diff: "), "{}", stderr(&o));
+    // A missing file, malformed --labels, --labels with one dump, one dump to diff, --pid
+    // without a dump of that process.
+    for (cmd, args) in [
+        ("report", vec![d.join("nope.json").to_str().unwrap().to_string()]),
+        ("diff", vec!["--labels".into(), "x".into(), good.clone(), good.clone()]),
+        ("report", vec!["--labels".into(), "x,y".into(), good.clone()]),
+        ("diff", vec![good.clone()]),
+        ("report", vec!["--pid".into(), "1".into(), "--dir".into(), d.to_str().unwrap().into()]),
     ] {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let o = report(&args);
-        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
-        assert!(stderr(&o).starts_with("report: "), "{args:?}: {}", stderr(&o));
+        let o = if cmd == "report" { report(&args) } else { diff(&args) };
+        assert_eq!(o.status.code(), Some(2), "{cmd} {args:?}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(err.starts_with(&format!("mallocshim {cmd}: ")), "{cmd} {args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{cmd} {args:?}: one line: {err}");
     }
 }
 
 #[test]
 fn help_explains_every_flag() {
     let out = ok(report(&["--help"]), "report --help");
-    for flag in ["--format", "--top", "--labels", "markdown", "B/A"] {
-        assert!(out.contains(flag), "--help lacks {flag}:\n{out}");
+    for flag in ["--format", "--top", "--pid", "--dir", "markdown", "kv", "Exit status"] {
+        assert!(out.contains(flag), "report --help lacks {flag}:\n{out}");
+    }
+    let out = ok(diff(&["--help"]), "diff --help");
+    for flag in ["--format", "--labels", "markdown", "B/A", "Exit status"] {
+        assert!(out.contains(flag), "diff --help lacks {flag}:\n{out}");
+    }
+    let o = Command::new(cli_bin()).arg("--version").output().expect("run mallocshim --version");
+    let v = ok(o, "mallocshim --version");
+    assert_eq!(v.trim(), format!("mallocshim {}", env!("CARGO_PKG_VERSION")));
+    // Man pages (one per subcommand) and completions, from the hidden generator.
+    let g = scratch("generate");
+    let o = Command::new(cli_bin()).arg("generate").arg(&g).output().expect("run mallocshim generate");
+    ok(o, "mallocshim generate");
+    for page in
+        ["mallocshim", "mallocshim-report", "mallocshim-diff", "mallocshim-plot", "mallocshim-compare"]
+    {
+        let text = std::fs::read_to_string(g.join(format!("man1/{page}.1")))
+            .unwrap_or_else(|e| panic!("man page {page}.1: {e}"));
+        assert!(text.starts_with(".ie") || text.contains(".TH"), "{page}.1 is not roff:\n{text}");
+    }
+    let bash = std::fs::read_to_string(g.join("completions/mallocshim.bash")).expect("bash completion");
+    assert!(bash.contains("report") && bash.contains("--labels"), "{bash}");
+    for f in ["completions/_mallocshim", "completions/mallocshim.fish"] {
+        assert!(g.join(f).is_file(), "{f} missing");
     }
 }
 
@@ -305,7 +339,7 @@ fn reads_a_real_dump() {
     assert!(malloc_calls > 0, "no malloc row with calls:\n{out}");
     assert!(out.lines().any(|l| l.starts_with("rss ")), "{out}");
     // Against itself: every ratio is 1.00 (or "-" without samples).
-    let out = ok(report(&["--format", "markdown", dump, dump]), "report dump dump");
+    let out = ok(diff(&["--format", "markdown", dump, dump]), "diff dump dump");
     let rows: Vec<Vec<String>> = out
         .lines()
         .filter(|l| l.starts_with("| malloc") || l.starts_with("| free"))
@@ -316,4 +350,42 @@ fn reads_a_real_dump() {
         assert!(r[6] == "1.00" || r[6] == "-", "{r:?}");
         assert!(r[9] == "1.00" || r[9] == "-", "{r:?}");
     }
+}
+
+/// A real dump holding every size class, allocations above 64 MiB included (`max_bytes` null):
+/// `report` prints the open class as `>64M`, `--pid` finds the newest dump of the process, and
+/// `--format kv` gives the scalar facts scripts read.
+#[test]
+fn reads_a_real_dump_with_every_size_class() {
+    let bin = cc("malloc_edges.c", "malloc_edges", &[]);
+    let d = scratch("edges");
+    let mut cmd = preloaded(&bin, "glibc");
+    cmd.env("MALLOCSHIM_DUMP_AT_EXIT", "1")
+        .env("MALLOCSHIM_DUMP_DIR", &d)
+        .env("MALLOCSHIM_DUMP_FORMATS", "json");
+    let child = cmd.stdout(std::process::Stdio::null()).spawn().expect("start malloc_edges");
+    let pid = child.id();
+    let o = child.wait_with_output().expect("wait for malloc_edges");
+    assert!(o.status.success(), "malloc_edges under the shim: {:?}\n{}", o.status, stderr(&o));
+    let dir = d.to_str().unwrap();
+    let out = ok(report(&["--dir", dir, "--pid", &pid.to_string()]), "report --pid on malloc_edges' dump");
+    assert!(out.contains(&format!("pid {pid}")), "{out}");
+    for size in ["<=16", "<=1K", "<=1M", "<=64M", ">64M"] {
+        let r = row(&out, "malloc", size);
+        assert!(r[2].parse::<u64>().unwrap() > 0, "malloc {size}: {r:?}");
+    }
+    // 40 malloc(64 MiB + 1): the calls and bytes of the open class.
+    assert_eq!(row(&out, "malloc", ">64M")[2..4], ["40".to_string(), (40 * ((64u64 << 20) + 1)).to_string()]);
+    let kv = ok(report(&["--format", "kv", "--dir", dir, "--pid", &pid.to_string()]), "report --format kv");
+    assert!(kv.lines().any(|l| l == format!("pid={pid}")), "{kv}");
+    assert!(kv.lines().any(|l| l == "backend=glibc"), "{kv}");
+    let calls: u64 =
+        kv.lines().find_map(|l| l.strip_prefix("calls_malloc=")).expect("calls_malloc").parse().unwrap();
+    assert!(calls >= 170_000, "{kv}");
+    // --format json is the dump again, on one line, readable by the schema.
+    let path = mallocshim_format::newest_dump(&d, pid, "json").expect("read dir").expect("a dump");
+    let js = ok(report(&["--format", "json", path.to_str().unwrap()]), "report --format json");
+    assert_eq!(js.lines().count(), 1, "{js}");
+    let back = mallocshim_format::Dump::parse(&js).expect("the one-line JSON reads");
+    assert_eq!(back, mallocshim_format::Dump::read(&path).expect("the dump reads"));
 }

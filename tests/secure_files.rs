@@ -1,24 +1,24 @@
-//! What `report plot` (examples/report.rs, writing through src/bin/mallocshim-compare/
-//! secure_write.rs, the helper the comparison runner uses for every file it writes) does with its
-//! `--out` file in a shared directory under /tmp: a symlink planted at that name (to a victim
-//! file, or dangling) is neither followed nor replaced, and the command fails with one `report:`
-//! line and status 2; a directory or another user's file there is refused the same way; a new
+//! What `mallocshim plot` (crates/mallocshim-cli, writing through its secure_write.rs, the
+//! helper the comparison runner uses for every file it writes) does with its `--out` file in a
+//! shared directory under /tmp: a symlink planted at that name (to a victim file, or dangling) is
+//! neither followed nor replaced, and the command fails with one `mallocshim plot:` line and
+//! status 2; a directory or another user's file there is refused the same way; a new
 //! image is mode 0600; a regular file of ours there is replaced by a valid PNG/SVG of mode 0600;
 //! no temporary file is left behind. The helper's own cases (create, move across file systems,
-//! FIFOs) are its unit tests: `cargo test --release --bin mallocshim-compare`.
+//! FIFOs) are its unit tests: `cargo test --release -p mallocshim-cli`.
 
 mod common;
 
-use common::{describe, report_bin, stderr};
+use common::{cli_bin, describe, stderr};
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-const HEADER: &str =
-    "unix_ms,rss_bytes,vsz_bytes,backend_allocated_bytes,backend_resident_bytes,backend_free_bytes,trims,released_bytes";
+/// The memlog header, from the format crate the shim writes through.
+use mallocshim_format::memlog::HEADER;
 
-fn report(args: &[&str]) -> Output {
-    Command::new(report_bin()).args(args).output().expect("run report")
+fn mallocshim(args: &[&str]) -> Output {
+    Command::new(cli_bin()).args(args).output().expect("run mallocshim")
 }
 
 /// A fresh directory under /tmp (where predictable names are the danger), unique to this test.
@@ -49,7 +49,7 @@ fn memlog(dir: &Path) -> String {
 }
 
 fn plot(out: &Path, csv: &str) -> Output {
-    report(&["plot", "--out", out.to_str().expect("utf-8 path"), csv])
+    mallocshim(&["plot", "--out", out.to_str().expect("utf-8 path"), csv])
 }
 
 /// The names in `dir`, sorted (a leftover temporary file would show here).
@@ -72,7 +72,7 @@ fn assert_refused(o: &Output, out: &Path, what: &str) {
     assert_eq!(o.status.code(), Some(2), "{}", describe(o));
     assert_eq!(e.lines().count(), 1, "one error line\n{}", describe(o));
     assert!(
-        e.starts_with(&format!("report: refusing to write {}: it is ", out.display())),
+        e.starts_with(&format!("mallocshim plot: refusing to write {}: it is ", out.display())),
         "{}",
         describe(o)
     );

@@ -1,4 +1,6 @@
-//! Size classes, black-box, read back from the dump written at exit.
+//! Size classes, black-box, read back from the dump written at exit through the format crate
+//! (`mallocshim_format::Dump`): real dumps holding every size class, the open class above 64 MiB
+//! (`max_bytes` null) included, read by the same schema every reader uses.
 //!
 //! `tests/c/malloc_edges.c` makes malloc/free pairs at both edges of every class (exactly
 //! 16 << k bytes, and one byte more): each class's malloc count must hold its edges' calls, and
@@ -15,12 +17,13 @@
 mod common;
 
 use common::*;
-use serde_json::Value;
+use mallocshim_format::classes::{class_range, CLASSES};
+use mallocshim_format::Dump;
 use std::fs;
 
 /// Runs `bin` under `backend` with a JSON dump at exit into a fresh directory; returns the
 /// program's stdout and the dump.
-fn run_with_exit_dump(bin: &std::path::Path, backend: &str, sample: &str, tag: &str) -> (String, Value) {
+fn run_with_exit_dump(bin: &std::path::Path, backend: &str, sample: &str, tag: &str) -> (String, Dump) {
     let what = format!("{tag} under {backend}, MALLOCSHIM_SAMPLE={sample}");
     let dir = work_dir().join("dumps").join(format!("{tag}-{backend}-{sample}"));
     let _ = fs::remove_dir_all(&dir);
@@ -38,22 +41,16 @@ fn run_with_exit_dump(bin: &std::path::Path, backend: &str, sample: &str, tag: &
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
     assert_eq!(files.len(), 1, "{what}: expected one JSON dump at exit, found {files:?}");
-    let d: Value =
-        serde_json::from_str(&fs::read_to_string(&files[0]).expect("read dump")).expect("dump is JSON");
-    assert_eq!(d["backend"], backend, "{what}");
+    let d = Dump::read(&files[0]).unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(d.backend, backend, "{what}");
     (stdout(&o), d)
 }
 
 /// The dump's row of `op` for the class ending at `max` (u64::MAX: the last): (count, bytes),
 /// (0, 0) when absent.
-fn row(d: &Value, op: &str, max: u64) -> (u64, u64) {
-    d["size_classes"]
-        .as_array()
-        .expect("size_classes")
-        .iter()
-        .find(|c| c["op"] == op && max_bytes(c) == max)
-        .map(|c| (c["count"].as_u64().unwrap_or(0), c["bytes"].as_u64().unwrap_or(0)))
-        .unwrap_or((0, 0))
+fn row(d: &Dump, op: &str, max: u64) -> (u64, u64) {
+    let c = (0..CLASSES).find(|&c| class_range(c).1.unwrap_or(u64::MAX) == max).expect("a class bound");
+    d.class_row(op, c).map(|r| (r.count, r.bytes)).unwrap_or((0, 0))
 }
 
 #[test]
@@ -78,7 +75,16 @@ fn malloc_edges_fall_in_their_classes() {
             }
             classes += 1;
         }
-        assert_eq!(classes, 24, "{b}: the program prints every class:\n{out}");
+        assert_eq!(classes, CLASSES, "{b}: the program prints every class:\n{out}");
+        // Every class has its malloc row, with the bounds and labels of the schema; the open
+        // class above 64 MiB is written with a null max_bytes and read back as None.
+        for c in 0..CLASSES {
+            let r = d.class_row("malloc", c).unwrap_or_else(|| panic!("{b}: no malloc row for class {c}"));
+            assert_eq!(r.class(), Some(c), "{b}: {r:?}");
+        }
+        let top = d.class_row("malloc", CLASSES - 1).expect("the open class");
+        assert_eq!((top.max_bytes, top.label().as_str()), (None, ">64M"), "{b}");
+        assert!(top.bytes > top.count << 26, "{b}: allocations above 64 MiB: {top:?}");
     }
 }
 
@@ -94,11 +100,6 @@ fn expected(out: &str) -> Vec<(u64, u64, u64, bool)> {
         .collect();
     assert!(v.len() >= 8, "the program printed too few classes:\n{out}");
     v
-}
-
-/// A class's upper bound; the last class (above 64 MiB) has none (JSON null): u64::MAX.
-fn max_bytes(c: &Value) -> u64 {
-    c["max_bytes"].as_u64().unwrap_or(u64::MAX)
 }
 
 #[test]
@@ -122,10 +123,10 @@ fn frees_are_classed_by_usable_size_on_every_path() {
                 }
             }
             // Nothing but the program's own blocks is 8 MiB or larger: classes it did not fill are empty.
-            for c in d["size_classes"].as_array().expect("size_classes") {
-                let max = max_bytes(c);
-                if c["op"] == "free" && max > 8 << 20 && !want.iter().any(|w| w.0 == max) {
-                    assert_eq!(c["count"].as_u64(), Some(0), "{what}: unexpected frees in {c}");
+            for c in &d.size_classes {
+                let max = c.max_bytes.unwrap_or(u64::MAX);
+                if c.op == "free" && max > 8 << 20 && !want.iter().any(|w| w.0 == max) {
+                    assert_eq!(c.count, 0, "{what}: unexpected frees in {c:?}");
                 }
             }
         }

@@ -40,7 +40,7 @@
 mod common;
 
 use common::*;
-use serde_json::Value;
+use mallocshim_format::Dump;
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{BufRead, BufReader, Read};
@@ -49,42 +49,18 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// Entry points in the order of the shim's summary line and the programs' `calls.` keys.
-const ENTRIES: [&str; 13] = [
-    "malloc",
-    "free",
-    "calloc",
-    "realloc",
-    "reallocarray",
-    "posix_memalign",
-    "aligned_alloc",
-    "memalign",
-    "valloc",
-    "pvalloc",
-    "malloc_usable_size",
-    "free_sized",
-    "free_aligned_sized",
-];
-
 /// The JSON dump's op for each entry point (None: counted per entry point only).
-fn op_of(entry: &str) -> Option<&'static str> {
-    Some(match entry {
-        "malloc" => "malloc",
-        "calloc" => "calloc",
-        "realloc" | "reallocarray" => "realloc",
-        "free" | "free_sized" | "free_aligned_sized" => "free",
-        "posix_memalign" | "aligned_alloc" | "memalign" | "valloc" | "pvalloc" => "memalign",
-        _ => return None,
-    })
-}
+use mallocshim_format::classes::op_of_entry as op_of;
+/// Entry points in the order of the shim's summary line and the programs' `calls.` keys.
+use mallocshim_format::classes::ENTRY_NAMES as ENTRIES;
 
 /// Frees the shim records after its exit dump, of that dump's result (`Vec<PathBuf>` with one
 /// path: json only). A shim bug; see `exit_summary_equals_final_dump`.
 const EXIT_DUMP_RESULT_FREES: u64 = 2;
 
-const OPS: [&str; 5] = ["malloc", "calloc", "realloc", "free", "memalign"];
 /// Ops whose recorded bytes are the requested sizes (free records the block's usable size).
-const BYTE_OPS: [&str; 4] = ["malloc", "calloc", "realloc", "memalign"];
+use mallocshim_format::classes::ALLOC_OPS as BYTE_OPS;
+use mallocshim_format::OP_NAMES as OPS;
 
 /// A program that runs longer than this is hung: its threads' stacks are taken with gdb.
 const HANG: Duration = Duration::from_secs(180);
@@ -218,23 +194,16 @@ fn prog_values(stdout: &str, prefix: &str) -> BTreeMap<String, u64> {
         .collect()
 }
 
+/// The JSON dumps of `pid` in `dir` with their sequence numbers, oldest first.
 fn json_dumps(dir: &Path, pid: u32) -> Vec<(u64, PathBuf)> {
-    let prefix = format!("mallocshim.{pid}.");
-    let mut v: Vec<(u64, PathBuf)> = fs::read_dir(dir)
-        .expect("read dump dir")
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let n = e.file_name().into_string().ok()?;
-            let seq = n.strip_prefix(&prefix)?.strip_suffix(".json")?.parse().ok()?;
-            Some((seq, e.path()))
+    let v = mallocshim_format::dumps_of(dir, pid, "json").expect("read dump dir");
+    v.into_iter()
+        .map(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            let seq = mallocshim_format::dump::parse_dump_file_name(name).expect("a dump name").1;
+            (seq, p)
         })
-        .collect();
-    v.sort();
-    v
-}
-
-fn u(v: &Value, ptr: &str) -> u64 {
-    v.pointer(ptr).and_then(Value::as_u64).unwrap_or_else(|| panic!("no unsigned number at {ptr}"))
+        .collect()
 }
 
 /// The checked outcome of one run.
@@ -307,32 +276,25 @@ fn check(run: Run, backend: &str) -> Checked {
     let mut decreases = Vec::new();
     let mut last = BTreeMap::new();
     for (seq, p) in &files {
-        let s = fs::read_to_string(p).unwrap_or_else(|e| panic!("{w}: read {}: {e}", p.display()));
-        let d: Value = serde_json::from_str(&s)
-            .unwrap_or_else(|e| panic!("{w}: dump {} is not complete JSON: {e}\n{s}", p.display()));
+        // Complete and of the schema: the format crate reads it (a torn file would not parse).
+        let d = Dump::read(p).unwrap_or_else(|e| panic!("{w}: {e}"));
         let dw = format!("{w}, dump seq {seq}");
-        assert_eq!(d["format"], "mallocshim-dump", "{dw}");
-        assert_eq!(u(&d, "/pid"), run.pid as u64, "{dw}");
-        assert_eq!(d["backend"], backend, "{dw}");
-        assert_eq!(u(&d, "/sample_every"), 1, "{dw}");
-        let threads = d["threads"].as_array().unwrap_or_else(|| panic!("{dw}: no threads"));
-        let classes = d["size_classes"].as_array().unwrap_or_else(|| panic!("{dw}: no size_classes"));
+        assert_eq!(d.pid, run.pid, "{dw}");
+        assert_eq!(d.backend, backend, "{dw}");
+        assert_eq!(d.sample_every, 1, "{dw}");
         let mut counts = BTreeMap::new();
         for op in OPS {
-            let (n, b) = (u(&d, &format!("/totals/{op}/count")), u(&d, &format!("/totals/{op}/bytes")));
-            let by_thread: u64 = threads
-                .iter()
-                .map(|t| t.pointer(&format!("/ops/{op}/count")).and_then(Value::as_u64).unwrap_or(0))
-                .sum();
+            let (n, b) = (d.count(op), d.bytes(op));
+            let by_thread: u64 = d.threads.iter().map(|t| t.ops.get(op).map_or(0, |o| o.count)).sum();
             assert_eq!(by_thread, n, "{dw}: sum over threads of {op} != totals");
-            let mine: Vec<&Value> = classes.iter().filter(|c| c["op"] == op).collect();
-            let by_class: u64 = mine.iter().map(|c| u(c, "/count")).sum();
+            let mine: Vec<_> = d.size_classes.iter().filter(|c| c.op == op).collect();
+            let by_class: u64 = mine.iter().map(|c| c.count).sum();
             assert_eq!(by_class, n, "{dw}: sum over size classes of {op} != totals");
-            let bytes_by_class: u64 = mine.iter().map(|c| u(c, "/bytes")).sum();
+            let bytes_by_class: u64 = mine.iter().map(|c| c.bytes).sum();
             assert_eq!(bytes_by_class, b, "{dw}: bytes over size classes of {op} != totals");
             if *seq == files.last().unwrap().0 {
                 // At exit nothing is in flight: with SAMPLE=1 every call was timed.
-                let sampled: u64 = mine.iter().map(|c| u(c, "/sampled")).sum();
+                let sampled: u64 = mine.iter().map(|c| c.sampled).sum();
                 assert_eq!(
                     sampled, n,
                     "{dw}: MALLOCSHIM_SAMPLE=1 but {sampled} of {n} {op} calls were timed"
@@ -504,10 +466,7 @@ fn exit_summary_equals_final_dump() {
         assert_eq!(files.len(), 1, "{}: signals off, so exactly the exit dump: {files:?}", r.what);
         let c = check(r, b);
         let s: u64 = ["free", "free_sized", "free_aligned_sized"].iter().map(|e| c.summary[*e]).sum();
-        let d = u(
-            &serde_json::from_str(&fs::read_to_string(&files[0].1).unwrap()).unwrap(),
-            "/totals/free/count",
-        );
+        let d = Dump::read(&files[0].1).unwrap_or_else(|e| panic!("{e}")).count("free");
         assert_eq!(
             s,
             d,

@@ -12,7 +12,7 @@
 mod common;
 
 use common::*;
-use serde_json::Value;
+use mallocshim_format::{Dump, Trim};
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -165,47 +165,21 @@ fn shimmed(backend: &str, dir: &Path, env: &[(&str, &str)]) -> Command {
 
 /// The last dump file `mallocshim.<pid>.<seq>.<ext>` in `dir`.
 fn last_dump(dir: &Path, pid: u64, ext: &str) -> PathBuf {
-    let prefix = format!("mallocshim.{pid}.");
-    let mut v: Vec<(u64, PathBuf)> = fs::read_dir(dir)
-        .expect("read dump dir")
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let n = e.file_name().into_string().ok()?;
-            let seq = n.strip_prefix(&prefix)?.strip_suffix(&format!(".{ext}"))?.parse().ok()?;
-            Some((seq, e.path()))
-        })
-        .collect();
-    v.sort();
     let names: Vec<String> = fs::read_dir(dir)
         .unwrap()
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
-    v.pop().unwrap_or_else(|| panic!("no mallocshim.{pid}.*.{ext} in {} (has: {names:?})", dir.display())).1
+    mallocshim_format::newest_dump(dir, pid as u32, ext)
+        .expect("read dump dir")
+        .unwrap_or_else(|| panic!("no mallocshim.{pid}.*.{ext} in {} (has: {names:?})", dir.display()))
 }
 
-/// The JSON dump's `trim` object for process `pid`.
-fn dump_trim(dir: &Path, pid: u64) -> Value {
-    let p = last_dump(dir, pid, "json");
-    let text = fs::read_to_string(&p).expect("read json dump");
-    let v: Value =
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: bad JSON: {e}\n{text}", p.display()));
-    assert_eq!(v["pid"].as_u64(), Some(pid), "{}", p.display());
-    let t = v["trim"].clone();
-    assert!(t.is_object(), "no \"trim\" object in {}:\n{text}", p.display());
-    t
-}
-
-fn u(t: &Value, k: &str) -> u64 {
-    t[k].as_u64().unwrap_or_else(|| panic!("trim.{k} is not an unsigned integer: {t}"))
-}
-
-fn f(t: &Value, path: &[&str]) -> f64 {
-    let mut v = t;
-    for k in path {
-        v = &v[*k];
-    }
-    v.as_f64().unwrap_or_else(|| panic!("trim.{} is not a number: {t}", path.join(".")))
+/// The JSON dump's `trim` object for process `pid`, read through the format crate.
+fn dump_trim(dir: &Path, pid: u64) -> Trim {
+    let d = Dump::read(&last_dump(dir, pid, "json")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(d.pid as u64, pid);
+    d.trim
 }
 
 /// The value of an unlabelled Prometheus sample `name` in `text`.
@@ -223,16 +197,16 @@ fn prom(text: &str, name: &str) -> f64 {
 /// Checks the verbose lines, the JSON `trim` object and the Prometheus counters against each
 /// other: every run and skip has its line, `released_bytes` is the sum of the lines' `released`,
 /// the duration percentiles are ordered and end at the longest line. Returns the JSON object.
-fn check_dump_against_lines(r: &Run, dir: &Path, backend: &str, interval_ms: u64, min_bytes: u64) -> Value {
+fn check_dump_against_lines(r: &Run, dir: &Path, backend: &str, interval_ms: u64, min_bytes: u64) -> Trim {
     let pid = r.num("pid");
     let t = dump_trim(dir, pid);
-    let ctx = format!("trim={t}\n{}", r.report());
-    assert_eq!(u(&t, "interval_ms"), interval_ms, "{ctx}");
-    assert_eq!(u(&t, "min_bytes"), min_bytes, "{ctx}");
+    let ctx = format!("trim={t:?}\n{}", r.report());
+    assert_eq!(t.interval_ms, interval_ms, "{ctx}");
+    assert_eq!(t.min_bytes, min_bytes, "{ctx}");
     let lines = r.trim_lines();
     let skips = r.skip_lines();
-    assert_eq!(u(&t, "runs"), lines.len() as u64, "one verbose line per run\n{ctx}");
-    assert_eq!(u(&t, "skipped"), skips.len() as u64, "one verbose line per skip\n{ctx}");
+    assert_eq!(t.runs, lines.len() as u64, "one verbose line per run\n{ctx}");
+    assert_eq!(t.skipped, skips.len() as u64, "one verbose line per skip\n{ctx}");
     let mut released = 0u64;
     let mut longest = 0u64;
     for l in &lines {
@@ -251,13 +225,12 @@ fn check_dump_against_lines(r: &Run, dir: &Path, backend: &str, interval_ms: u64
         assert_eq!(kv(l, "min_bytes"), Some(min_bytes), "{l}");
         assert!(free < min_bytes, "skipped although free_bytes >= min_bytes: {l}");
     }
-    assert_eq!(u(&t, "released_bytes"), released, "released_bytes = sum of the lines' released\n{ctx}");
-    let (p50, p99, max) =
-        (f(&t, &["duration_us", "p50"]), f(&t, &["duration_us", "p99"]), f(&t, &["duration_us", "max"]));
+    assert_eq!(t.released_bytes, released, "released_bytes = sum of the lines' released\n{ctx}");
+    let (p50, p99, max) = (t.duration_us.p50, t.duration_us.p99, t.duration_us.max);
     assert!(p50 <= p99 && p99 <= max, "duration_us not ordered\n{ctx}");
     if lines.is_empty() {
         assert_eq!(max, 0.0, "{ctx}");
-        assert_eq!(u(&t, "last_unix_ms"), 0, "no run yet: last_unix_ms 0\n{ctx}");
+        assert_eq!(t.last_unix_ms, 0, "no run yet: last_unix_ms 0\n{ctx}");
     } else {
         // The lines print whole microseconds; the dump keeps ns precision.
         assert!(
@@ -266,7 +239,7 @@ fn check_dump_against_lines(r: &Run, dir: &Path, backend: &str, interval_ms: u64
         );
         let now_ms =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
-        let last = u(&t, "last_unix_ms");
+        let last = t.last_unix_ms;
         assert!(
             last <= now_ms && last + 120_000 > now_ms,
             "last_unix_ms {last} not in the last 2 minutes\n{ctx}"
@@ -354,11 +327,11 @@ fn periodic_falls(backend: &str) {
         r.report()
     );
     let t = check_dump_against_lines(&r, &dir, backend, 500, DEFAULT_MIN_BYTES);
-    assert!(u(&t, "runs") >= 1, "{t}");
+    assert!(t.runs >= 1, "{t:?}");
     assert!(
-        u(&t, "released_bytes") >= after / 2,
-        "released_bytes {} for a fall from {after}: {t}",
-        u(&t, "released_bytes")
+        t.released_bytes >= after / 2,
+        "released_bytes {} for a fall from {after}: {t:?}",
+        t.released_bytes
     );
     eprintln!(
         "{backend}: after frees {:.1} MiB, lowest within 3 s {:.1} MiB ({:.1}%), final {}; runs={} skipped={} released={:.1} MiB duration_us max={}",
@@ -366,10 +339,10 @@ fn periodic_falls(backend: &str) {
         low as f64 / MIB as f64,
         100.0 * ratio(low, after),
         r.mib("rss_final_bytes"),
-        t["runs"],
-        t["skipped"],
-        u(&t, "released_bytes") as f64 / MIB as f64,
-        t["duration_us"]["max"]
+        t.runs,
+        t.skipped,
+        t.released_bytes as f64 / MIB as f64,
+        t.duration_us.max
     );
 }
 
@@ -408,19 +381,15 @@ fn periodic_trim_jemalloc() {
             base.report()
         );
         let t = check_dump_against_lines(&r, &dir, "jemalloc", 500, DEFAULT_MIN_BYTES);
-        assert!(
-            u(&t, "runs") + u(&t, "skipped") >= 4,
-            "the worker did not come by every 500 ms: {t}\n{}",
-            r.report()
-        );
+        assert!(t.runs + t.skipped >= 4, "the worker did not come by every 500 ms: {t:?}\n{}", r.report());
         eprintln!(
             "jemalloc ({release}): after frees {}, final {} (direct libjemalloc.so.2: {} -> {}); runs={} skipped={}",
             r.mib("rss_after_free_bytes"),
             r.mib("rss_final_bytes"),
             base.mib("rss_after_free_bytes"),
             base.mib("rss_final_bytes"),
-            t["runs"],
-            t["skipped"]
+            t.runs,
+            t.skipped
         );
     }
 }
@@ -444,7 +413,7 @@ fn trim_off_keeps_memory_glibc() {
         r.report()
     );
     let t = check_dump_against_lines(&r, &dir, "glibc", 0, DEFAULT_MIN_BYTES);
-    assert_eq!((u(&t, "runs"), u(&t, "skipped")), (0, 0), "{t}");
+    assert_eq!((t.runs, t.skipped), (0, 0), "{t:?}");
     eprintln!(
         "glibc, trim off: after frees {}, lowest {:.1} MiB",
         r.mib("rss_after_free_bytes"),
@@ -465,10 +434,10 @@ fn skip_threshold_little_free_memory() {
             &format!("fragment --mib 16 under {backend}"),
         );
         let t = check_dump_against_lines(&r, &dir, backend, 200, DEFAULT_MIN_BYTES);
-        assert_eq!(u(&t, "runs"), 0, "{backend}: a trim ran with little free memory: {t}\n{}", r.report());
-        assert!(u(&t, "skipped") >= 3, "{backend}: the dump does not count the skips: {t}\n{}", r.report());
-        assert_eq!(u(&t, "released_bytes"), 0, "{t}");
-        eprintln!("{backend}, 16 MiB: runs=0 skipped={} ({})", t["skipped"], r.skip_lines()[0]);
+        assert_eq!(t.runs, 0, "{backend}: a trim ran with little free memory: {t:?}\n{}", r.report());
+        assert!(t.skipped >= 3, "{backend}: the dump does not count the skips: {t:?}\n{}", r.report());
+        assert_eq!(t.released_bytes, 0, "{t:?}");
+        eprintln!("{backend}, 16 MiB: runs=0 skipped={} ({})", t.skipped, r.skip_lines()[0]);
     }
 }
 
@@ -487,8 +456,8 @@ fn skip_threshold_above_free_memory_glibc() {
         r.report()
     );
     let t = check_dump_against_lines(&r, &dir, "glibc", 500, 1 << 30);
-    assert_eq!(u(&t, "runs"), 0, "{t}");
-    assert!(u(&t, "skipped") >= 3, "{t}");
+    assert_eq!(t.runs, 0, "{t:?}");
+    assert!(t.skipped >= 3, "{t:?}");
     let free = r.skip_lines().iter().filter_map(|l| kv(l, "free_bytes")).max().unwrap_or(0);
     assert!(
         free >= 150 * MIB,
@@ -500,16 +469,16 @@ fn skip_threshold_above_free_memory_glibc() {
     let env0 = [("MALLOCSHIM_TRIM_INTERVAL_MS", "500"), ("MALLOCSHIM_TRIM_MIN_BYTES", "0")];
     let r0 = run(shimmed("glibc", &dir0, &env0), &["--watch-ms", "2500"], "fragment, MIN_BYTES=0");
     let t0 = check_dump_against_lines(&r0, &dir0, "glibc", 500, 0);
-    assert_eq!(u(&t0, "skipped"), 0, "MIN_BYTES=0 never skips: {t0}");
-    assert!(u(&t0, "runs") >= 3, "{t0}");
+    assert_eq!(t0.skipped, 0, "MIN_BYTES=0 never skips: {t0:?}");
+    assert!(t0.runs >= 3, "{t0:?}");
     assert!(r0.min_until(2500) as f64 <= 0.25 * r0.after_frees() as f64, "{}", r0.report());
     eprintln!(
         "glibc, MIN_BYTES=1 GiB: lowest {:.1} MiB of {} (skipped={}, free_bytes up to {:.1} MiB); MIN_BYTES=0: runs={}",
         r.min_all() as f64 / MIB as f64,
         r.mib("rss_after_free_bytes"),
-        t["skipped"],
+        t.skipped,
         free as f64 / MIB as f64,
-        t0["runs"]
+        t0.runs
     );
 }
 
@@ -572,13 +541,8 @@ fn memlog_csv() {
     assert!(peak >= 200 * MIB, "memlog never saw the 256 MiB\n{text}");
     assert!((last[1] as f64) <= 0.25 * peak as f64, "memlog's last RSS is not after the trim\n{text}");
     let t = check_dump_against_lines(&r, &dir, "glibc", 1500, DEFAULT_MIN_BYTES);
-    assert!(
-        last[6] >= 1 && last[6] <= u(&t, "runs"),
-        "trims column {} vs dump runs {}\n{text}",
-        last[6],
-        t["runs"]
-    );
-    assert!(last[7] > 0 && last[7] <= u(&t, "released_bytes"), "released column vs dump\n{text}");
+    assert!(last[6] >= 1 && last[6] <= t.runs, "trims column {} vs dump runs {}\n{text}", last[6], t.runs);
+    assert!(last[7] > 0 && last[7] <= t.released_bytes, "released column vs dump\n{text}");
     eprintln!(
         "memlog: {} lines in {elapsed_ms} ms, peak rss {:.1} MiB, last {:.1} MiB, trims {}",
         rows.len(),
@@ -611,18 +575,14 @@ fn forked_child(backend: &str) {
     );
     let child = r.num("pid");
     let t = dump_trim(&dir, child);
-    assert!(
-        u(&t, "runs") >= 1 && u(&t, "released_bytes") >= after / 2,
-        "{backend}: child's dump: {t}\n{}",
-        r.report()
-    );
-    assert_eq!(u(&t, "interval_ms"), 500, "{t}");
+    assert!(t.runs >= 1 && t.released_bytes >= after / 2, "{backend}: child's dump: {t:?}\n{}", r.report());
+    assert_eq!(t.interval_ms, 500, "{t:?}");
     eprintln!(
         "{backend} fork child: after frees {:.1} MiB, lowest within 3 s {:.1} MiB; child's dump runs={} released={:.1} MiB",
         after as f64 / MIB as f64,
         low as f64 / MIB as f64,
-        t["runs"],
-        u(&t, "released_bytes") as f64 / MIB as f64
+        t.runs,
+        t.released_bytes as f64 / MIB as f64
     );
 }
 
@@ -653,7 +613,7 @@ fn trim_api() {
         let (before, after, rel) =
             (r.num("api_rss_before_bytes"), r.num("api_rss_after_bytes"), r.num("api_released_bytes"));
         assert_eq!(rel, before.saturating_sub(after), "{}", r.report());
-        assert!(before >= 20 * MIB && before < 1 << 40, "rss_before {before}\n{}", r.report());
+        assert!((20 * MIB..1 << 40).contains(&before), "rss_before {before}\n{}", r.report());
         assert!(r.num("api_duration_ns") > 0 && r.num("api_duration_ns") < 60_000_000_000, "{}", r.report());
         if backend != "jemalloc" {
             assert!(
@@ -663,8 +623,8 @@ fn trim_api() {
             );
         }
         let t = check_dump_against_lines(&r, &dir, backend, 0, DEFAULT_MIN_BYTES);
-        assert_eq!(u(&t, "runs"), 2, "two API calls, two runs: {t}");
-        assert_eq!(u(&t, "skipped"), 0, "{t}");
+        assert_eq!(t.runs, 2, "two API calls, two runs: {t:?}");
+        assert_eq!(t.skipped, 0, "{t:?}");
         eprintln!(
             "{backend}: mallocshim_trim {:.1} -> {:.1} MiB in {} us",
             before as f64 / MIB as f64,

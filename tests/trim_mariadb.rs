@@ -12,21 +12,23 @@
 
 mod common;
 
-use serde_json::Value;
+use mallocshim_format::{Dump, Trim};
 use std::collections::HashMap;
 use std::process::Command;
 
 #[test]
 fn fulltext_rss_trim_on_vs_off_glibc() {
-    for prog in
-        ["bash", "flock", "python3", "mariadbd", "mariadb-install-db", "mariadb-admin", "mariadb", "sysbench"]
-    {
+    for prog in ["bash", "flock", "mariadbd", "mariadb-install-db", "mariadb-admin", "mariadb", "sysbench"] {
         common::require(prog);
     }
     let so = common::shim();
     let script = common::root().join("scripts/fulltext-check.sh");
     let mut cmd = Command::new("bash");
-    cmd.arg(&script).args(["off", "on"]).env("MALLOCSHIM_SO", &so).env_remove("LD_PRELOAD");
+    cmd.arg(&script)
+        .args(["off", "on"])
+        .env("MALLOCSHIM_SO", &so)
+        .env("MALLOCSHIM_CLI", common::cli_bin())
+        .env_remove("LD_PRELOAD");
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("FT_") {
             cmd.env_remove(k);
@@ -60,22 +62,21 @@ fn fulltext_rss_trim_on_vs_off_glibc() {
     }
     assert!(out.status.success() && get("ok") == "1", "the script reported a failed check\n{report}");
 
-    let dump = |c: &str| -> Value {
-        serde_json::from_str(get(&format!("dump_trim_{c}")))
-            .unwrap_or_else(|e| panic!("dump_trim_{c}: {e}\n{report}"))
+    let dump = |c: &str| -> Trim {
+        Dump::parse(get(&format!("dump_{c}"))).unwrap_or_else(|e| panic!("dump_{c}: {e}\n{report}")).trim
     };
     let off = dump("off");
-    assert_eq!(off["interval_ms"].as_u64(), Some(0), "{off}\n{report}");
-    assert_eq!(off["runs"].as_u64(), Some(0), "trimming off, yet runs: {off}\n{report}");
+    assert_eq!(Some(off.interval_ms), Some(0), "{off:?}\n{report}");
+    assert_eq!(Some(off.runs), Some(0), "trimming off, yet runs: {off:?}\n{report}");
     assert_eq!(num("trim_lines_off"), 0, "{report}");
     let on = dump("on");
-    assert_eq!(on["interval_ms"].as_u64(), Some(1000), "{on}\n{report}");
-    let runs = on["runs"].as_u64().unwrap_or(0);
-    assert!(runs >= 1, "trimming on, yet no run: {on}\n{report}");
-    assert_eq!(runs, num("trim_lines_on"), "one verbose line per run: {on}\n{report}");
-    assert_eq!(on["skipped"].as_u64(), Some(num("skip_lines_on")), "{on}\n{report}");
-    assert_eq!(on["released_bytes"].as_u64(), Some(num("trim_released_lines_on")), "{on}\n{report}");
-    assert!(num("trim_released_lines_on") > 0, "no trim released anything: {on}\n{report}");
+    assert_eq!(Some(on.interval_ms), Some(1000), "{on:?}\n{report}");
+    let runs = on.runs;
+    assert!(runs >= 1, "trimming on, yet no run: {on:?}\n{report}");
+    assert_eq!(runs, num("trim_lines_on"), "one verbose line per run: {on:?}\n{report}");
+    assert_eq!(Some(on.skipped), Some(num("skip_lines_on")), "{on:?}\n{report}");
+    assert_eq!(Some(on.released_bytes), Some(num("trim_released_lines_on")), "{on:?}\n{report}");
+    assert!(num("trim_released_lines_on") > 0, "no trim released anything: {on:?}\n{report}");
 
     let (fin_off, fin_on) = (num("rss_final_off"), num("rss_final_on"));
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
@@ -95,9 +96,9 @@ fn fulltext_rss_trim_on_vs_off_glibc() {
         100.0 * fin_on as f64 / fin_off as f64,
         get("qps_on"),
         runs,
-        on["skipped"],
-        mib(on["released_bytes"].as_u64().unwrap_or(0)),
-        on["duration_us"]["p50"],
-        on["duration_us"]["max"]
+        on.skipped,
+        mib(on.released_bytes),
+        on.duration_us.p50,
+        on.duration_us.max
     );
 }

@@ -177,17 +177,17 @@ pub fn snapshot() -> Snapshot {
     slots::for_each(|s, live| {
         let tid = s.tid.load(Relaxed);
         let mut ops = Vec::with_capacity(OPS);
-        for o in 0..OPS {
+        for (o, cls) in classes.iter_mut().enumerate() {
             let mut row = OpRow {
                 latency: Latency::from_atomics(&s.hist[o], s.max[o].load(Relaxed), npt),
                 ..OpRow::default()
             };
-            for c in 0..CLASSES {
-                let (n, b) = (s.tally[o][c].count.load(Relaxed), s.tally[o][c].bytes.load(Relaxed));
+            for (cell, t) in cls.iter_mut().zip(&s.tally[o]) {
+                let (n, b) = (t.count.load(Relaxed), t.bytes.load(Relaxed));
                 row.count += n;
                 row.bytes += b;
-                classes[o][c].count += n;
-                classes[o][c].bytes += b;
+                cell.count += n;
+                cell.bytes += b;
             }
             ops.push(row);
         }

@@ -59,7 +59,7 @@ pub fn render(s: &Snapshot) -> String {
         }
     }
     let mut ts: Vec<_> = s.threads.iter().map(|t| (thread_total(t), t)).collect();
-    ts.sort_by(|a, b| b.0 .0.cmp(&a.0 .0));
+    ts.sort_by_key(|t| core::cmp::Reverse(t.0 .0));
     let _ = writeln!(
         o,
         "\ntop threads by calls:\n{:>8} {:<16} {:<7} {:>12} {:>9} {:>9}",

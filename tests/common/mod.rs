@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, OnceLock};
 
-/// The three backends, in the order the tests and the README use.
-pub const BACKENDS: [&str; 3] = ["glibc", "jemalloc", "tcmalloc"];
+/// The backends, in the order the tests and the README use (the format crate's list).
+#[allow(unused_imports)] // not every test binary uses it
+pub use mallocshim_format::BACKENDS;
 
 /// The profiling settings every change is tested under, as (name, environment): profiling on
 /// (the default), off, and every call timed. With [`BACKENDS`], the test matrix.
@@ -164,18 +165,19 @@ pub fn describe(o: &Output) -> String {
     format!("status {:?}\n--- stdout\n{}\n--- stderr\n{}", o.status, stdout(o), stderr(o))
 }
 
-/// Builds the report tool (`examples/report.rs`) once per test binary and returns its path.
-pub fn report_bin() -> PathBuf {
+/// Builds the `mallocshim` command (crates/mallocshim-cli) once per test binary and returns its
+/// path (target/release/mallocshim, beside the shim it finds there).
+pub fn cli_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let st = Command::new(cargo)
-            .args(["build", "--release", "--example", "report", "--quiet"])
+            .args(["build", "--release", "-p", "mallocshim-cli", "--quiet"])
             .current_dir(root())
             .status()
-            .expect("run cargo build --release --example report");
-        assert!(st.success(), "cargo build --release --example report failed");
-        let bin = target_dir().join("release/examples/report");
+            .expect("run cargo build --release -p mallocshim-cli");
+        assert!(st.success(), "cargo build --release -p mallocshim-cli failed");
+        let bin = target_dir().join("release/mallocshim");
         assert!(bin.exists(), "{} missing after build", bin.display());
         bin
     })

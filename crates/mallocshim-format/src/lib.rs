@@ -1,2 +1,32 @@
-//! The dump and memlog formats of mallocshim: one typed schema shared by the writer (the shim)
-//! and every reader (the command-line tool, the comparison runner, tests, benches).
+//! The file formats of mallocshim, typed: one schema shared by the writer (the shim,
+//! `libmallocshim.so`) and every reader (the `mallocshim` command, the comparison runner, the
+//! tests and benches). Nothing else in the project spells a field name, an op or a size class.
+//!
+//! - [`dump`]: the JSON dump `mallocshim.<pid>.<seq>.json` ([`Dump`], [`FORMAT`], [`VERSION`]),
+//!   reading with format and version checks, and the dump files of a process ([`newest_dump`]);
+//! - [`memlog`]: the memory time series CSV (`MALLOCSHIM_MEMLOG`), its header and rows;
+//! - [`classes`]: the size classes (bounds, labels) and the ops and entry points they count;
+//! - [`BACKENDS`]: the backend names `MALLOCSHIM_BACKEND` accepts and dumps carry.
+//!
+//! Compatibility: fields may be added to every object (a reader ignores what it does not know;
+//! fields a newer writer adds are `#[serde(default)]` here, so older dumps still read); the
+//! names and meanings documented in docs/dump-format.md stay. A change that breaks that bumps
+//! [`VERSION`].
+//!
+//! This crate must stay cheap for the shim, which links it: serde derive and serde_json only,
+//! no I/O on its own but the reading functions, no global state.
+
+pub mod classes;
+pub mod dump;
+pub mod memlog;
+
+pub use classes::{ENTRY_NAMES, OP_NAMES};
+pub use dump::{
+    dump_file_name, dumps_of, newest_dump, ClassRow, Dump, DurationUs, Memory, ParseError, ReadError,
+    ThreadOp, ThreadRow, Total, Trim, FORMAT, VERSION,
+};
+pub use memlog::MemRow;
+
+/// The backends, as `MALLOCSHIM_BACKEND` names them and dumps carry them in `backend`; the first
+/// is the default.
+pub const BACKENDS: [&str; 3] = ["glibc", "jemalloc", "tcmalloc"];

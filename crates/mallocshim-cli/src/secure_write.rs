@@ -1,5 +1,4 @@
-//! Safe creation of the files the comparison runner (this directory) and the report tool
-//! (examples/report.rs includes this file with `#[path]`) write: plots, cells.csv, report.md,
+//! Safe creation of the files the `mallocshim` command writes (`plot`, `compare`): plots, cells.csv, report.md,
 //! logs, memlogs, generated lua scripts and moved dumps. Every file is created mode 0600 with
 //! O_CREAT|O_EXCL|O_NOFOLLOW, so a symlink planted at a predictable name (in /tmp or any shared
 //! directory) is never followed. A destination that already exists is replaced only when it is a
@@ -10,7 +9,6 @@
 //! over it (renameat2 RENAME_NOREPLACE when the destination is absent, so a symlink planted in
 //! between is refused too). [`create`] opens a file that is written as it goes (cells.csv, logs).
 //! [`move_into`] moves a finished file (a dump, a memlog) to its place under the same rules.
-#![allow(dead_code)] // each includer uses its own part
 
 use std::fmt;
 use std::fs::{File, OpenOptions};

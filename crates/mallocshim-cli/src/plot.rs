@@ -1,18 +1,12 @@
-//! Line charts (PNG or SVG, chosen by the output file's extension) and the memlog CSV reader,
-//! shared by the comparison runner (this directory) and the report tool (examples/report.rs
-//! includes this file with `#[path]`). Pure Rust: plotters draws, text goes through ab_glyph with
+//! Line charts (PNG or SVG, chosen by the output file's extension), shared by `mallocshim plot`
+//! and the comparison runner (memlog rows come from the format crate). Pure Rust: plotters draws, text goes through ab_glyph with
 //! a TrueType font read at run time (DejaVu Sans from Debian's fonts-dejavu-core, or the file in
 //! `MALLOCSHIM_FONT`). Images are drawn in memory (the png crate encodes the bitmap) and written
-//! through secure_write.rs, which both includers declare beside this module.
-#![allow(dead_code)] // each includer uses its own part
+//! through secure_write.rs.
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::Path;
-
-/// The memlog CSV header (the shim's `MALLOCSHIM_MEMLOG`, and the runner's own /proc sampler).
-pub const MEMLOG_HEADER: &str =
-    "unix_ms,rss_bytes,vsz_bytes,backend_allocated_bytes,backend_resident_bytes,backend_free_bytes,trims,released_bytes";
 
 /// Font files tried in order when `MALLOCSHIM_FONT` is not set.
 const FONT_PATHS: [&str; 4] = [
@@ -22,66 +16,7 @@ const FONT_PATHS: [&str; 4] = [
     "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
 ];
 
-/// One memlog line; the backend columns are `None` where the file leaves them empty (the
-/// runner's own sampler in direct-preload mode).
-#[derive(Clone, Debug, PartialEq)]
-pub struct MemRow {
-    pub unix_ms: u64,
-    pub rss_bytes: u64,
-    pub vsz_bytes: u64,
-    pub backend_allocated_bytes: Option<u64>,
-    pub backend_resident_bytes: Option<u64>,
-    pub backend_free_bytes: Option<u64>,
-}
-
-/// Reads a memlog CSV: the header line, then one line of integers per interval. A last line
-/// without its newline (the writer was killed mid-line) is ignored.
-pub fn read_memlog(path: &Path) -> Result<Vec<MemRow>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let complete = match text.rfind('\n') {
-        Some(i) => &text[..=i],
-        None => "",
-    };
-    let mut lines = complete.lines();
-    match lines.next() {
-        Some(h) if h.trim() == MEMLOG_HEADER => {}
-        Some(h) => {
-            return Err(format!(
-                "{}: not a memlog CSV: header is {h:?}, expected {MEMLOG_HEADER:?}",
-                path.display()
-            ))
-        }
-        None => {
-            return Err(format!(
-                "{}: empty file, expected the memlog header {MEMLOG_HEADER:?}",
-                path.display()
-            ))
-        }
-    }
-    let mut rows = Vec::new();
-    for (i, line) in lines.enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let f: Vec<&str> = line.split(',').map(str::trim).collect();
-        let bad = || format!("{}: line {}: expected 8 integer fields, got {line:?}", path.display(), i + 2);
-        if f.len() != 8 {
-            return Err(bad());
-        }
-        let req = |s: &str| s.parse::<u64>().map_err(|_| bad());
-        let opt =
-            |s: &str| if s.is_empty() { Ok(None) } else { s.parse::<u64>().map(Some).map_err(|_| bad()) };
-        rows.push(MemRow {
-            unix_ms: req(f[0])?,
-            rss_bytes: req(f[1])?,
-            vsz_bytes: req(f[2])?,
-            backend_allocated_bytes: opt(f[3])?,
-            backend_resident_bytes: opt(f[4])?,
-            backend_free_bytes: opt(f[5])?,
-        });
-    }
-    Ok(rows)
-}
+pub use mallocshim_format::MemRow;
 
 /// One line of a chart. Series with the same `color` share a colour (a backend across panels);
 /// `thin` draws a thinner line with dots (p99 next to p50, a second round).

@@ -3,10 +3,9 @@
 //! the runner's own RSS sampler (/proc/<pid>/statm into a memlog CSV, for servers without the
 //! shim, and as a fallback when the shim writes no memlog).
 
-use super::plot::MEMLOG_HEADER;
 use super::server::{Error, Res};
-use serde::Deserialize;
-use std::collections::BTreeMap;
+use mallocshim_format::memlog::HEADER as MEMLOG_HEADER;
+use mallocshim_format::Dump;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -107,7 +106,7 @@ pub struct Sampler {
 
 impl Sampler {
     pub fn start(pid: u32, path: PathBuf, interval: Duration) -> Result<Sampler, String> {
-        let mut f = super::secure_write::create(&path).map_err(|e| e.to_string())?;
+        let mut f = crate::secure_write::create(&path).map_err(|e| e.to_string())?;
         writeln!(f, "{MEMLOG_HEADER}").map_err(|e| e.to_string())?;
         let stop = Arc::new(AtomicBool::new(false));
         let s2 = stop.clone();
@@ -136,67 +135,15 @@ impl Drop for Sampler {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// The shim's JSON dump (src/report/json.rs), the parts the report uses.
-
-#[derive(Deserialize, Debug, Clone)]
-pub struct Dump {
-    pub backend: String,
-    pub totals: BTreeMap<String, Total>,
-    pub size_classes: Vec<ClassRow>,
-    pub memory: Memory,
-}
-
-#[derive(Deserialize, Debug, Clone, Copy, Default)]
-pub struct Total {
-    pub count: u64,
-}
-
-#[derive(Deserialize, Debug, Clone)]
-pub struct ClassRow {
-    pub op: String,
-    pub min_bytes: u64,
-    pub max_bytes: Option<u64>,
-    pub count: u64,
-    pub sampled: u64,
-    pub p50_ns: u64,
-    pub p99_ns: u64,
-}
-
-#[derive(Deserialize, Debug, Clone, Copy)]
-pub struct Memory {
-    pub backend_allocated_bytes: u64,
-}
-
-impl Dump {
-    pub fn count(&self, op: &str) -> u64 {
-        self.totals.get(op).map(|t| t.count).unwrap_or(0)
-    }
-    /// Allocating calls: malloc, calloc, realloc, memalign.
-    pub fn allocs(&self) -> u64 {
-        ["malloc", "calloc", "realloc", "memalign"].iter().map(|o| self.count(o)).sum()
-    }
-}
-
+/// Reads a dump through the format crate.
 pub fn read_dump(path: &Path) -> Result<Dump, String> {
-    let t = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    serde_json::from_str(&t).map_err(|e| format!("{}: not a mallocshim JSON dump: {e}", path.display()))
+    Dump::read(path).map_err(|e| e.to_string())
 }
 
-fn json_dumps(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
-        .unwrap_or_default();
-    v.retain(|p| {
-        let n = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        n.starts_with("mallocshim.") && n.ends_with(".json")
-    });
-    v
-}
-
-/// Sends SIGUSR1 to the server and waits (up to 15 s) for a new JSON dump in `dir`; moves it to
-/// `dest` and parses it.
+/// Sends SIGUSR1 to the server and waits (up to 15 s) for a new JSON dump of it in `dir`; moves
+/// it to `dest` and parses it.
 pub fn take_dump(pid: u32, dir: &Path, dest: &Path) -> Res<Dump> {
+    let json_dumps = |dir: &Path| mallocshim_format::dumps_of(dir, pid, "json").unwrap_or_default();
     let before = json_dumps(dir);
     // SAFETY: kill(2) on the server we started.
     if unsafe { libc::kill(pid as i32, libc::SIGUSR1) } != 0 {
@@ -206,7 +153,7 @@ pub fn take_dump(pid: u32, dir: &Path, dest: &Path) -> Res<Dump> {
     loop {
         let new: Vec<PathBuf> = json_dumps(dir).into_iter().filter(|p| !before.contains(p)).collect();
         if let Some(p) = new.into_iter().max() {
-            super::secure_write::move_into(&p, dest)
+            crate::secure_write::move_into(&p, dest)
                 .map_err(|e| format!("cannot move {} into place: {e}", p.display()))?;
             return Ok(read_dump(dest)?);
         }

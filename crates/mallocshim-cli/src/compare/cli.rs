@@ -2,10 +2,9 @@
 //! thread counts, paths (shim, mysqld, custom workloads, allocator libraries), tools, the output
 //! directory. Every error is one line.
 
-use clap::Parser;
 use std::path::{Path, PathBuf};
 
-pub const BACKENDS: [&str; 3] = ["glibc", "jemalloc", "tcmalloc"];
+pub use mallocshim_format::BACKENDS;
 pub const TCMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4";
 pub const JEMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
 
@@ -23,10 +22,8 @@ pub const BUILTIN: [&str; 10] = [
     "select_random_ranges",
 ];
 
-#[derive(Parser, Debug)]
+#[derive(clap::Args, Debug)]
 #[command(
-    name = "mallocshim-compare",
-    version,
     about = "Compare mysqld/mariadbd throughput, CPU and memory across allocators, under the mallocshim",
     long_about = "Starts a throwaway mariadbd (or the mysqld given with --mysqld) under libmallocshim.so once per \
 backend and round, runs sysbench workloads at each thread count, and writes into --out: cells.csv (one line per \
@@ -39,9 +36,9 @@ Ctrl-C (or SIGTERM) stops sysbench and every server this run started, keeps the 
 and writes the report from them; the exit status is then 130.\n\n\
 Exit status: 0 when every cell ran, 1 when the run failed, 2 for bad arguments (one line, nothing started), \
 130 when interrupted.",
-    after_help = "Examples:\n  mallocshim-compare --out /tmp/cmp\n  \
-mallocshim-compare --backends glibc,jemalloc --workloads oltp_point_select --threads 1,8,64 --time 60 --rounds 3 --direct --out cmp\n  \
-mallocshim-compare --mysqld /opt/mysql/bin/mysqld --mysqld-opt=--innodb-buffer-pool-size=32G --workloads my.sql --out cmp"
+    after_help = "Examples:\n  mallocshim compare --out /tmp/cmp\n  \
+mallocshim compare --backends glibc,jemalloc --workloads oltp_point_select --threads 1,8,64 --time 60 --rounds 3 --direct --out cmp\n  \
+mallocshim compare --mysqld /opt/mysql/bin/mysqld --mysqld-opt=--innodb-buffer-pool-size=32G --workloads my.sql --out cmp"
 )]
 pub struct Args {
     /// Output directory (created; must be empty or absent).
@@ -86,7 +83,9 @@ pub struct Args {
     #[arg(long)]
     pub direct: bool,
 
-    /// The shim library (default: libmallocshim.so next to this binary, i.e. target/release/).
+    /// The shim library (default: $MALLOCSHIM_LIB, else the installed
+    /// /usr/lib/x86_64-linux-gnu/libmallocshim.so, else libmallocshim.so next to this program,
+    /// i.e. target/release/ in a checkout).
     #[arg(long, value_name = "PATH")]
     pub shim: Option<PathBuf>,
 
@@ -245,18 +244,15 @@ pub fn check(args: Args) -> Result<Plan, String> {
     }
     // shim
     let shim = match &args.shim {
-        Some(p) => p.clone(),
-        None => {
-            let exe = std::env::current_exe().map_err(|e| format!("cannot find this program's path: {e}"))?;
-            exe.parent().map(|d| d.join("libmallocshim.so")).unwrap_or_default()
+        Some(p) if !p.is_file() => {
+            return Err(format!(
+                "shim library {} not found (build it with `cargo build --release`, or give --shim PATH)",
+                p.display()
+            ))
         }
+        Some(p) => p.clone(),
+        None => crate::shim_lib::find()?,
     };
-    if !shim.is_file() {
-        return Err(format!(
-            "shim library {} not found (build it with `cargo build --release`, or give --shim PATH)",
-            shim.display()
-        ));
-    }
     let shim = shim.canonicalize().map_err(|e| format!("{}: {e}", shim.display()))?;
     // server
     let mysqld = match &args.mysqld {

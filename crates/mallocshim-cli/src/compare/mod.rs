@@ -1,20 +1,18 @@
-//! `mallocshim-compare`: the allocator comparison runner. For each round and each configuration
+//! `mallocshim compare`: the allocator comparison runner. For each round and each configuration
 //! (a backend under the shim, or preloaded directly with --direct) it starts a throwaway
 //! mariadbd/mysqld, runs every sysbench workload at every thread count, and records one CSV line
-//! per cell as it ends; then writes the Markdown report and the plots. Module files beside this
-//! one: cli (flags and checks), server (processes, datadir, lock), measure (sysbench, /proc,
-//! dumps, RSS sampler), results (CSV, report, plots), plot (charts; shared with
-//! examples/report.rs), secure_write (every file it writes: new, 0600, never through a
-//! symlink). It never links the shim: the crate's lib is a cdylib exporting malloc.
+//! per cell as it ends; then writes the Markdown report and the plots. Modules: cli (flags and
+//! checks), server (processes, datadir, lock), measure (sysbench, /proc, dumps, RSS sampler),
+//! results (CSV, report, plots); beside them in the crate, plot (charts, shared with
+//! `mallocshim plot`) and secure_write (every file it writes: new, 0600, never through a
+//! symlink). It never links the shim: the shim is a cdylib exporting malloc.
 
-mod cli;
+pub mod cli;
 mod measure;
-mod plot;
 mod results;
-mod secure_write;
 mod server;
 
-use clap::Parser;
+use crate::secure_write;
 use cli::{Config, Plan, Workload};
 use results::{Cell, RunInfo, ServerRun};
 use server::{Error, Instance, Res, INTERRUPTED};
@@ -24,7 +22,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 fn say(msg: &str) {
-    eprintln!("mallocshim-compare: {msg}");
+    eprintln!("mallocshim compare: {msg}");
 }
 
 /// Rounded to 3 decimals, as written to cells.csv, so the report computes from the CSV's values.
@@ -280,7 +278,7 @@ fn server_run(
     // The shim's memlog when it wrote one; otherwise the runner's /proc sampling.
     if cfg.direct {
         run.memlog_source = "runner (/proc/PID/statm)".into();
-    } else if plot::read_memlog(&memlog).map(|r| !r.is_empty()).unwrap_or(false) {
+    } else if mallocshim_format::memlog::read(&memlog).map(|r| !r.is_empty()).unwrap_or(false) {
         run.memlog_source = "shim (MALLOCSHIM_MEMLOG)".into();
         let _ = std::fs::remove_file(&proc_memlog);
     } else {
@@ -336,21 +334,8 @@ fn create_private_dir(dir: &Path) -> Result<(), String> {
     })
 }
 
-fn main() -> ExitCode {
-    let args = match cli::Args::try_parse() {
-        Ok(a) => a,
-        Err(e) => {
-            use clap::error::ErrorKind;
-            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-                let _ = e.print();
-                return ExitCode::SUCCESS;
-            }
-            let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or("bad arguments").trim_start_matches("error: ");
-            say(&format!("{first} (see --help)"));
-            return ExitCode::from(2);
-        }
-    };
+/// Runs `mallocshim compare` with its parsed arguments; the exit status as documented in --help.
+pub fn main(args: cli::Args) -> ExitCode {
     let cmdline: Vec<String> = std::env::args().collect();
     let plan = match cli::check(args) {
         Ok(p) => p,
@@ -369,7 +354,7 @@ fn main() -> ExitCode {
     if let Err(e) = ctrlc::set_handler(|| {
         INTERRUPTED.store(true, Ordering::SeqCst);
         eprintln!(
-            "mallocshim-compare: interrupted: stopping sysbench and the server, keeping the finished cells"
+            "mallocshim compare: interrupted: stopping sysbench and the server, keeping the finished cells"
         );
     }) {
         say(&format!("cannot install the Ctrl-C handler: {e}"));

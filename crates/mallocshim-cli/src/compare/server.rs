@@ -111,7 +111,7 @@ pub fn take_lock() -> Res<File> {
     if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } == 0 {
         return Ok(f);
     }
-    eprintln!("mallocshim-compare: waiting for {LOCK} (another MariaDB test or run holds it)");
+    eprintln!("mallocshim compare: waiting for {LOCK} (another MariaDB test or run holds it)");
     // A blocking flock queues us like `flock(1)` waiters (polling with LOCK_NB would lose every
     // hand-over to them); it runs on its own thread so Ctrl-C still ends the wait at once.
     let (tx, rx) = std::sync::mpsc::channel();
@@ -252,7 +252,7 @@ impl Instance {
             )));
         }
         eprintln!(
-            "mallocshim-compare: datadir {} created in {:.1} s",
+            "mallocshim compare: datadir {} created in {:.1} s",
             datadir.display(),
             t0.elapsed().as_secs_f64()
         );
@@ -273,7 +273,7 @@ impl Instance {
         let child = c.spawn().map_err(|e| format!("cannot start {}: {e}", self.tools.mysqld.display()))?;
         let mut srv = Server { child: Some(child), pid: 0, errlog };
         srv.pid = srv.child.as_ref().map(|c| c.id()).unwrap_or(0);
-        eprintln!("mallocshim-compare: server pid {} datadir {} ({label})", srv.pid, self.datadir.display());
+        eprintln!("mallocshim compare: server pid {} datadir {} ({label})", srv.pid, self.datadir.display());
         let t0 = Instant::now();
         loop {
             if self.ping() {
@@ -409,9 +409,9 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         if self.child.is_some() {
-            eprintln!("mallocshim-compare: stopping server pid {}", self.pid);
+            eprintln!("mallocshim compare: stopping server pid {}", self.pid);
             if let Err(e) = self.stop(Duration::from_secs(30)) {
-                eprintln!("mallocshim-compare: {e}");
+                eprintln!("mallocshim compare: {e}");
             }
         }
     }

@@ -1,0 +1,135 @@
+//! `mallocshim diff`: two JSON dumps A and B side by side — per op and size class, calls and
+//! p50/p99 of each and the ratios B/A; memory of each. Reads through the format crate.
+
+use crate::table::{describe, heading, mib, opt, pct, ratio, Align, Format, Table};
+use mallocshim_format::classes::{op_rank, range_label};
+use mallocshim_format::{ClassRow, Dump};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args, Debug)]
+#[command(
+    about = "Compare two mallocshim JSON dumps side by side (ratios B/A)",
+    long_about = "Compare two mallocshim JSON dumps A and B: per op and size class, calls and \
+                  p50/p99 latency (ns) of each side and the ratios B/A (above 1.00: B is slower); \
+                  then memory (MiB) of each. A row present in only one dump shows \"-\" for the \
+                  other side; a row without samples shows \"-\" for its percentiles. Latencies are \
+                  sampled (1 call in sample_every): a ratio from few samples is noisy.\n\n\
+                  Exit status: 0 on success, 2 on any error (one line, prefixed \"mallocshim diff:\").",
+    after_help = "Example:\n  mallocshim diff glibc.json jemalloc.json --labels glibc,jemalloc"
+)]
+pub struct Args {
+    /// Dump A (the baseline).
+    #[arg(value_name = "A.json")]
+    pub a: PathBuf,
+    /// Dump B (compared against A).
+    #[arg(value_name = "B.json")]
+    pub b: PathBuf,
+    /// Names for A and B in the column headers, as "A,B" (default "<backend>:<pid>" of each).
+    #[arg(long, value_name = "A,B")]
+    pub labels: Option<String>,
+    /// Output format: aligned plain-text columns, or GitHub-flavoured Markdown tables.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
+fn rank(op: &str) -> (usize, String) {
+    let (i, s) = op_rank(op);
+    (i, s.to_string())
+}
+
+pub fn run(args: &Args) -> Result<String, String> {
+    let a = Dump::read(&args.a).map_err(|e| e.to_string())?;
+    let b = Dump::read(&args.b).map_err(|e| e.to_string())?;
+    let labels = match &args.labels {
+        Some(s) => match s.split_once(',') {
+            Some((x, y)) if !x.trim().is_empty() && !y.trim().is_empty() && !y.contains(',') => {
+                (x.trim().to_string(), y.trim().to_string())
+            }
+            _ => return Err(format!("--labels wants two non-empty names \"A,B\", got {s:?}")),
+        },
+        None => (format!("{}:{}", a.backend, a.pid), format!("{}:{}", b.backend, b.pid)),
+    };
+    Ok(tables(&a, &args.a, &b, &args.b, labels, args.format))
+}
+
+fn tables(a: &Dump, pa: &Path, b: &Dump, pb: &Path, labels: (String, String), fmt: Format) -> String {
+    let (la, lb) = labels;
+    let mut o = String::new();
+    let title = format!("mallocshim dumps: A = {la}, B = {lb} (ratios B/A; above 1.00 means B is slower)");
+    match fmt {
+        Format::Text => o.push_str(&format!("{title}\n")),
+        Format::Markdown => o.push_str(&format!("## {title}\n\n")),
+    }
+    let sep = if fmt == Format::Markdown { "\n\n" } else { "\n" };
+    o.push_str(&format!("A: {} ({}){sep}", describe(a), pa.display()));
+    o.push_str(&format!("B: {} ({}){sep}", describe(b), pb.display()));
+    if a.sample_every != b.sample_every {
+        o.push_str(&format!(
+            "note: sampling differs (1 in {} against 1 in {}); percentiles are still comparable, sampled counts are not{sep}",
+            a.sample_every, b.sample_every
+        ));
+    }
+    if fmt == Format::Text {
+        o.push('\n');
+    }
+
+    type Key = ((usize, String), u64, Option<u64>);
+    let mut rows: BTreeMap<Key, (Option<&ClassRow>, Option<&ClassRow>)> = BTreeMap::new();
+    for r in &a.size_classes {
+        rows.entry((rank(&r.op), r.min_bytes, r.max_bytes)).or_default().0 = Some(r);
+    }
+    for r in &b.size_classes {
+        rows.entry((rank(&r.op), r.min_bytes, r.max_bytes)).or_default().1 = Some(r);
+    }
+    let h = |what: &str, l: &str| format!("{what} {l}");
+    let (c_a, c_b, p50a, p50b, p99a, p99b) =
+        (h("calls", &la), h("calls", &lb), h("p50", &la), h("p50", &lb), h("p99", &la), h("p99", &lb));
+    let mut t = Table::new(&[
+        ("op", Align::Left),
+        ("size", Align::Right),
+        (&c_a, Align::Right),
+        (&c_b, Align::Right),
+        (&p50a, Align::Right),
+        (&p50b, Align::Right),
+        ("p50 B/A", Align::Right),
+        (&p99a, Align::Right),
+        (&p99b, Align::Right),
+        ("p99 B/A", Align::Right),
+    ]);
+    for (((_, op), min, max), (ra, rb)) in &rows {
+        let p50 = |r: Option<&ClassRow>| r.map(|r| (r.sampled, r.p50_ns));
+        let p99 = |r: Option<&ClassRow>| r.map(|r| (r.sampled, r.p99_ns));
+        t.row(vec![
+            op.clone(),
+            range_label(*min, *max),
+            opt(ra.map(|r| r.count)),
+            opt(rb.map(|r| r.count)),
+            opt(ra.map(|r| pct(r.sampled, r.p50_ns))),
+            opt(rb.map(|r| pct(r.sampled, r.p50_ns))),
+            ratio(p50(*ra), p50(*rb)),
+            opt(ra.map(|r| pct(r.sampled, r.p99_ns))),
+            opt(rb.map(|r| pct(r.sampled, r.p99_ns))),
+            ratio(p99(*ra), p99(*rb)),
+        ]);
+    }
+    heading(fmt, "calls and latency (ns) by op and size class", &mut o);
+    t.render(fmt, &mut o);
+
+    o.push('\n');
+    heading(fmt, "memory (MiB)", &mut o);
+    let mut t =
+        Table::new(&[("", Align::Left), (&la, Align::Right), (&lb, Align::Right), ("B/A", Align::Right)]);
+    let (ma, mb) = (&a.memory, &b.memory);
+    for (name, x, y) in [
+        ("rss", ma.rss_bytes, mb.rss_bytes),
+        ("vsz", ma.vsz_bytes, mb.vsz_bytes),
+        ("backend allocated", ma.backend_allocated_bytes, mb.backend_allocated_bytes),
+        ("backend resident", ma.backend_resident_bytes, mb.backend_resident_bytes),
+        ("backend free", ma.backend_free_bytes, mb.backend_free_bytes),
+    ] {
+        t.row(vec![name.into(), mib(x), mib(y), ratio(Some((1, x)), Some((1, y)))]);
+    }
+    t.render(fmt, &mut o);
+    o
+}

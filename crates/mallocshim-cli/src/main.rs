@@ -1,0 +1,137 @@
+//! `mallocshim`: the command for the files `libmallocshim.so` writes and for comparing
+//! allocators under it. Subcommands: `report` (one dump), `diff` (two dumps), `plot` (memlog
+//! CSVs), `compare` (the MariaDB comparison runner); the hidden `generate DIR` writes the man
+//! pages and shell completions. Every dump and memlog is read through the format crate
+//! (`mallocshim_format`); the command never links the shim (a cdylib exporting malloc).
+
+mod compare;
+mod diff;
+mod plot;
+mod plot_cmd;
+mod report;
+mod secure_write;
+mod shim_lib;
+mod table;
+
+use clap::{CommandFactory, Parser, Subcommand};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "mallocshim",
+    version,
+    about = "Read mallocshim's dumps and memlogs, and compare allocators under mysqld",
+    long_about = "Read the files libmallocshim.so writes (JSON dumps, memlog CSVs) and compare \
+                  allocators under mariadbd/mysqld. The shim library is found at $MALLOCSHIM_LIB, \
+                  else /usr/lib/x86_64-linux-gnu/libmallocshim.so, else next to this program.\n\n\
+                  Exit status: 0 on success, 2 on bad arguments or unreadable input (one line on \
+                  stderr, prefixed \"mallocshim <command>:\"); compare documents its own.",
+    propagate_version = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+// Parsed once per run: the size of the compare variant costs nothing worth a Box.
+#[allow(clippy::large_enum_variant)]
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    Report(report::Args),
+    Diff(diff::Args),
+    Plot(plot_cmd::Args),
+    Compare(compare::cli::Args),
+    /// Write the man pages (man1/*.1) and shell completions (bash, zsh, fish) into DIR.
+    #[command(hide = true)]
+    Generate {
+        /// Output directory (created).
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
+}
+
+/// Prints `text` to stdout; a reader that stops early (`| head`) is not an error.
+fn print(text: &str) -> Result<(), String> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r.map_err(|e| format!("cannot write output: {e}")),
+    }
+}
+
+/// Man pages for the command and each visible subcommand, and completions for three shells.
+fn generate(dir: &Path) -> Result<String, String> {
+    let err = |p: &Path, e: std::io::Error| format!("cannot write {}: {e}", p.display());
+    let man = dir.join("man1");
+    std::fs::create_dir_all(&man).map_err(|e| err(&man, e))?;
+    let mut cmd = Cli::command();
+    cmd.build();
+    let mut pages = vec![(String::from("mallocshim"), cmd.clone())];
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set() && s.get_name() != "help") {
+        let name = format!("mallocshim-{}", sub.get_name());
+        pages.push((name.clone(), sub.clone().name(name)));
+    }
+    let mut written = Vec::new();
+    for (name, c) in pages {
+        let p = man.join(format!("{name}.1"));
+        let mut buf = Vec::new();
+        clap_mangen::Man::new(c).render(&mut buf).map_err(|e| err(&p, e))?;
+        std::fs::write(&p, buf).map_err(|e| err(&p, e))?;
+        written.push(p);
+    }
+    let comp = dir.join("completions");
+    std::fs::create_dir_all(&comp).map_err(|e| err(&comp, e))?;
+    for shell in [clap_complete::Shell::Bash, clap_complete::Shell::Zsh, clap_complete::Shell::Fish] {
+        let p = clap_complete::generate_to(shell, &mut Cli::command(), "mallocshim", &comp)
+            .map_err(|e| err(&comp, e))?;
+        written.push(p);
+    }
+    Ok(written.iter().map(|p| format!("wrote {}\n", p.display())).collect())
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                let _ = e.print();
+                return ExitCode::from(2);
+            }
+            // One line, prefixed with the subcommand given (if any).
+            let sub = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or("bad arguments").trim_start_matches("error: ");
+            match sub {
+                Some(s) if Cli::command().find_subcommand(&s).is_some() => {
+                    eprintln!("mallocshim {s}: {first} (see mallocshim {s} --help)")
+                }
+                _ => eprintln!("mallocshim: {first} (see mallocshim --help)"),
+            }
+            return ExitCode::from(2);
+        }
+    };
+    let (name, res) = match &cli.cmd {
+        Cmd::Compare(_) => {
+            let Cmd::Compare(args) = cli.cmd else { unreachable!() };
+            return compare::main(args);
+        }
+        Cmd::Report(a) => ("report", report::run(a)),
+        Cmd::Diff(a) => ("diff", diff::run(a)),
+        Cmd::Plot(a) => ("plot", plot_cmd::run(a)),
+        Cmd::Generate { dir } => ("generate", generate(dir)),
+    };
+    match res.and_then(|text| print(&text)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mallocshim {name}: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! `mallocshim report`: one JSON dump (`mallocshim.<pid>.<seq>.json`) as tables — calls, bytes,
+//! sampled calls and p50/p99/max latency (ns) per op and size class; the busiest threads; memory
+//! — or as `key=value` lines (`--format kv`) or one line of JSON (`--format json`) for scripts.
+//! Reads through the format crate; never links the shim.
+
+use crate::table::{describe, heading, mib, opt, pct, Align, Format, Table};
+use mallocshim_format::classes::{op_rank, OP_NAMES};
+use mallocshim_format::{Dump, ThreadRow, Total};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args, Debug)]
+#[command(
+    about = "Print one mallocshim JSON dump as tables",
+    long_about = "Print a mallocshim JSON dump (mallocshim.<pid>.<seq>.json, written by the shim \
+                  with MALLOCSHIM_DUMP_AT_EXIT=1, MALLOCSHIM_DUMP_SIGNAL or \
+                  MALLOCSHIM_DUMP_INTERVAL_S) as tables: calls, bytes, sampled calls and \
+                  p50/p99/max latency (ns) per op and size class; the top threads by calls with \
+                  their malloc and free p50/p99; then memory (RSS and the backend's \
+                  allocated/resident/free, in MiB). Latencies are sampled (1 call in \
+                  sample_every); a row without samples shows \"-\" for its percentiles.\n\n\
+                  --format kv prints key=value lines (pid, backend, threads, calls_<op>, \
+                  bytes_<op>, the memory figures, trim_*) and --format json the dump on one line, \
+                  for scripts.\n\n\
+                  Exit status: 0 on success, 2 on any error (one line, prefixed \"mallocshim report:\").",
+    after_help = "Examples:\n  mallocshim report /tmp/mallocshim.1234.0.json\n  \
+                  mallocshim report --top 20 --format markdown dump.json\n  \
+                  mallocshim report --dir /var/tmp --pid 1234 --format kv"
+)]
+pub struct Args {
+    /// The dump to print (or give --pid, with --dir, for that process's newest dump).
+    #[arg(value_name = "DUMP.json", required_unless_present = "pid", conflicts_with = "pid")]
+    pub dump: Option<PathBuf>,
+
+    /// Print the newest JSON dump of this process in --dir.
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
+
+    /// Where --pid's dumps are (MALLOCSHIM_DUMP_DIR; default the current directory).
+    #[arg(long, value_name = "DIR", requires = "pid", default_value = ".")]
+    pub dir: PathBuf,
+
+    /// Output: aligned text, Markdown tables, key=value lines, or the dump as one JSON line.
+    #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+    pub format: ReportFormat,
+
+    /// How many threads to list, busiest (most calls) first; 0 hides the list.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub top: usize,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    /// Aligned columns for a terminal.
+    Text,
+    /// Markdown tables (pipes), for issues and pull requests.
+    Markdown,
+    /// key=value lines, one fact each, for shell scripts.
+    Kv,
+    /// The dump as one line of JSON (normalised through the schema).
+    Json,
+}
+
+/// The dump's path: the one given, or the newest of `--pid` in `--dir`.
+pub fn resolve(args: &Args) -> Result<PathBuf, String> {
+    match (&args.dump, args.pid) {
+        (Some(p), _) => Ok(p.clone()),
+        (None, Some(pid)) => mallocshim_format::newest_dump(&args.dir, pid, "json")
+            .map_err(|e| format!("cannot read {}: {e}", args.dir.display()))?
+            .ok_or_else(|| format!("no mallocshim.{pid}.*.json in {}", args.dir.display())),
+        (None, None) => Err("give a dump, or --pid".into()),
+    }
+}
+
+pub fn run(args: &Args) -> Result<String, String> {
+    let path = resolve(args)?;
+    let d = Dump::read(&path).map_err(|e| e.to_string())?;
+    Ok(match args.format {
+        ReportFormat::Text => tables(&d, &path, args.top, Format::Text),
+        ReportFormat::Markdown => tables(&d, &path, args.top, Format::Markdown),
+        ReportFormat::Kv => kv(&d, &path),
+        ReportFormat::Json => serde_json::to_string(&d).map_err(|e| e.to_string())? + "\n",
+    })
+}
+
+/// `key=value` lines: the dump's scalar facts, for scripts.
+fn kv(d: &Dump, path: &Path) -> String {
+    let mut o = String::new();
+    let mut put = |k: &str, v: &dyn std::fmt::Display| {
+        let _ = writeln!(o, "{k}={v}");
+    };
+    put("file", &path.display());
+    put("pid", &d.pid);
+    put("backend", &d.backend);
+    put("unix_time_ms", &d.unix_time_ms);
+    put("uptime_s", &d.uptime_s);
+    put("sample_every", &d.sample_every);
+    put("threads", &d.threads.len());
+    put("live_threads", &d.live_threads().count());
+    put("threads_with_calls", &d.live_threads().filter(|t| t.calls() > 0).count());
+    for op in OP_NAMES {
+        put(&format!("calls_{op}"), &d.count(op));
+        put(&format!("bytes_{op}"), &d.bytes(op));
+    }
+    let m = &d.memory;
+    put("rss_bytes", &m.rss_bytes);
+    put("vsz_bytes", &m.vsz_bytes);
+    put("backend_allocated_bytes", &m.backend_allocated_bytes);
+    put("backend_resident_bytes", &m.backend_resident_bytes);
+    put("backend_free_bytes", &m.backend_free_bytes);
+    let t = &d.trim;
+    put("trim_interval_ms", &t.interval_ms);
+    put("trim_min_bytes", &t.min_bytes);
+    put("trim_runs", &t.runs);
+    put("trim_skipped", &t.skipped);
+    put("trim_released_bytes", &t.released_bytes);
+    put("trim_p50_us", &t.duration_us.p50);
+    put("trim_p99_us", &t.duration_us.p99);
+    put("trim_max_us", &t.duration_us.max);
+    put("trim_last_unix_ms", &t.last_unix_ms);
+    o
+}
+
+fn tables(d: &Dump, path: &Path, top: usize, fmt: Format) -> String {
+    let mut o = String::new();
+    let title = format!("mallocshim dump {}: {}", path.display(), describe(d));
+    match fmt {
+        Format::Text => o.push_str(&format!("{title}\n\n")),
+        Format::Markdown => o.push_str(&format!("## {title}\n\n")),
+    }
+
+    heading(fmt, "calls by op and size class (latencies in ns, from sampled calls)", &mut o);
+    let mut t = Table::new(&[
+        ("op", Align::Left),
+        ("size", Align::Right),
+        ("calls", Align::Right),
+        ("bytes", Align::Right),
+        ("sampled", Align::Right),
+        ("p50", Align::Right),
+        ("p99", Align::Right),
+        ("max", Align::Right),
+    ]);
+    for r in d.sorted_classes() {
+        t.row(vec![
+            r.op.clone(),
+            r.label(),
+            r.count.to_string(),
+            r.bytes.to_string(),
+            r.sampled.to_string(),
+            pct(r.sampled, r.p50_ns),
+            pct(r.sampled, r.p99_ns),
+            pct(r.sampled, r.max_ns),
+        ]);
+    }
+    t.render(fmt, &mut o);
+
+    let mut tot: Vec<(&String, &Total)> = d.totals.iter().collect();
+    tot.sort_by(|a, b| op_rank(a.0).cmp(&op_rank(b.0)));
+    let parts: Vec<String> =
+        tot.iter().map(|(op, t)| format!("{op} {} calls {} MiB", t.count, mib(t.bytes))).collect();
+    o.push_str(&format!("\ntotals: {}\n", if parts.is_empty() { "-".to_string() } else { parts.join(", ") }));
+
+    if top > 0 {
+        let mut ts: Vec<(u64, &ThreadRow)> = d.threads.iter().map(|t| (t.calls(), t)).collect();
+        ts.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.tid.cmp(&b.1.tid)));
+        o.push('\n');
+        heading(fmt, &format!("top {} of {} threads by calls (ns)", top.min(ts.len()), ts.len()), &mut o);
+        let mut t = Table::new(&[
+            ("tid", Align::Right),
+            ("name", Align::Left),
+            ("state", Align::Left),
+            ("calls", Align::Right),
+            ("malloc p50", Align::Right),
+            ("malloc p99", Align::Right),
+            ("free p50", Align::Right),
+            ("free p99", Align::Right),
+        ]);
+        for (calls, th) in ts.into_iter().take(top) {
+            let m = th.ops.get("malloc");
+            let f = th.ops.get("free");
+            t.row(vec![
+                th.tid.to_string(),
+                if th.name.is_empty() { "-".into() } else { th.name.clone() },
+                th.state.clone(),
+                calls.to_string(),
+                opt(m.map(|x| pct(x.sampled, x.p50_ns))),
+                opt(m.map(|x| pct(x.sampled, x.p99_ns))),
+                opt(f.map(|x| pct(x.sampled, x.p50_ns))),
+                opt(f.map(|x| pct(x.sampled, x.p99_ns))),
+            ]);
+        }
+        t.render(fmt, &mut o);
+    }
+
+    o.push('\n');
+    heading(fmt, "memory (MiB)", &mut o);
+    let m = &d.memory;
+    let mut t = Table::new(&[("", Align::Left), ("MiB", Align::Right)]);
+    t.row(vec!["rss".into(), mib(m.rss_bytes)]);
+    t.row(vec!["vsz".into(), mib(m.vsz_bytes)]);
+    t.row(vec![format!("{} allocated", d.backend), mib(m.backend_allocated_bytes)]);
+    t.row(vec![format!("{} resident", d.backend), mib(m.backend_resident_bytes)]);
+    t.row(vec![format!("{} free", d.backend), mib(m.backend_free_bytes)]);
+    t.render(fmt, &mut o);
+    o
+}
+
+// ---------------------------------------------------------------------------------------------
