@@ -83,10 +83,11 @@ unsafe fn next(name: &core::ffi::CStr) -> *mut c_void {
 }
 
 /// Finds glibc's introspection functions; each is optional (a missing one answers zeros).
+/// Nothing is dlopen()ed (`_lib` is unused) and nothing fails.
 ///
 /// # Safety
 /// Initialisation only (single writer before publication).
-pub unsafe fn load() -> bool {
+pub unsafe fn load(_lib: &core::ffi::CStr, _why: &mut crate::diag::LineBuf) -> bool {
     // SAFETY: single writer (caller's contract); each pointer is transmuted to the C signature
     // glibc documents for that symbol.
     unsafe {
@@ -181,7 +182,8 @@ pub unsafe fn mem_stats() -> MemStats {
     }
 }
 
-pub unsafe fn release(pad: usize) -> bool {
+/// `malloc_trim(pad)` (one release call: `_mode` is unused).
+pub unsafe fn release(pad: usize, _mode: super::Release) -> bool {
     // SAFETY: the pointer came from dlsym for this exact signature.
     real().malloc_trim.map(|f| unsafe { f(pad) } != 0).unwrap_or(false)
 }

@@ -3,7 +3,7 @@
 //! from `_RJEM_MALLOC_CONF` (not `MALLOC_CONF`). Statistics go through tikv-jemalloc-ctl's typed
 //! mallctl wrappers; the one name those refuse to write (`arena.<all>.purge`) is called raw.
 
-use super::MemStats;
+use super::{MemStats, Release};
 use core::ffi::c_void;
 use tikv_jemalloc_sys as je;
 
@@ -13,15 +13,17 @@ const PURGE_ALL: &core::ffi::CStr = c"arena.4096.purge";
 /// muzzy_decay_ms) says is due.
 const DECAY_ALL: &core::ffi::CStr = c"arena.4096.decay";
 
-/// Initialises jemalloc now (one allocation) so that a failure shows at start.
+/// Initialises jemalloc now (one allocation) so that a failure shows at start (statically
+/// linked: `_lib` is unused).
 ///
 /// # Safety
 /// Initialisation only.
-pub unsafe fn load() -> bool {
+pub unsafe fn load(_lib: &core::ffi::CStr, why: &mut crate::diag::LineBuf) -> bool {
     // SAFETY: plain jemalloc calls with valid arguments.
     unsafe {
         let p = je::malloc(16);
         if p.is_null() {
+            why.put(b"jemalloc could not allocate 16 bytes");
             return false;
         }
         je::free(p);
@@ -78,6 +80,10 @@ impl super::Raw for Jemalloc {
     const COUNTS_FREED_BYTES: bool = true;
     super::raw_forwards!();
 
+    fn thread_freed_counter() -> *mut u64 {
+        thread_freed_counter()
+    }
+
     /// `sdallocx(p, usable, 0)`: a size in [request, usable size] is valid, and with it jemalloc
     /// takes the size class from the size instead of a second radix-tree lookup.
     #[inline(always)]
@@ -104,10 +110,10 @@ pub unsafe fn mem_stats() -> MemStats {
     MemStats { allocated, resident, free: resident.saturating_sub(allocated) }
 }
 
-/// `mallctl("arena.4096.purge", NULL, NULL, NULL, 0)`, or `.decay` under
-/// `MALLOCSHIM_JEMALLOC_RELEASE=decay`. True when mallctl returned 0.
-pub unsafe fn release(_pad: usize) -> bool {
-    let name = if crate::config::get().jemalloc_decay { DECAY_ALL } else { PURGE_ALL };
+/// `mallctl("arena.4096.purge", NULL, NULL, NULL, 0)`, or `.decay` for [`Release::Decay`]
+/// (`MALLOCSHIM_JEMALLOC_RELEASE=decay`). True when mallctl returned 0.
+pub unsafe fn release(_pad: usize, mode: Release) -> bool {
+    let name = if mode == Release::Decay { DECAY_ALL } else { PURGE_ALL };
     // SAFETY: a void mallctl: no old or new value pointers.
     unsafe {
         je::mallctl(name.as_ptr(), core::ptr::null_mut(), core::ptr::null_mut(), core::ptr::null_mut(), 0)

@@ -81,7 +81,7 @@ pub unsafe fn load(path: &CStr, why: &mut crate::diag::LineBuf) -> bool {
         if h.is_null() {
             let e = libc::dlerror();
             let msg = if e.is_null() { &b"unknown error"[..] } else { CStr::from_ptr(e).to_bytes() };
-            let _ = write!(why, "{}", crate::config::Lossy(msg));
+            let _ = write!(why, "{}", crate::diag::Lossy(msg));
             return false;
         }
         let sym = |n: &CStr| libc::dlsym(h, n.as_ptr());
@@ -93,8 +93,8 @@ pub unsafe fn load(path: &CStr, why: &mut crate::diag::LineBuf) -> bool {
                 let _ = write!(
                     why,
                     "{} has no symbol {}",
-                    crate::config::Lossy(path.to_bytes()),
-                    crate::config::Lossy(n.to_bytes())
+                    crate::diag::Lossy(path.to_bytes()),
+                    crate::diag::Lossy(n.to_bytes())
                 );
                 return false;
             }
@@ -183,8 +183,8 @@ pub unsafe fn mem_stats() -> MemStats {
     }
 }
 
-/// `MallocExtension_ReleaseFreeMemory()`.
-pub unsafe fn release(_pad: usize) -> bool {
+/// `MallocExtension_ReleaseFreeMemory()` (one release call: `_mode` is unused).
+pub unsafe fn release(_pad: usize, _mode: super::Release) -> bool {
     match tc().release {
         Some(f) => {
             // SAFETY: a loaded MallocExtension_ReleaseFreeMemory.
