@@ -37,6 +37,9 @@ pub fn ready() -> bool {
 
 fn run() {
     let _g = Reentry::enter();
+    // The caller's errno survives initialisation (mimalloc's constructor, run by dlopen, leaves
+    // ENOENT from probing files).
+    let saved_errno = csem::errno();
     // SAFETY: getauxval does not allocate.
     csem::set_page_size(unsafe { libc::getauxval(libc::AT_PAGESZ) } as usize);
     // SAFETY: this thread won the UNINIT->BUSY race: it is the only initialiser.
@@ -55,6 +58,7 @@ fn run() {
     if cfg.verbose > 0 {
         config::print_table();
     }
+    csem::set_errno(saved_errno);
     #[cfg(feature = "semantics-floor")]
     crate::shim_warn!(
         "built with the semantics-floor feature, for measurement only: free does not recognise bootstrap-pool blocks; under jemalloc, tcmalloc and mimalloc it does not keep errno and small blocks are 8-byte aligned"

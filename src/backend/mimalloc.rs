@@ -22,7 +22,8 @@
 //! Figures: mimalloc's release build counts no live bytes; it counts the bytes it has committed
 //! from the OS (`mi_process_info`'s `current_commit`; on Linux its `current_rss` is the same
 //! number). That one figure answers `resident`, and stands as the upper bound of `allocated`
-//! and `free`. Trims are `mi_collect(true)`: from the calling thread it frees that thread's
+//! and `free`. It moves by whole segments (32 MiB) and, with threads, lags (see [`committed`]):
+//! a coarse figure, not a live-byte count. Trims are `mi_collect(true)`: from the calling thread it frees that thread's
 //! empty pages, decommits the expired parts of abandoned segments and empties the segment cache;
 //! other threads' heaps purge on their own (`MIMALLOC_DECOMMIT_DELAY`, 25 ms) when they next
 //! allocate or free.
@@ -145,6 +146,14 @@ pub unsafe fn load(lib: &CStr, why: &mut crate::diag::LineBuf) -> bool {
         m.collect = core::mem::transmute::<*mut c_void, Option<Fcollect>>(sym(c"mi_collect"));
         m.process_info = core::mem::transmute::<*mut c_void, Option<Finfo>>(sym(c"mi_process_info"));
         m.version = core::mem::transmute::<*mut c_void, Option<Fversion>>(sym(c"mi_version"));
+        // The first allocation sets mimalloc up (its first segment, the NUMA node count probed
+        // in /sys, which leaves errno ENOENT): done here, where `init` keeps the caller's errno.
+        let p = (m.malloc)(16);
+        if p.is_null() {
+            why.put(b"mimalloc could not allocate 16 bytes");
+            return false;
+        }
+        (m.free)(p);
     }
     true
 }
@@ -199,7 +208,9 @@ impl super::Raw for Mimalloc {
     super::raw_forwards!();
 }
 
-/// mimalloc's committed bytes (`mi_process_info` current_commit), 0 when unknown.
+/// mimalloc's committed bytes (`mi_process_info` current_commit), 0 when unknown. mimalloc
+/// 2.0.9 keeps part of its commit counts per thread until the thread exits, so with threads
+/// the global count can lag and even read negative: negative reads as 0.
 fn committed() -> u64 {
     let mut commit = 0usize;
     if let Some(f) = mi().process_info {
@@ -207,7 +218,7 @@ fn committed() -> u64 {
         // SAFETY: a loaded mi_process_info; NULL out-pointers are skipped.
         unsafe { f(n, n, n, n, n, &mut commit, n, n) };
     }
-    commit as u64
+    (commit as i64).max(0) as u64
 }
 
 /// `resident` = committed bytes; `allocated` and `free` = the same figure as their upper bound

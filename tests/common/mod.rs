@@ -8,11 +8,26 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, OnceLock};
 
-/// The three backends, in the order the tests and the README use.
-pub const BACKENDS: [&str; 3] = ["glibc", "jemalloc", "tcmalloc"];
+/// The backends, in the order of the shim's backend list (src/backend/mod.rs) and the README.
+pub const BACKENDS: [&str; 4] = ["glibc", "jemalloc", "tcmalloc", "mimalloc"];
 
 /// Debian's gperftools library, needed by the tcmalloc backend and the direct-preload baselines.
 pub const TCMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4";
+/// Debian's mimalloc (libmimalloc2.0), needed by the mimalloc backend and its direct preload.
+pub const MIMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2";
+/// Debian's jemalloc (libjemalloc2), the jemalloc direct-preload baseline.
+pub const JEMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+
+/// The library a backend's direct-preload baseline loads (`LD_PRELOAD=<it>`, no shim); None
+/// for glibc, which needs no preload.
+pub fn direct_lib(backend: &str) -> Option<&'static str> {
+    match backend {
+        "jemalloc" => Some(JEMALLOC_LIB),
+        "tcmalloc" => Some(TCMALLOC_LIB),
+        "mimalloc" => Some(MIMALLOC_LIB),
+        _ => None,
+    }
+}
 
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -105,8 +120,8 @@ pub fn plain(prog: impl AsRef<Path>) -> Command {
 pub fn preloaded(prog: impl AsRef<Path>, backend: &str) -> Command {
     let mut c = plain(prog);
     c.env("LD_PRELOAD", shim()).env("MALLOCSHIM_BACKEND", backend);
-    if backend == "tcmalloc" {
-        require_file(TCMALLOC_LIB);
+    if backend == "tcmalloc" || backend == "mimalloc" {
+        require_file(direct_lib(backend).unwrap_or_default());
     }
     c.stdin(Stdio::null());
     c
