@@ -72,7 +72,7 @@ pub static OPTIONS: [Opt; 15] = [
     Opt {
         name: "MALLOCSHIM_BACKEND",
         default: "glibc",
-        doc: "allocator that serves every call (any case): see the backends table",
+        doc: crate::backend::OPTION_DOC,
         path: false,
         parse: |v, c| {
             c.backend = Backend::from_name(v).ok_or(crate::backend::NAMES)?;
@@ -218,7 +218,7 @@ pub static OPTIONS: [Opt; 15] = [
     Opt {
         name: "MALLOCSHIM_TRIM_INTERVAL_MS",
         default: "10000",
-        doc: "give free memory back to the OS every N ms (glibc malloc_trim, jemalloc purge, tcmalloc release); 0 = off",
+        doc: "give free memory back to the OS every N ms (glibc malloc_trim, jemalloc purge, tcmalloc release, mimalloc mi_collect); 0 = off",
         path: false,
         parse: |v, c| {
             c.trim_interval_ms = parse_u64(v, 0, 86_400_000)?;

@@ -34,15 +34,12 @@ fn assert_passed(o: &Output, what: &str) -> u64 {
     n
 }
 
-/// Backends that count no live bytes (mallinfo2 answers with committed bytes, which move by
-/// whole segments): the mallinfo growth checks are printed, not asserted.
-const COARSE_FIGURES: [&str; 1] = ["mimalloc"];
-
 fn run_backend(backend: &str) {
     let (bin, lib) = programs();
     let mut cmd = common::preloaded(&bin, backend);
     cmd.arg(&lib).arg("shim").env("MALLOCSHIM_VERBOSE", "1");
-    if COARSE_FIGURES.contains(&backend) {
+    // Coarse figures (common::COARSE_FIGURES): the mallinfo growth checks are printed, not asserted.
+    if common::COARSE_FIGURES.contains(&backend) {
         cmd.env("SEMANTICS_COARSE_FIGURES", "1");
     }
     let o = cmd.output().expect("start semantics");

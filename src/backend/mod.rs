@@ -169,10 +169,14 @@ pub enum Release {
     Decay,
 }
 
-/// Joins the backends' names with `sep` into a fixed buffer, at compile time.
-const fn join_names(sep: &[u8]) -> ([u8; 128], usize) {
-    let mut out = [0u8; 128];
+/// `prefix` then the backends' names joined with `sep`, in a fixed buffer, at compile time.
+const fn join_names(prefix: &[u8], sep: &[u8]) -> ([u8; 160], usize) {
+    let mut out = [0u8; 160];
     let mut n = 0;
+    while n < prefix.len() {
+        out[n] = prefix[n];
+        n += 1;
+    }
     let mut i = 0;
     while i < ALL.len() {
         if i > 0 {
@@ -195,11 +199,17 @@ const fn join_names(sep: &[u8]) -> ([u8; 128], usize) {
     (out, n)
 }
 
-const NAMES_BUF: ([u8; 128], usize) = join_names(b", ");
+const NAMES_BUF: ([u8; 160], usize) = join_names(b"", b", ");
+const DOC_BUF: ([u8; 160], usize) = join_names(b"allocator that serves every call (any case): ", b", ");
 
-/// Every backend's name, comma-separated (`glibc, jemalloc, tcmalloc, mimalloc`), for option
-/// docs and messages.
+/// Every backend's name, comma-separated (`glibc, jemalloc, tcmalloc, mimalloc`), for messages.
 pub const NAMES: &str = match core::str::from_utf8(NAMES_BUF.0.split_at(NAMES_BUF.1).0) {
+    Ok(s) => s,
+    Err(_) => "?",
+};
+
+/// The documentation of `MALLOCSHIM_BACKEND`, naming every backend.
+pub const OPTION_DOC: &str = match core::str::from_utf8(DOC_BUF.0.split_at(DOC_BUF.1).0) {
     Ok(s) => s,
     Err(_) => "?",
 };
