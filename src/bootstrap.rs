@@ -79,15 +79,15 @@ pub fn used() -> usize {
     NEXT.load(Ordering::Relaxed)
 }
 
-pub unsafe fn mem_stats() -> MemStats {
+pub(crate) unsafe fn mem_stats() -> MemStats {
     MemStats::default()
 }
 
-pub unsafe fn release(_pad: usize, _mode: Release) -> bool {
+pub(crate) unsafe fn release(_pad: usize, _mode: Release) -> bool {
     false
 }
 
-pub unsafe fn version(out: &mut crate::diag::LineBuf) {
+pub(crate) unsafe fn version(out: &mut crate::diag::LineBuf) {
     out.put(b"bootstrap pool");
 }
 
@@ -156,9 +156,7 @@ unsafe extern "C" fn boot_realloc(p: *mut c_void, size: usize) -> *mut c_void {
     let q = alloc(size, csem::MIN_ALIGN);
     if !q.is_null() && !p.is_null() {
         // SAFETY: `p` is a pool block; the copy stays within both blocks.
-        unsafe {
-            core::ptr::copy_nonoverlapping(p as *const u8, q as *mut u8, usable_size(p).min(size))
-        };
+        unsafe { core::ptr::copy_nonoverlapping(p as *const u8, q as *mut u8, usable_size(p).min(size)) };
     }
     q
 }

@@ -164,7 +164,8 @@ fn conformance_matrix() {
     // each backend.
     let mut cols = Vec::new();
     cols.push(run("glibc (no preload)", common::plain(&prog), "libc.so", "none"));
-    let direct: Vec<&str> = common::BACKENDS.into_iter().filter(|b| common::direct_lib(b).is_some()).collect();
+    let direct: Vec<&str> =
+        common::BACKENDS.into_iter().filter(|b| common::direct_lib(b).is_some()).collect();
     for b in &direct {
         let lib = common::require_file(common::direct_lib(b).unwrap());
         let mut c = common::plain(&prog);

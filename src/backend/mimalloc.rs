@@ -109,7 +109,7 @@ fn mi() -> &'static Mi {
 ///
 /// # Safety
 /// Initialisation only, under the reentrancy guard.
-pub unsafe fn load(lib: &CStr, why: &mut crate::diag::LineBuf) -> bool {
+pub(super) unsafe fn load(lib: &CStr, why: &mut crate::diag::LineBuf) -> bool {
     use core::fmt::Write;
     // SAFETY: dlopen/dlsym/dlerror with valid NUL-terminated strings; each symbol is transmuted
     // to the signature mimalloc.h (2.0) declares for it.
@@ -122,7 +122,8 @@ pub unsafe fn load(lib: &CStr, why: &mut crate::diag::LineBuf) -> bool {
             return false;
         }
         let sym = |n: &CStr| libc::dlsym(h, n.as_ptr());
-        let need = [c"mi_malloc", c"mi_calloc", c"mi_realloc", c"mi_malloc_aligned", c"mi_free", c"mi_usable_size"];
+        let need =
+            [c"mi_malloc", c"mi_calloc", c"mi_realloc", c"mi_malloc_aligned", c"mi_free", c"mi_usable_size"];
         let mut p = [core::ptr::null_mut(); 6];
         for (i, n) in need.iter().enumerate() {
             p[i] = sym(n);
@@ -159,39 +160,39 @@ pub unsafe fn load(lib: &CStr, why: &mut crate::diag::LineBuf) -> bool {
 }
 
 #[inline(always)]
-pub unsafe fn malloc(size: usize) -> *mut c_void {
+unsafe fn malloc(size: usize) -> *mut c_void {
     // SAFETY: a loaded mi_malloc.
     unsafe { (mi().malloc)(size) }
 }
 
 #[inline(always)]
-pub unsafe fn calloc(n: usize, size: usize) -> *mut c_void {
+unsafe fn calloc(n: usize, size: usize) -> *mut c_void {
     // SAFETY: a loaded mi_calloc.
     unsafe { (mi().calloc)(n, size) }
 }
 
 #[inline(always)]
-pub unsafe fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+unsafe fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
     // SAFETY: a loaded mi_realloc; `p` is a mimalloc block.
     unsafe { (mi().realloc)(p, size) }
 }
 
 /// `mi_malloc_aligned(size, align)` (mimalloc takes the size first).
 #[inline(always)]
-pub unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
+unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
     // SAFETY: a loaded mi_malloc_aligned; `align` is a power of two.
     unsafe { (mi().aligned)(size, align) }
 }
 
 /// mimalloc may decommit pages inside free and so touch errno: `csem` keeps the caller's.
 #[inline(always)]
-pub unsafe fn free(p: *mut c_void) {
+unsafe fn free(p: *mut c_void) {
     // SAFETY: a loaded mi_free; `p` is NULL or a mimalloc block.
     unsafe { (mi().free)(p) }
 }
 
 #[inline(always)]
-pub unsafe fn usable_size(p: *mut c_void) -> usize {
+unsafe fn usable_size(p: *mut c_void) -> usize {
     // SAFETY: a loaded mi_usable_size; `p` is a mimalloc block.
     unsafe { (mi().usable_size)(p) }
 }
@@ -223,13 +224,13 @@ fn committed() -> u64 {
 
 /// `resident` = committed bytes; `allocated` and `free` = the same figure as their upper bound
 /// (the release build keeps no count of live bytes).
-pub unsafe fn mem_stats() -> MemStats {
+pub(super) unsafe fn mem_stats() -> MemStats {
     let c = committed();
     MemStats { allocated: c, resident: c, free: c }
 }
 
 /// `mi_collect(true)` (one release call: `_mode` is unused).
-pub unsafe fn release(_pad: usize, _mode: Release) -> bool {
+pub(super) unsafe fn release(_pad: usize, _mode: Release) -> bool {
     match mi().collect {
         Some(f) => {
             // SAFETY: a loaded mi_collect.
@@ -241,7 +242,7 @@ pub unsafe fn release(_pad: usize, _mode: Release) -> bool {
 }
 
 /// `mimalloc <major>.<minor>.<patch>` from `mi_version()` (e.g. 209 is 2.0.9).
-pub unsafe fn version(out: &mut crate::diag::LineBuf) {
+pub(super) unsafe fn version(out: &mut crate::diag::LineBuf) {
     use core::fmt::Write;
     match mi().version {
         Some(f) => {

@@ -356,4 +356,3 @@ pub struct MemStats {
     /// upper bound, since it cannot tell free from live).
     pub free: u64,
 }
-
