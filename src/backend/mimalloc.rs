@@ -35,7 +35,7 @@ use core::ffi::{c_int, c_void, CStr};
 type Fmalloc = unsafe extern "C" fn(usize) -> *mut c_void;
 type Fcalloc = unsafe extern "C" fn(usize, usize) -> *mut c_void;
 type Frealloc = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
-type Faligned = unsafe extern "C" fn(usize, usize) -> *mut c_void;
+type Faligned = unsafe extern "C" fn(usize, usize, usize) -> *mut c_void;
 type Ffree = unsafe extern "C" fn(*mut c_void);
 type Fsize = unsafe extern "C" fn(*const c_void) -> usize;
 type Fcollect = unsafe extern "C" fn(bool);
@@ -59,7 +59,7 @@ struct Mi {
     malloc: Fmalloc,
     calloc: Fcalloc,
     realloc: Frealloc,
-    /// `mi_malloc_aligned(size, alignment)`.
+    /// `mi_malloc_aligned_at(size, alignment, offset)`.
     aligned: Faligned,
     free: Ffree,
     usable_size: Fsize,
@@ -72,6 +72,9 @@ unsafe extern "C" fn none_malloc(_: usize) -> *mut c_void {
     core::ptr::null_mut()
 }
 unsafe extern "C" fn none_calloc(_: usize, _: usize) -> *mut c_void {
+    core::ptr::null_mut()
+}
+unsafe extern "C" fn none_aligned(_: usize, _: usize, _: usize) -> *mut c_void {
     core::ptr::null_mut()
 }
 unsafe extern "C" fn none_realloc(_: *mut c_void, _: usize) -> *mut c_void {
@@ -90,7 +93,7 @@ static MI: Cell = Cell(UnsafeCell::new(Mi {
     malloc: none_malloc,
     calloc: none_calloc,
     realloc: none_realloc,
-    aligned: none_calloc,
+    aligned: none_aligned,
     free: none_free,
     usable_size: none_size,
     collect: None,
@@ -122,8 +125,14 @@ pub(super) unsafe fn load(lib: &CStr, why: &mut crate::diag::LineBuf) -> bool {
             return false;
         }
         let sym = |n: &CStr| libc::dlsym(h, n.as_ptr());
-        let need =
-            [c"mi_malloc", c"mi_calloc", c"mi_realloc", c"mi_malloc_aligned", c"mi_free", c"mi_usable_size"];
+        let need = [
+            c"mi_malloc",
+            c"mi_calloc",
+            c"mi_realloc",
+            c"mi_malloc_aligned_at",
+            c"mi_free",
+            c"mi_usable_size",
+        ];
         let mut p = [core::ptr::null_mut(); 6];
         for (i, n) in need.iter().enumerate() {
             p[i] = sym(n);
@@ -177,11 +186,15 @@ unsafe fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
     unsafe { (mi().realloc)(p, size) }
 }
 
-/// `mi_malloc_aligned(size, align)` (mimalloc takes the size first).
+/// `mi_malloc_aligned_at(size, align, 0)`. Not `mi_malloc_aligned`: in 2.0.9 that one serves a
+/// power-of-two size of 256..1024 bytes with plain `mi_malloc`, assuming such blocks are
+/// naturally aligned, but those pages start 384 bytes in, so `aligned_alloc(256, 256)` can be
+/// only 128-aligned (mimalloc issue #700, fixed in 2.0.10/2.1.1). `mi_malloc_aligned_at` skips
+/// that shortcut: its own fast path checks the block's alignment.
 #[inline(always)]
 unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
-    // SAFETY: a loaded mi_malloc_aligned; `align` is a power of two.
-    unsafe { (mi().aligned)(size, align) }
+    // SAFETY: a loaded mi_malloc_aligned_at; `align` is a power of two.
+    unsafe { (mi().aligned)(size, align, 0) }
 }
 
 /// mimalloc may decommit pages inside free and so touch errno: `csem` keeps the caller's.
