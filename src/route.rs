@@ -49,9 +49,16 @@ const fn table<B: Raw, const P: bool>() -> Table {
 /// with recording.
 macro_rules! define_tables {
     ($($(#[$doc:meta])* $variant:ident, $module:ident, $raw:ident, $name:literal, $lib:literal;)*) => {
-        static TABLES: [[Table; 2]; ALL.len()] = [$([table::<crate::backend::$module::$raw, false>(), table::<crate::backend::$module::$raw, true>()],)*];
+        static TABLES: [[Table; 2]; ALL.len()] = [$([
+            table::<crate::backend::$module::$raw, false>(),
+            table::<crate::backend::$module::$raw, true>(),
+        ],)*];
         // The tables are indexed by the enum's discriminant: rows and variants in the same order.
-        const _: () = { let mut i = 0; $(assert!(Backend::$variant as usize == i); i += 1;)* let _ = i; };
+        const _: () = {
+            let mut i = 0;
+            $(assert!(Backend::$variant as usize == i); i += 1;)*
+            let _ = i;
+        };
     };
 }
 crate::backend::backend_list!(define_tables);

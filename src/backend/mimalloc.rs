@@ -23,10 +23,12 @@
 //! from the OS (`mi_process_info`'s `current_commit`; on Linux its `current_rss` is the same
 //! number). That one figure answers `resident`, and stands as the upper bound of `allocated`
 //! and `free`. It moves by whole segments (32 MiB) and, with threads, lags (see [`committed`]):
-//! a coarse figure, not a live-byte count. Trims are `mi_collect(true)`: from the calling thread it frees that thread's
-//! empty pages, decommits the expired parts of abandoned segments and empties the segment cache;
-//! other threads' heaps purge on their own (`MIMALLOC_DECOMMIT_DELAY`, 25 ms) when they next
-//! allocate or free.
+//! a coarse figure, not a live-byte count.
+//!
+//! Trims are `mi_collect(true)`: from the calling thread it frees that thread's empty pages,
+//! decommits the expired parts of abandoned segments and empties the segment cache; other
+//! threads' heaps purge on their own (`MIMALLOC_DECOMMIT_DELAY`, 25 ms) when they next allocate
+//! or free. mimalloc returns only whole free pages: a live block pins its page.
 
 use super::{MemStats, Release};
 use core::cell::UnsafeCell;

@@ -15,10 +15,10 @@ pub mod tcmalloc;
 use core::ffi::{c_void, CStr};
 use core::sync::atomic::{AtomicU8, Ordering};
 
-/// The backends, one row each: `Variant, module, Raw type (in the module), name, default library (dlopen()ed
-/// backends; `c""` for the others)`. [`define_backends`] turns the list into [`Backend`], its
-/// names, [`active`] and the dispatch of the cold-path calls; `route` turns it into the entry
-/// tables. Adding a backend is one file in this directory (with its `mod` line above) and one
+/// The backends, one row each: `Variant, module, Raw type (in the module), name, default
+/// library (dlopen()ed backends; `c""` for the others)`. [`define_backends`] turns the list
+/// into [`Backend`], its names, [`active`] and the dispatch of the cold-path calls; `route`
+/// turns it into the entry tables. Adding a backend is one file in this directory (with its `mod` line above) and one
 /// row here. Row order is the enum's order and the order the docs list backends in.
 macro_rules! backend_list {
     ($then:ident) => {
@@ -29,7 +29,7 @@ macro_rules! backend_list {
             Jemalloc, jemalloc, Jemalloc, c"jemalloc", c"";
             /// gperftools' tcmalloc, dlopen()ed RTLD_LOCAL and called through `tc_*`.
             Tcmalloc, tcmalloc, Tcmalloc, c"tcmalloc", c"libtcmalloc_minimal.so.4";
-            /// mimalloc (Debian's libmimalloc.so.2), dlopen()ed RTLD_LOCAL and called through `mi_*`.
+            /// mimalloc (Debian's libmimalloc.so.2), dlopen()ed RTLD_LOCAL, called through `mi_*`.
             Mimalloc, mimalloc, Mimalloc, c"mimalloc", c"libmimalloc.so.2";
         }
     };
