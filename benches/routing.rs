@@ -12,6 +12,7 @@
 //! | none                   | -                                | -                                    |
 //! | jemalloc.so.2          | Debian libjemalloc.so.2          | -                                    |
 //! | tcmalloc_minimal.so.4  | Debian libtcmalloc_minimal.so.4  | -                                    |
+//! | libmimalloc.so.2       | Debian libmimalloc.so.2          | -                                    |
 //! | shim->B (routing)      | libmallocshim.so                 | BACKEND=B, PROFILE=off               |
 //! | shim->B (profile)      | libmallocshim.so                 | BACKEND=B (profiling at defaults)    |
 //! | shim->B (SAMPLE=1)     | libmallocshim.so                 | BACKEND=B, SAMPLE=1 (every call timed) |
@@ -25,7 +26,8 @@
 //! Rounds are interleaved: round r runs every configuration of every (workload, threads) group
 //! once, in an order rotated by r. The table reports the median ns per malloc/free pair over the
 //! rounds, the ratio of each shim row to its direct row (shim->glibc vs none, shim->jemalloc vs
-//! jemalloc.so.2, shim->tcmalloc vs tcmalloc_minimal.so.4) and the added cost per call,
+//! jemalloc.so.2, shim->tcmalloc vs tcmalloc_minimal.so.4, shim->mimalloc vs libmimalloc.so.2) and
+//! the added cost per call,
 //! (shim - direct) / 2 because a pair is two calls, and for profiling rows the ratio to the
 //! routing-only row of the same backend. Goals: routing alone (PROFILE=off) costs at most 1 ns
 //! per call, ratio at most 1.10 on pair64 (issue 2); profiling at defaults at most 1.25x routing
@@ -40,6 +42,8 @@
 //! - `MALLOCSHIM_BENCH_CALLGRIND` (default 1 when valgrind is installed): also count
 //!   instructions per pair for pair64/1 thread under callgrind (stable on noisy machines).
 //! - `MALLOCSHIM_BENCH_FLOOR` (default 1): build and measure the floor rows.
+//! - `MALLOCSHIM_BENCH_BACKENDS` (default every backend of `tests/common`'s `BACKENDS`): the
+//!   backends measured, space- or comma-separated (glibc's rows always run: they are the base).
 //!
 //! Output: the Markdown table on stdout, also written to `target/bench/routing.md`.
 
@@ -49,8 +53,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-const JEMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
-const TCMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4";
+#[path = "../tests/common/mod.rs"]
+mod common;
 
 const WORKLOADS: [&str; 2] = ["pair64", "mixed"];
 const THREADS: [u32; 2] = [1, 2];
@@ -72,7 +76,7 @@ struct Config {
     /// Index of the direct row this row is compared with (None for direct rows).
     baseline: Option<usize>,
     /// Substring that `malloc_lib=` (printed by the microbench) must contain.
-    expect_lib: &'static str,
+    expect_lib: String,
     /// A floor row: the `semantics-floor` build, routing only.
     floor: bool,
 }
@@ -102,14 +106,6 @@ fn have(cmd: &str) -> Option<PathBuf> {
     let out = Command::new("sh").arg("-c").arg(format!("command -v {cmd}")).output().ok()?;
     let p = String::from_utf8_lossy(&out.stdout).trim().to_string();
     (out.status.success() && !p.is_empty()).then(|| PathBuf::from(p))
-}
-
-fn require_file(path: &str) -> PathBuf {
-    assert!(
-        Path::new(path).exists(),
-        "required library {path} is missing (apt-get install libjemalloc2 libtcmalloc-minimal4)"
-    );
-    PathBuf::from(path)
 }
 
 /// Builds the release shim; with `floor`, the `semantics-floor` build into `target/floor/`.
@@ -145,47 +141,35 @@ fn build_microbench(out_dir: &Path) -> PathBuf {
     dst
 }
 
-/// The twelve configurations (fifteen with the floor rows); direct rows first so `baseline`
+/// The configurations: a direct row per backend (none for glibc; each other backend's Debian
+/// library preloaded), then the shim rows per backend; `MALLOCSHIM_BENCH_BACKENDS` (default:
+/// every backend of `common::BACKENDS`) picks the backends. Direct rows first so `baseline`
 /// indices are stable.
 fn configs(shim: &Path, floor: Option<&Path>) -> Vec<Config> {
-    let je = require_file(JEMALLOC_LIB);
-    let tc = require_file(TCMALLOC_LIB);
-    let mut v = vec![
-        Config {
-            name: "none (glibc)".into(),
-            preload: None,
+    let wanted = std::env::var("MALLOCSHIM_BENCH_BACKENDS").unwrap_or_else(|_| common::BACKENDS.join(" "));
+    let backends: Vec<&'static str> = common::BACKENDS
+        .into_iter()
+        .filter(|b| b == &"glibc" || wanted.split([' ', ',']).any(|w| w == *b))
+        .collect();
+    let mut v = Vec::new();
+    let mut base_of = Vec::new();
+    for b in &backends {
+        base_of.push(v.len());
+        let lib = common::direct_lib(b).map(common::require_file);
+        let file = lib.as_ref().and_then(|p| p.file_name()).map(|f| f.to_string_lossy().into_owned());
+        v.push(Config {
+            name: file.clone().unwrap_or_else(|| "none (glibc)".into()),
+            preload: lib,
             backend: None,
             profile_off: false,
             sample: None,
             routing: None,
             baseline: None,
-            expect_lib: "libc.so",
+            expect_lib: if *b == "glibc" { "libc.so".into() } else { format!("lib{b}") },
             floor: false,
-        },
-        Config {
-            name: "libjemalloc.so.2".into(),
-            preload: Some(je),
-            backend: None,
-            profile_off: false,
-            sample: None,
-            routing: None,
-            baseline: None,
-            expect_lib: "libjemalloc",
-            floor: false,
-        },
-        Config {
-            name: "libtcmalloc_minimal.so.4".into(),
-            preload: Some(tc),
-            backend: None,
-            profile_off: false,
-            sample: None,
-            routing: None,
-            baseline: None,
-            expect_lib: "libtcmalloc_minimal",
-            floor: false,
-        },
-    ];
-    for (base, backend) in [(0usize, "glibc"), (1, "jemalloc"), (2, "tcmalloc")] {
+        });
+    }
+    for (&backend, &base) in backends.iter().zip(&base_of) {
         let routing = v.len();
         for (mode, profile_off, sample) in [
             ("routing, PROFILE=off", true, None),
@@ -200,7 +184,7 @@ fn configs(shim: &Path, floor: Option<&Path>) -> Vec<Config> {
                 sample,
                 routing: (!profile_off).then_some(routing),
                 baseline: Some(base),
-                expect_lib: "libmallocshim",
+                expect_lib: "libmallocshim".into(),
                 floor: false,
             });
         }
@@ -213,7 +197,7 @@ fn configs(shim: &Path, floor: Option<&Path>) -> Vec<Config> {
                 sample: None,
                 routing: None,
                 baseline: Some(base),
-                expect_lib: "libmallocshim",
+                expect_lib: "libmallocshim".into(),
                 floor: true,
             });
         }
@@ -317,7 +301,7 @@ fn validate(r: &Runner, cfgs: &[Config]) {
 fn check_lib(cfg: &Config, what: &str, err: &str) {
     let lib = err.lines().find_map(|l| l.strip_prefix("malloc_lib=")).unwrap_or("?");
     assert!(
-        lib.contains(cfg.expect_lib),
+        lib.contains(cfg.expect_lib.as_str()),
         "{what}: malloc resolves to {lib}, expected an object matching {:?}\n--- stderr\n{err}",
         cfg.expect_lib
     );

@@ -50,8 +50,8 @@ FT_TRIM_MS=${FT_TRIM_MS:-1000}
 configs=("$@")
 ((${#configs[@]})) || configs=(off on)
 for c in "${configs[@]}"; do
-    [[ $c =~ ^(none|(off|on|on:[0-9]+)(@(glibc|jemalloc|tcmalloc))?)$ ]] ||
-        { echo "usage: $0 [none|off|on|on:MS][@glibc|@jemalloc|@tcmalloc]..." >&2; exit 2; }
+    [[ $c =~ ^(none|(off|on|on:[0-9]+)(@(glibc|jemalloc|tcmalloc|mimalloc))?)$ ]] ||
+        { echo "usage: $0 [none|off|on|on:MS][@glibc|@jemalloc|@tcmalloc|@mimalloc]..." >&2; exit 2; }
 done
 for v in FT_ROWS FT_WORDS FT_THREADS FT_SECONDS FT_IDLE FT_TRIM_MS; do
     [[ ${!v} =~ ^[0-9]+$ ]] || { echo "fulltext-check: $v=${!v} is not a number" >&2; exit 2; }

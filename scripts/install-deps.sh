@@ -8,7 +8,7 @@
 # Exits non-zero with a message when something cannot be installed.
 set -euo pipefail
 
-PACKAGES=(mariadb-server mariadb-client mariadb-test perl sysbench libtcmalloc-minimal4 libjemalloc2 gcc g++ make gdb
+PACKAGES=(mariadb-server mariadb-client mariadb-test perl sysbench libtcmalloc-minimal4 libjemalloc2 libmimalloc2.0 gcc g++ make gdb
     pkg-config python3 git procps fonts-dejavu-core valgrind)
 
 say() { printf 'install-deps: %s\n' "$*" >&2; }
@@ -93,6 +93,7 @@ done
 # mariadb-test's mtr (scripts/mtr.sh, tests/mtr.rs)
 [[ -f /usr/share/mysql/mysql-test/mariadb-test-run.pl ]] ||
     die "/usr/share/mysql/mysql-test/mariadb-test-run.pl (package mariadb-test) not found after installation"
-for f in /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 /usr/lib/x86_64-linux-gnu/libjemalloc.so.2; do
+for f in /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 \
+    /usr/lib/x86_64-linux-gnu/libmimalloc.so.2; do
     [[ $(dpkg --print-architecture) != amd64 || -e $f ]] || die "library $f not found after installation"
 done

@@ -33,7 +33,7 @@ backend=${1:-}
 secs=${2:-10}
 threads=${3:-4}
 if [[ -z $backend || ! $secs =~ ^[0-9]+$ || ! $threads =~ ^[0-9]+$ ]]; then
-    echo "usage: $0 glibc|jemalloc|tcmalloc [SECONDS] [THREADS]" >&2
+    echo "usage: $0 BACKEND (glibc|jemalloc|tcmalloc|mimalloc) [SECONDS] [THREADS]" >&2
     exit 2
 fi
 so=${MALLOCSHIM_SO:-$root/target/release/libmallocshim.so}

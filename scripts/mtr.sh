@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/mtr.sh CONFIG: runs a subset of MariaDB's own test suite (Debian package mariadb-test,
 # mariadb-test-run.pl = mtr) against Debian's mariadbd, once per call, and says what happened.
-# CONFIG is `baseline` (no shim) or a backend: glibc | jemalloc | tcmalloc. Used by tests/mtr.rs.
+# CONFIG is `baseline` (no shim) or a backend: glibc | jemalloc | tcmalloc | mimalloc. Used by tests/mtr.rs.
 #
 # The subset: main.fulltext main.select main.subselect main.partition main.sp and every test of the
 # innodb_fts suite (each suite/innodb_fts/t/*.test, named one by one so nothing else is collected).
@@ -43,9 +43,9 @@ root=$(cd -- "$here/.." && pwd)
 
 config=${1:-}
 case $config in
-baseline | glibc | jemalloc | tcmalloc) ;;
+baseline | glibc | jemalloc | tcmalloc | mimalloc) ;;
 *)
-    echo "usage: $0 baseline|glibc|jemalloc|tcmalloc" >&2
+    echo "usage: $0 baseline|glibc|jemalloc|tcmalloc|mimalloc" >&2
     exit 2
     ;;
 esac
@@ -77,6 +77,10 @@ if [[ $config != baseline ]]; then
     if [[ $config == tcmalloc ]]; then
         [[ -e /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 ]] ||
             die "libtcmalloc_minimal.so.4 missing (package libtcmalloc-minimal4)"
+    fi
+    if [[ $config == mimalloc ]]; then
+        [[ -e /usr/lib/x86_64-linux-gnu/libmimalloc.so.2 ]] ||
+            die "libmimalloc.so.2 missing (package libmimalloc2.0)"
     fi
 fi
 

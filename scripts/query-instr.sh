@@ -11,7 +11,8 @@
 #
 # One throwaway instance (scripts/mariadb.sh), its sysbench dataset prepared once under a plain
 # mariadbd. A "config" is BACKEND:MODE, MODE one of
-#   direct   glibc: no preload; jemalloc: LD_PRELOAD=libjemalloc.so.2; tcmalloc: LD_PRELOAD=libtcmalloc_minimal.so.4
+#   direct   glibc: no preload; jemalloc: LD_PRELOAD=libjemalloc.so.2; tcmalloc: LD_PRELOAD=libtcmalloc_minimal.so.4;
+#            mimalloc: LD_PRELOAD=libmimalloc.so.2
 #   shim     LD_PRELOAD=libmallocshim.so MALLOCSHIM_BACKEND=BACKEND (profiling on, every other default)
 #   routing  the same with MALLOCSHIM_PROFILE=off
 # Round r starts each config once, in an order rotated by r. For each started server:
@@ -24,7 +25,7 @@
 # Finally mariadb-admin shutdown (exit status must be 0, no crash report in the error log).
 #
 # Environment:
-#   QI_BACKENDS   default "glibc jemalloc tcmalloc"
+#   QI_BACKENDS   default "glibc jemalloc tcmalloc" (mimalloc too on request)
 #   QI_MODES      default "direct shim routing"
 #   QI_WORKLOADS  default "oltp_point_select oltp_read_only"
 #   QI_THREADS    default "2 8" (sysbench --threads)
@@ -52,6 +53,7 @@ die2() { echo "query-instr: $*" >&2; exit 2; }
 
 JEMALLOC_LIB=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
 TCMALLOC_LIB=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
+MIMALLOC_LIB=/usr/lib/x86_64-linux-gnu/libmimalloc.so.2
 read -r -a backends <<<"${QI_BACKENDS:-glibc jemalloc tcmalloc}"
 read -r -a modes <<<"${QI_MODES:-direct shim routing}"
 read -r -a workloads <<<"${QI_WORKLOADS:-oltp_point_select oltp_read_only}"
@@ -73,7 +75,10 @@ so=$(cd -- "$(dirname -- "$so")" && pwd)/$(basename -- "$so")
 for n in "$rounds" "$ps_events" "$ro_events" "${threads_list[@]}"; do
     [[ $n =~ ^[1-9][0-9]*$ ]] || die2 "bad number $n (QI_ROUNDS, QI_PS_EVENTS, QI_RO_EVENTS, QI_THREADS)"
 done
-for b in "${backends[@]}"; do [[ $b =~ ^(glibc|jemalloc|tcmalloc)$ ]] || die2 "unknown backend $b"; done
+for b in "${backends[@]}"; do [[ $b =~ ^(glibc|jemalloc|tcmalloc|mimalloc)$ ]] || die2 "unknown backend $b"; done
+if [[ " ${backends[*]} " == *" mimalloc "* && ! -f $MIMALLOC_LIB ]]; then
+    die2 "required library $MIMALLOC_LIB is missing (run scripts/install-deps.sh)"
+fi
 for m in "${modes[@]}"; do [[ $m =~ ^(direct|shim|routing)$ ]] || die2 "unknown mode $m"; done
 syms=$(nm -D "$(command -v mariadbd)" 2>/dev/null)
 grep -q ' T _Z10do_commandP3THDb$' <<<"$syms" ||
@@ -131,9 +136,11 @@ expect_lib() {
     direct:glibc) echo '^system$' ;;
     direct:jemalloc) echo '^jemalloc 5\.' ;;
     direct:tcmalloc) echo '^tcmalloc gperftools' ;;
+    direct:mimalloc) echo '^system$' ;; # mimalloc exports neither tc_version nor mallctl
     *:glibc) echo '^jemalloc mallocshim .*\(glibc ' ;;
     *:jemalloc) echo '^jemalloc mallocshim .*\(jemalloc ' ;;
     *:tcmalloc) echo '^jemalloc mallocshim .*\(tcmalloc ' ;;
+    *:mimalloc) echo '^jemalloc mallocshim .*\(mimalloc ' ;;
     esac
 }
 
@@ -157,6 +164,7 @@ for ((r = 0; r < rounds; r++)); do
             case $b in
             jemalloc) lib=$JEMALLOC_LIB ;;
             tcmalloc) lib=$TCMALLOC_LIB ;;
+            mimalloc) lib=$MIMALLOC_LIB ;;
             esac
             [[ -n $lib ]] && prefix+=(LD_PRELOAD="$lib")
             ;;
@@ -184,7 +192,7 @@ for ((r = 0; r < rounds; r++)); do
         if [[ -n $lib ]]; then
             grep -qF -- "$lib" "/proc/$pid/maps" || loaded=no
         else
-            grep -qE 'libjemalloc|libtcmalloc|libmallocshim' "/proc/$pid/maps" && loaded=no
+            grep -qE 'libjemalloc|libtcmalloc|libmimalloc|libmallocshim' "/proc/$pid/maps" && loaded=no
         fi
         if ! [[ $malloc_lib =~ $(expect_lib "$b" "$m") ]]; then
             echo "query-instr: $b/$m: @@version_malloc_library is '$malloc_lib'" >&2

@@ -36,13 +36,16 @@ pub struct MallocshimStats {
     /// Calls per entry point.
     pub calls: MallocshimCalls,
     /// Bytes in live blocks, from the backend: glibc mallinfo2 `uordblks + hblkhd`; jemalloc
-    /// `stats.allocated` (after an `epoch` refresh); tcmalloc `generic.current_allocated_bytes`.
+    /// `stats.allocated` (after an `epoch` refresh); tcmalloc `generic.current_allocated_bytes`;
+    /// mimalloc, which counts no live bytes: its committed bytes (`mi_process_info`), an upper bound.
     pub backend_allocated_bytes: u64,
     /// Bytes the backend holds in memory: glibc mallinfo2 `arena + hblkhd`; jemalloc
-    /// `stats.resident`; tcmalloc `generic.heap_size - tcmalloc.pageheap_unmapped_bytes`.
+    /// `stats.resident`; tcmalloc `generic.heap_size - tcmalloc.pageheap_unmapped_bytes`;
+    /// mimalloc its committed bytes (`mi_process_info` current_commit).
     pub backend_resident_bytes: u64,
     /// Free bytes the backend could return to the OS: glibc mallinfo2 `fordblks`; jemalloc
-    /// `stats.resident - stats.allocated`; tcmalloc `tcmalloc.pageheap_free_bytes`.
+    /// `stats.resident - stats.allocated`; tcmalloc `tcmalloc.pageheap_free_bytes`; mimalloc its
+    /// committed bytes, an upper bound.
     pub backend_free_bytes: u64,
     /// Bytes served from the static bootstrap pool while the backend loaded (never freed).
     pub bootstrap_bytes: u64,
@@ -89,7 +92,7 @@ fn snapshot_with(calls: [u64; ENTRIES]) -> MallocshimStats {
     }
 }
 
-/// Name of the active backend: `"glibc"`, `"jemalloc"` or `"tcmalloc"` (a static string; never
+/// Name of the active backend: `"glibc"`, `"jemalloc"`, `"tcmalloc"` or `"mimalloc"` (a static string; never
 /// NULL). After a failed backend load this is `"glibc"`, the fallback actually serving calls.
 #[no_mangle]
 pub extern "C" fn mallocshim_backend_name() -> *const c_char {
@@ -142,7 +145,8 @@ pub struct MallocshimTrimResult {
 
 /// Gives free memory back to the OS now, through the active backend's own call (glibc
 /// `malloc_trim(0)`; jemalloc `mallctl("arena.4096.purge")`, or `.decay` under
-/// `MALLOCSHIM_JEMALLOC_RELEASE=decay`; tcmalloc `MallocExtension_ReleaseFreeMemory()`), whatever
+/// `MALLOCSHIM_JEMALLOC_RELEASE=decay`; tcmalloc `MallocExtension_ReleaseFreeMemory()`; mimalloc
+/// `mi_collect(true)`), whatever
 /// `MALLOCSHIM_TRIM_MIN_BYTES` says. The trim is counted in the dumps like a periodic one.
 /// Costs milliseconds (glibc locks each arena in turn) and later page faults. `out` may be NULL.
 /// Returns 0, or `EAGAIN` when called while the shim is still initialising (nothing was done).

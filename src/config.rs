@@ -5,7 +5,7 @@
 //! ignored in secure-execution processes (AT_SECURE), as `secure_getenv` would.
 //! Must not allocate: it runs before any backend exists.
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Release};
 use crate::diag::LineBuf;
 use core::cell::UnsafeCell;
 
@@ -37,8 +37,8 @@ pub struct Config {
     pub trim_interval_ms: u64,
     /// A periodic trim is skipped while the backend holds fewer free bytes than this.
     pub trim_min_bytes: u64,
-    /// jemalloc releases with `arena.<all>.decay` instead of `arena.<all>.purge`.
-    pub jemalloc_decay: bool,
+    /// How trims ask the backend to release (jemalloc: `arena.<all>.purge` or `.decay`).
+    pub release: Release,
     /// NUL-terminated memlog path (`%p` = pid); empty = off.
     pub memlog: [u8; PATH_MAX],
     /// Milliseconds between memlog lines.
@@ -72,10 +72,10 @@ pub static OPTIONS: [Opt; 15] = [
     Opt {
         name: "MALLOCSHIM_BACKEND",
         default: "glibc",
-        doc: "allocator that serves every call: glibc, jemalloc or tcmalloc",
+        doc: crate::backend::OPTION_DOC,
         path: false,
         parse: |v, c| {
-            c.backend = Backend::from_name(v).ok_or("one of glibc, jemalloc, tcmalloc")?;
+            c.backend = Backend::from_name(v).ok_or(crate::backend::NAMES)?;
             Ok(())
         },
         show: |c, out| out.put(c.backend.name().as_bytes()),
@@ -218,7 +218,7 @@ pub static OPTIONS: [Opt; 15] = [
     Opt {
         name: "MALLOCSHIM_TRIM_INTERVAL_MS",
         default: "10000",
-        doc: "give free memory back to the OS every N ms (glibc malloc_trim, jemalloc purge, tcmalloc release); 0 = off",
+        doc: "give free memory back to the OS every N ms (glibc malloc_trim, jemalloc purge, tcmalloc release, mimalloc mi_collect); 0 = off",
         path: false,
         parse: |v, c| {
             c.trim_interval_ms = parse_u64(v, 0, 86_400_000)?;
@@ -243,14 +243,14 @@ pub static OPTIONS: [Opt; 15] = [
         doc: "jemalloc release call: purge (arena.<all>.purge, all unused pages) or decay (arena.<all>.decay)",
         path: false,
         parse: |v, c| {
-            c.jemalloc_decay = match v {
-                b"purge" => false,
-                b"decay" => true,
+            c.release = match v {
+                b"purge" => Release::Purge,
+                b"decay" => Release::Decay,
                 _ => return Err("purge or decay"),
             };
             Ok(())
         },
-        show: |c, out| out.put(if c.jemalloc_decay { b"decay" } else { b"purge" }),
+        show: |c, out| out.put(if c.release == Release::Decay { b"decay" } else { b"purge" }),
     },
     Opt {
         name: "MALLOCSHIM_MEMLOG",
@@ -334,7 +334,7 @@ static CONFIG: Cell = Cell(UnsafeCell::new(Config {
     dump_formats: 0,
     trim_interval_ms: 0,
     trim_min_bytes: 0,
-    jemalloc_decay: false,
+    release: Release::Purge,
     memlog: [0; PATH_MAX],
     memlog_interval_ms: 1000,
 }));
@@ -444,25 +444,21 @@ pub fn print_table() {
     }
 }
 
+impl Config {
+    /// The library to dlopen for the chosen backend: `MALLOCSHIM_TCMALLOC_LIB` for tcmalloc,
+    /// empty (the backend's default library) otherwise.
+    pub fn backend_lib(&self) -> &core::ffi::CStr {
+        match self.backend {
+            Backend::Tcmalloc => core::ffi::CStr::from_bytes_until_nul(&self.tcmalloc_lib).unwrap_or(c""),
+            _ => c"",
+        }
+    }
+}
+
 /// The bytes of a NUL-terminated buffer, without the NUL.
 pub fn cstr_bytes(b: &[u8]) -> &[u8] {
     &b[..b.iter().position(|&x| x == 0).unwrap_or(b.len())]
 }
 
-/// Displays bytes as UTF-8, replacing what is not.
-pub struct Lossy<'a>(pub &'a [u8]);
-
-impl core::fmt::Display for Lossy<'_> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        if let Ok(s) = core::str::from_utf8(self.0) {
-            return f.pad(s);
-        }
-        for chunk in self.0.utf8_chunks() {
-            f.write_str(chunk.valid())?;
-            if !chunk.invalid().is_empty() {
-                f.write_str("\u{fffd}")?;
-            }
-        }
-        Ok(())
-    }
-}
+/// The display helper, now in `diag`; kept here for the modules that still name it so.
+pub use crate::diag::Lossy;

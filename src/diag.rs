@@ -65,3 +65,21 @@ pub fn line(args: fmt::Arguments<'_>) {
 macro_rules! shim_warn {
     ($($t:tt)*) => { $crate::diag::line(format_args!($($t)*)) };
 }
+
+/// Displays bytes as UTF-8, replacing what is not.
+pub struct Lossy<'a>(pub &'a [u8]);
+
+impl core::fmt::Display for Lossy<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        if let Ok(s) = core::str::from_utf8(self.0) {
+            return f.pad(s);
+        }
+        for chunk in self.0.utf8_chunks() {
+            f.write_str(chunk.valid())?;
+            if !chunk.invalid().is_empty() {
+                f.write_str("\u{fffd}")?;
+            }
+        }
+        Ok(())
+    }
+}

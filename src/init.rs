@@ -1,6 +1,6 @@
 //! Lazy initialisation, run by whichever thread makes the first call (often another library's
 //! constructor, before the shim's own would run): page size, configuration from `environ`, the
-//! backend (dlopen for tcmalloc), the slot key, then the backend is published. It runs under the
+//! backend (dlopen for tcmalloc and mimalloc), the slot key, then the backend is published. It runs under the
 //! reentrancy guard; nothing here waits for another thread, so a dlopen lock can never deadlock it.
 
 use crate::tls::Reentry;
@@ -37,14 +37,16 @@ pub fn ready() -> bool {
 
 fn run() {
     let _g = Reentry::enter();
+    // The caller's errno survives initialisation (mimalloc's constructor, run by dlopen, leaves
+    // ENOENT from probing files).
+    let saved_errno = csem::errno();
     // SAFETY: getauxval does not allocate.
     csem::set_page_size(unsafe { libc::getauxval(libc::AT_PAGESZ) } as usize);
     // SAFETY: this thread won the UNINIT->BUSY race: it is the only initialiser.
     unsafe { config::load() };
     let cfg = config::get();
-    let lib = core::ffi::CStr::from_bytes_until_nul(&cfg.tcmalloc_lib).unwrap_or(c"libtcmalloc_minimal.so.4");
     // SAFETY: single initialiser, under the guard.
-    let b = unsafe { backend::load(cfg.backend, lib) };
+    let b = unsafe { backend::load(cfg.backend, cfg.backend_lib()) };
     slots::init();
     clock::start();
     front::set_sample_every(cfg.sample_every);
@@ -56,8 +58,9 @@ fn run() {
     if cfg.verbose > 0 {
         config::print_table();
     }
+    csem::set_errno(saved_errno);
     #[cfg(feature = "semantics-floor")]
     crate::shim_warn!(
-        "built with the semantics-floor feature, for measurement only: free does not recognise bootstrap-pool blocks; under jemalloc and tcmalloc it does not keep errno and small blocks are 8-byte aligned"
+        "built with the semantics-floor feature, for measurement only: free does not recognise bootstrap-pool blocks; under jemalloc, tcmalloc and mimalloc it does not keep errno and small blocks are 8-byte aligned"
     );
 }

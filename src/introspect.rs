@@ -62,7 +62,7 @@ pub fn mallinfo() -> Mallinfo {
 pub fn malloc_trim(pad: usize) -> c_int {
     let _g = Reentry::enter();
     active_ready();
-    backend::release(pad) as c_int
+    backend::release(pad, crate::config::get().release) as c_int
 }
 
 /// `malloc_stats()`: glibc's own report under glibc; otherwise the same layout on stderr for

@@ -59,7 +59,7 @@ pub fn run() -> Outcome {
 fn run_with(before: MemStats) -> Outcome {
     let (rss_before, _) = crate::report::statm();
     let t0 = crate::clock::mono_ns();
-    backend::release(0);
+    backend::release(0, crate::config::get().release);
     let duration_ns = crate::clock::mono_ns().saturating_sub(t0);
     let (rss_after, _) = crate::report::statm();
     let o = Outcome {

@@ -19,7 +19,7 @@ fn run(env: &[(&str, &str)]) -> (String, Vec<String>) {
 #[test]
 fn malformed_values_warn_once_and_keep_defaults() {
     let cases: [(&str, &str, &str); 8] = [
-        ("MALLOCSHIM_BACKEND", "mimalloc", "glibc"),
+        ("MALLOCSHIM_BACKEND", "hoard", "glibc"),
         ("MALLOCSHIM_PROFILE", "sometimes", "on"),
         ("MALLOCSHIM_VERBOSE", "3", "0"),
         ("MALLOCSHIM_TRIM_INTERVAL_MS", "soon", "10000"),
@@ -72,6 +72,19 @@ fn verbose_prints_every_option_row() {
     let summary = lines.iter().find(|l| l.starts_with("mallocshim: summary ")).expect("summary line at exit");
     assert!(summary.contains("backend=jemalloc"), "{summary}");
     assert!(kv(summary, "malloc").unwrap() >= 100, "{summary}");
+}
+
+/// Backend names are parsed in any case; the bad-value line lists every backend.
+#[test]
+fn backend_names_in_any_case() {
+    for (given, backend) in [("JeMalloc", "jemalloc"), ("MIMALLOC", "mimalloc"), ("Glibc", "glibc")] {
+        let (_, lines) = run(&[("MALLOCSHIM_VERBOSE", "1"), ("MALLOCSHIM_BACKEND", given)]);
+        assert!(!lines.iter().any(|l| l.contains("not valid")), "{given}: {lines:?}");
+        let summary = lines.iter().find(|l| l.starts_with("mallocshim: summary ")).expect("summary line");
+        assert!(summary.contains(&format!("backend={backend} ")), "{given}: {summary}");
+    }
+    let (_, lines) = run(&[("MALLOCSHIM_BACKEND", "hoard")]);
+    assert!(lines[0].contains("expected glibc, jemalloc, tcmalloc, mimalloc"), "{lines:?}");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The conformance matrix of issue 6: runs `tests/c/conformance.c` (one line per rule of glibc's
-//! malloc contract) under plain glibc, under jemalloc and tcmalloc preloaded directly, and under
-//! the shim over each backend. Asserts that every shim column passes every rule, that plain
+//! malloc contract) under plain glibc, under each other backend's library preloaded directly
+//! (jemalloc, tcmalloc, mimalloc: `common::direct_lib`), and under the shim over each backend of
+//! `common::BACKENDS`. Asserts that every shim column passes every rule, that plain
 //! glibc passes every rule except where glibc 2.36 itself differs from the documented
 //! expectation (aligned_alloc's 2.38 EINVAL rule), and that the raw preload columns show at least
 //! the failures the issue measured (so the program is proven to detect them). Writes the matrix
@@ -13,7 +14,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-const JEMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+use common::JEMALLOC_LIB;
 
 /// Rules whose expected value is glibc 2.38's, not the installed glibc's when older.
 const GLIBC_238_RULES: [&str; 1] = ["aligned_alloc_einval"];
@@ -33,6 +34,30 @@ const KNOWN_TCMALLOC: [(&str, &str); 4] = [
     ("align16_malloc", "fail"),
     ("mallinfo2_reflects_backend", "fail"),
 ];
+const KNOWN_MIMALLOC: [(&str, &str); 7] = [
+    ("align16_malloc", "fail"),
+    ("realloc_zero_frees", "fail"),
+    ("malloc_huge_enomem", "fail"),
+    ("calloc_overflow_enomem", "fail"),
+    ("aligned_alloc_einval", "fail"),
+    ("success_keeps_errno", "fail"),
+    ("mallinfo2_reflects_backend", "fail"),
+];
+
+/// Rules a shim column over a backend of `common::COARSE_FIGURES` may fail: figures the backend
+/// cannot give, not C semantics. mimalloc's release build counts no live bytes; its committed
+/// bytes (what mallinfo reports under it) grow by whole segments, so 10 MiB of small blocks may
+/// leave them unchanged.
+const COARSE_FIGURE_RULES: [&str; 2] = ["mallinfo2_reflects_backend", "mallinfo_reflects_backend"];
+/// The known failures of a backend's library preloaded directly.
+fn known(backend: &str) -> &'static [(&'static str, &'static str)] {
+    match backend {
+        "jemalloc" => &KNOWN_JEMALLOC,
+        "tcmalloc" => &KNOWN_TCMALLOC,
+        "mimalloc" => &KNOWN_MIMALLOC,
+        b => panic!("no known-defect list for backend {b}: add one"),
+    }
+}
 
 fn program() -> PathBuf {
     static P: OnceLock<PathBuf> = OnceLock::new();
@@ -46,7 +71,7 @@ fn program() -> PathBuf {
 
 /// One configuration's run: the `config` line's fields and rule -> (result, detail).
 struct Column {
-    title: &'static str,
+    title: String,
     config: String,
     rules: BTreeMap<String, (String, String)>,
     order: Vec<String>,
@@ -58,7 +83,7 @@ impl Column {
     }
 }
 
-fn run(title: &'static str, mut cmd: Command, malloc_from: &str, shim_backend: &str) -> Column {
+fn run(title: &str, mut cmd: Command, malloc_from: &str, shim_backend: &str) -> Column {
     let o = cmd.output().unwrap_or_else(|e| panic!("{title}: cannot start conformance: {e}"));
     let what = format!("conformance under {title}");
     assert!(o.status.success(), "{what}: {}", common::describe(&o));
@@ -90,7 +115,7 @@ fn run(title: &'static str, mut cmd: Command, malloc_from: &str, shim_backend: &
         assert!(common::shim_lines(&o).is_empty(), "{what}: the shim complained\n{}", common::describe(&o));
     }
     eprintln!("{title}: {summary}");
-    Column { title, config, rules, order }
+    Column { title: title.to_string(), config, rules, order }
 }
 
 fn cell(c: &Column, rule: &str) -> String {
@@ -105,7 +130,7 @@ fn cell(c: &Column, rule: &str) -> String {
 fn markdown(cols: &[Column], glibc_version: &str) -> String {
     let mut s = String::new();
     s.push_str("| rule | expected | ");
-    s.push_str(&cols.iter().map(|c| c.title).collect::<Vec<_>>().join(" | "));
+    s.push_str(&cols.iter().map(|c| c.title.as_str()).collect::<Vec<_>>().join(" | "));
     s.push_str(" |\n|---|---|");
     s.push_str(&"---|".repeat(cols.len()));
     s.push('\n');
@@ -133,22 +158,23 @@ fn markdown(cols: &[Column], glibc_version: &str) -> String {
 #[test]
 fn conformance_matrix() {
     let prog = program();
-    common::require_file(JEMALLOC_LIB);
-    common::require_file(common::TCMALLOC_LIB);
     let shim = common::shim();
 
+    // Column 0: plain glibc; then each backend's library preloaded directly; then the shim over
+    // each backend.
     let mut cols = Vec::new();
     cols.push(run("glibc (no preload)", common::plain(&prog), "libc.so", "none"));
-    let mut c = common::plain(&prog);
-    c.env("LD_PRELOAD", JEMALLOC_LIB);
-    cols.push(run("LD_PRELOAD jemalloc", c, "libjemalloc", "none"));
-    let mut c = common::plain(&prog);
-    c.env("LD_PRELOAD", common::TCMALLOC_LIB);
-    cols.push(run("LD_PRELOAD tcmalloc", c, "libtcmalloc_minimal", "none"));
-    for (title, b) in
-        [("shim->glibc", "glibc"), ("shim->jemalloc", "jemalloc"), ("shim->tcmalloc", "tcmalloc")]
-    {
-        cols.push(run(title, common::preloaded(&prog, b), shim.to_str().unwrap(), b));
+    let direct: Vec<&str> =
+        common::BACKENDS.into_iter().filter(|b| common::direct_lib(b).is_some()).collect();
+    for b in &direct {
+        let lib = common::require_file(common::direct_lib(b).unwrap());
+        let mut c = common::plain(&prog);
+        c.env("LD_PRELOAD", &lib);
+        cols.push(run(&format!("LD_PRELOAD {b}"), c, &format!("lib{b}"), "none"));
+    }
+    let first_shim = cols.len();
+    for b in common::BACKENDS {
+        cols.push(run(&format!("shim->{b}"), common::preloaded(&prog, b), shim.to_str().unwrap(), b));
     }
 
     let glibc_version = common::kv_str(&cols[0].config, "glibc").unwrap_or("?").to_string();
@@ -181,16 +207,18 @@ fn conformance_matrix() {
         }
     }
     // The shim equals the expectation on every backend.
-    for c in &cols[3..] {
+    for c in &cols[first_shim..] {
         for rule in &c.order {
-            if c.result(rule) != "pass" {
+            let coarse = common::COARSE_FIGURES.iter().any(|b| c.title == format!("shim->{b}"));
+            let limit = coarse && COARSE_FIGURE_RULES.contains(&rule.as_str());
+            if c.result(rule) != "pass" && !(limit && c.result(rule) == "fail") {
                 problems.push(format!("{}: {rule} is {}: {}", c.title, c.result(rule), c.rules[rule].1));
             }
         }
     }
     // The program detects what the issue measured under the raw preloads.
-    for (col, known) in [(&cols[1], &KNOWN_JEMALLOC[..]), (&cols[2], &KNOWN_TCMALLOC[..])] {
-        for (rule, want) in known {
+    for (col, b) in cols[1..first_shim].iter().zip(&direct) {
+        for (rule, want) in known(b) {
             if col.result(rule) != *want {
                 problems.push(format!(
                     "{}: known defect not detected: {rule} is {}, expected {want}",
@@ -202,7 +230,8 @@ fn conformance_matrix() {
     }
     // Under the tcmalloc backend the bootstrap pool served libstdc++ while the backend loaded,
     // and the process (pool blocks and all) ran every rule.
-    let early = &cols[5].rules["early_pointers_recognised"].1;
+    let tc = cols.iter().find(|c| c.title == "shim->tcmalloc").expect("a shim->tcmalloc column");
+    let early = &tc.rules["early_pointers_recognised"].1;
     let boot =
         early.rsplit("bootstrap_bytes=").next().and_then(|v| v.trim().parse::<i64>().ok()).unwrap_or(-1);
     if boot <= 0 {

@@ -2,7 +2,7 @@
 //! `tests/c/fork_signal.c`: fork from a signal handler that interrupted malloc). Asserts what the
 //! issue requires: both pass under plain glibc and under the shim with the glibc backend and
 //! profiling on (`MALLOCSHIM_PROFILE=1`, also with `MALLOCSHIM_SAMPLE=1`). Runs them too under
-//! jemalloc and tcmalloc preloaded directly and under the shim over those backends, and only
+//! every other backend preloaded directly and under the shim over it (`common::BACKENDS`), and only
 //! reports those outcomes (printed, and written to target/fork-canaries.md). A hang under an
 //! asserted configuration comes with gdb backtraces of every thread of the stuck process.
 
@@ -12,7 +12,6 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-const JEMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
 const CANARIES: [&str; 2] = ["fork_stdio", "fork_signal"];
 
 fn canary(name: &str) -> PathBuf {
@@ -45,14 +44,11 @@ fn command(name: &str, config: &str) -> Command {
     let prog = canary(name);
     let mut c = match config {
         "glibc" => common::plain(&prog),
-        "LD_PRELOAD jemalloc" => {
+        direct if direct.starts_with("LD_PRELOAD ") => {
+            let b = &direct["LD_PRELOAD ".len()..];
+            let lib = common::direct_lib(b).unwrap_or_else(|| panic!("no library to preload for {b}"));
             let mut c = common::plain(&prog);
-            c.env("LD_PRELOAD", common::require_file(JEMALLOC_LIB));
-            c
-        }
-        "LD_PRELOAD tcmalloc" => {
-            let mut c = common::plain(&prog);
-            c.env("LD_PRELOAD", common::require_file(common::TCMALLOC_LIB));
+            c.env("LD_PRELOAD", common::require_file(lib));
             c
         }
         "shim->glibc PROFILE=1" => {
@@ -70,13 +66,9 @@ fn command(name: &str, config: &str) -> Command {
             c.env("MALLOCSHIM_PROFILE", "1").env("MALLOCSHIM_DUMP_SIGNAL", "none");
             c
         }
-        "shim->jemalloc PROFILE=1" => {
-            let mut c = common::preloaded(&prog, "jemalloc");
-            c.env("MALLOCSHIM_PROFILE", "1");
-            c
-        }
-        "shim->tcmalloc PROFILE=1" => {
-            let mut c = common::preloaded(&prog, "tcmalloc");
+        shim if shim.starts_with("shim->") && shim.ends_with(" PROFILE=1") => {
+            let b = &shim["shim->".len()..shim.len() - " PROFILE=1".len()];
+            let mut c = common::preloaded(&prog, b);
             c.env("MALLOCSHIM_PROFILE", "1");
             c
         }
@@ -158,19 +150,19 @@ fn fork_signal_shim_glibc_profiled() {
 /// 15 s stall watchdog, not CPU). Asserts only that each run produced a verdict.
 #[test]
 fn fork_canaries_report() {
-    let configs = [
-        "glibc",
-        "LD_PRELOAD jemalloc",
-        "LD_PRELOAD tcmalloc",
-        "shim->glibc PROFILE=1",
-        "shim->glibc DUMP_SIGNAL=none",
-        "shim->jemalloc PROFILE=1",
-        "shim->tcmalloc PROFILE=1",
-    ];
+    // glibc, each other backend's library preloaded directly, then the shim over each backend.
+    let mut configs: Vec<&'static str> = vec!["glibc"];
+    for b in common::BACKENDS.into_iter().filter(|b| common::direct_lib(b).is_some()) {
+        configs.push(String::leak(format!("LD_PRELOAD {b}")));
+    }
+    configs.extend(["shim->glibc PROFILE=1", "shim->glibc DUMP_SIGNAL=none"]);
+    for b in common::BACKENDS.into_iter().filter(|b| *b != "glibc") {
+        configs.push(String::leak(format!("shim->{b} PROFILE=1")));
+    }
     let mut handles = Vec::new();
     for name in CANARIES {
         canary(name);
-        for config in configs {
+        for &config in &configs {
             handles.push(std::thread::spawn(move || {
                 let (result, line, o) = run(name, config, false);
                 let probe =
@@ -181,7 +173,7 @@ fn fork_canaries_report() {
     }
     let rows: Vec<_> = handles.into_iter().map(|h| h.join().expect("canary thread")).collect();
     let mut md = String::from("| configuration | fork_stdio | fork_signal |\n|---|---|---|\n");
-    for config in configs {
+    for &config in &configs {
         let cell = |n: &str| {
             let r = rows.iter().find(|r| r.0 == n && r.1 == config).unwrap();
             if r.2 == "pass" {

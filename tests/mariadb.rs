@@ -28,8 +28,8 @@ fn check(backend: &str) {
     for prog in ["bash", "flock", "mariadbd", "mariadb-install-db", "mariadb-admin", "mariadb", "sysbench"] {
         common::require(prog);
     }
-    if backend == "tcmalloc" {
-        common::require_file(common::TCMALLOC_LIB);
+    if let Some(lib) = common::direct_lib(backend).filter(|_| backend != "jemalloc") {
+        common::require_file(lib);
     }
     let so = common::shim();
     let script = common::root().join("scripts/mariadb-check.sh");
@@ -100,17 +100,12 @@ fn check(backend: &str) {
     );
 }
 
+/// A server per backend of `common::BACKENDS`, one after the other (`MARIADB_BACKEND=NAME`
+/// runs one).
 #[test]
-fn mariadb_sysbench_glibc() {
-    check("glibc");
-}
-
-#[test]
-fn mariadb_sysbench_jemalloc() {
-    check("jemalloc");
-}
-
-#[test]
-fn mariadb_sysbench_tcmalloc() {
-    check("tcmalloc");
+fn mariadb_sysbench_every_backend() {
+    let only = std::env::var("MARIADB_BACKEND").ok();
+    for b in common::BACKENDS.into_iter().filter(|b| only.as_deref().is_none_or(|o| o == *b)) {
+        check(b);
+    }
 }

@@ -139,7 +139,11 @@ fn mtr_subset_same_results_under_each_backend() {
     for prog in ["bash", "perl", "flock", "mariadbd"] {
         common::require(prog);
     }
-    common::require_file(common::TCMALLOC_LIB);
+    for b in common::BACKENDS {
+        if let Some(lib) = common::direct_lib(b).filter(|_| b != "jemalloc") {
+            common::require_file(lib);
+        }
+    }
     let base = run("baseline");
     let mtrdir = std::path::PathBuf::from(base.get("mtrdir"));
     let mut fts_tests: Vec<String> = std::fs::read_dir(mtrdir.join("suite/innodb_fts/t"))

@@ -131,19 +131,12 @@ fn python_under(backend: &str) {
     assert!(m >= 100_000, "{what}: only {m} mallocs routed: {last}");
 }
 
+/// Every backend of `common::BACKENDS`, one after the other.
 #[test]
-fn python_json_glibc() {
-    python_under("glibc");
-}
-
-#[test]
-fn python_json_jemalloc() {
-    python_under("jemalloc");
-}
-
-#[test]
-fn python_json_tcmalloc() {
-    python_under("tcmalloc");
+fn python_json_every_backend() {
+    for b in common::BACKENDS {
+        python_under(b);
+    }
 }
 
 // ------------------------------------------------------------------------------- git
@@ -261,17 +254,10 @@ fn git_under(backend: &str) {
     assert_eq!(got, expected, "git session under backend={backend} differs from the no-shim session");
 }
 
+/// Every backend of `common::BACKENDS`, one after the other.
 #[test]
-fn git_glibc() {
-    git_under("glibc");
-}
-
-#[test]
-fn git_jemalloc() {
-    git_under("jemalloc");
-}
-
-#[test]
-fn git_tcmalloc() {
-    git_under("tcmalloc");
+fn git_every_backend() {
+    for b in common::BACKENDS {
+        git_under(b);
+    }
 }

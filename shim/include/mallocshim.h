@@ -37,13 +37,16 @@ struct mallocshim_stats {
   // Calls per entry point.
   struct mallocshim_calls calls;
   // Bytes in live blocks, from the backend: glibc mallinfo2 `uordblks + hblkhd`; jemalloc
-  // `stats.allocated` (after an `epoch` refresh); tcmalloc `generic.current_allocated_bytes`.
+  // `stats.allocated` (after an `epoch` refresh); tcmalloc `generic.current_allocated_bytes`;
+  // mimalloc, which counts no live bytes: its committed bytes (`mi_process_info`), an upper bound.
   uint64_t backend_allocated_bytes;
   // Bytes the backend holds in memory: glibc mallinfo2 `arena + hblkhd`; jemalloc
-  // `stats.resident`; tcmalloc `generic.heap_size - tcmalloc.pageheap_unmapped_bytes`.
+  // `stats.resident`; tcmalloc `generic.heap_size - tcmalloc.pageheap_unmapped_bytes`;
+  // mimalloc its committed bytes (`mi_process_info` current_commit).
   uint64_t backend_resident_bytes;
   // Free bytes the backend could return to the OS: glibc mallinfo2 `fordblks`; jemalloc
-  // `stats.resident - stats.allocated`; tcmalloc `tcmalloc.pageheap_free_bytes`.
+  // `stats.resident - stats.allocated`; tcmalloc `tcmalloc.pageheap_free_bytes`; mimalloc its
+  // committed bytes, an upper bound.
   uint64_t backend_free_bytes;
   // Bytes served from the static bootstrap pool while the backend loaded (never freed).
   uint64_t bootstrap_bytes;
@@ -65,7 +68,7 @@ struct mallocshim_trim_result {
 extern "C" {
 #endif // __cplusplus
 
-// Name of the active backend: `"glibc"`, `"jemalloc"` or `"tcmalloc"` (a static string; never
+// Name of the active backend: `"glibc"`, `"jemalloc"`, `"tcmalloc"` or `"mimalloc"` (a static string; never
 // NULL). After a failed backend load this is `"glibc"`, the fallback actually serving calls.
 const char *mallocshim_backend_name(void);
 
@@ -84,7 +87,8 @@ int mallocshim_dump(void);
 
 // Gives free memory back to the OS now, through the active backend's own call (glibc
 // `malloc_trim(0)`; jemalloc `mallctl("arena.4096.purge")`, or `.decay` under
-// `MALLOCSHIM_JEMALLOC_RELEASE=decay`; tcmalloc `MallocExtension_ReleaseFreeMemory()`), whatever
+// `MALLOCSHIM_JEMALLOC_RELEASE=decay`; tcmalloc `MallocExtension_ReleaseFreeMemory()`; mimalloc
+// `mi_collect(true)`), whatever
 // `MALLOCSHIM_TRIM_MIN_BYTES` says. The trim is counted in the dumps like a periodic one.
 // Costs milliseconds (glibc locks each arena in turn) and later page faults. `out` may be NULL.
 // Returns 0, or `EAGAIN` when called while the shim is still initialising (nothing was done).

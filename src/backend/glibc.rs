@@ -83,10 +83,11 @@ unsafe fn next(name: &core::ffi::CStr) -> *mut c_void {
 }
 
 /// Finds glibc's introspection functions; each is optional (a missing one answers zeros).
+/// Nothing is dlopen()ed (`_lib` is unused) and nothing fails.
 ///
 /// # Safety
 /// Initialisation only (single writer before publication).
-pub unsafe fn load() -> bool {
+pub(super) unsafe fn load(_lib: &core::ffi::CStr, _why: &mut crate::diag::LineBuf) -> bool {
     // SAFETY: single writer (caller's contract); each pointer is transmuted to the C signature
     // glibc documents for that symbol.
     unsafe {
@@ -111,32 +112,32 @@ pub unsafe fn load() -> bool {
 }
 
 #[inline(always)]
-pub unsafe fn malloc(size: usize) -> *mut c_void {
+pub(super) unsafe fn malloc(size: usize) -> *mut c_void {
     // SAFETY: glibc's allocator accepts any size.
     unsafe { __libc_malloc(size) }
 }
 
 #[inline(always)]
-pub unsafe fn calloc(n: usize, size: usize) -> *mut c_void {
+pub(super) unsafe fn calloc(n: usize, size: usize) -> *mut c_void {
     // SAFETY: as above.
     unsafe { __libc_calloc(n, size) }
 }
 
 #[inline(always)]
-pub unsafe fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+pub(super) unsafe fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
     // SAFETY: `p` is a glibc block (caller's contract).
     unsafe { __libc_realloc(p, size) }
 }
 
 #[inline(always)]
-pub unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
+pub(super) unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
     // SAFETY: `align` is a power of two (caller's contract).
     unsafe { __libc_memalign(align, size) }
 }
 
 /// glibc's free keeps errno itself (since 2.33), so no save/restore here.
 #[inline(always)]
-pub unsafe fn free(p: *mut c_void) {
+pub(super) unsafe fn free(p: *mut c_void) {
     // SAFETY: `p` is a glibc block (caller's contract).
     unsafe { __libc_free(p) }
 }
@@ -145,7 +146,7 @@ pub unsafe fn free(p: *mut c_void) {
 /// size word before the block: low bits are flags, IS_MMAPPED = 2), as glibc's `musable` does
 /// without memory tagging: mmapped chunks lose two words of overhead, others one.
 #[inline(always)]
-pub unsafe fn usable_size(p: *mut c_void) -> usize {
+pub(super) unsafe fn usable_size(p: *mut c_void) -> usize {
     // SAFETY: `p` is a live glibc block (caller's contract): its size word precedes it.
     let head = unsafe { *(p as *const usize).sub(1) };
     let size = head & !7;
@@ -172,7 +173,7 @@ pub fn mallinfo2() -> Mallinfo2 {
     real().mallinfo2.map(|f| unsafe { f() }).unwrap_or_default()
 }
 
-pub unsafe fn mem_stats() -> MemStats {
+pub(super) unsafe fn mem_stats() -> MemStats {
     let m = mallinfo2();
     MemStats {
         allocated: (m.uordblks + m.hblkhd) as u64,
@@ -181,12 +182,13 @@ pub unsafe fn mem_stats() -> MemStats {
     }
 }
 
-pub unsafe fn release(pad: usize) -> bool {
+/// `malloc_trim(pad)` (one release call: `_mode` is unused).
+pub(super) unsafe fn release(pad: usize, _mode: super::Release) -> bool {
     // SAFETY: the pointer came from dlsym for this exact signature.
     real().malloc_trim.map(|f| unsafe { f(pad) } != 0).unwrap_or(false)
 }
 
-pub unsafe fn version(out: &mut crate::diag::LineBuf) {
+pub(super) unsafe fn version(out: &mut crate::diag::LineBuf) {
     // SAFETY: gnu_get_libc_version returns a static NUL-terminated string.
     let v = unsafe { core::ffi::CStr::from_ptr(libc::gnu_get_libc_version()) };
     out.put(b"glibc ");

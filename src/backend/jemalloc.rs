@@ -3,7 +3,7 @@
 //! from `_RJEM_MALLOC_CONF` (not `MALLOC_CONF`). Statistics go through tikv-jemalloc-ctl's typed
 //! mallctl wrappers; the one name those refuse to write (`arena.<all>.purge`) is called raw.
 
-use super::MemStats;
+use super::{MemStats, Release};
 use core::ffi::c_void;
 use tikv_jemalloc_sys as je;
 
@@ -13,15 +13,17 @@ const PURGE_ALL: &core::ffi::CStr = c"arena.4096.purge";
 /// muzzy_decay_ms) says is due.
 const DECAY_ALL: &core::ffi::CStr = c"arena.4096.decay";
 
-/// Initialises jemalloc now (one allocation) so that a failure shows at start.
+/// Initialises jemalloc now (one allocation) so that a failure shows at start (statically
+/// linked: `_lib` is unused).
 ///
 /// # Safety
 /// Initialisation only.
-pub unsafe fn load() -> bool {
+pub(super) unsafe fn load(_lib: &core::ffi::CStr, why: &mut crate::diag::LineBuf) -> bool {
     // SAFETY: plain jemalloc calls with valid arguments.
     unsafe {
         let p = je::malloc(16);
         if p.is_null() {
+            why.put(b"jemalloc could not allocate 16 bytes");
             return false;
         }
         je::free(p);
@@ -30,38 +32,38 @@ pub unsafe fn load() -> bool {
 }
 
 #[inline(always)]
-pub unsafe fn malloc(size: usize) -> *mut c_void {
+pub(super) unsafe fn malloc(size: usize) -> *mut c_void {
     // SAFETY: size is non-zero (caller's contract).
     unsafe { je::malloc(size) }
 }
 
 #[inline(always)]
-pub unsafe fn calloc(n: usize, size: usize) -> *mut c_void {
+pub(super) unsafe fn calloc(n: usize, size: usize) -> *mut c_void {
     // SAFETY: the product does not overflow (caller's contract).
     unsafe { je::calloc(n, size) }
 }
 
 #[inline(always)]
-pub unsafe fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+pub(super) unsafe fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
     // SAFETY: `p` is a jemalloc block, size non-zero (caller's contract).
     unsafe { je::realloc(p, size) }
 }
 
 #[inline(always)]
-pub unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
+pub(super) unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
     // SAFETY: `align` is a power of two, size non-zero (caller's contract).
     unsafe { je::aligned_alloc(align, size) }
 }
 
 /// jemalloc's free may purge (madvise) and so touch errno: `csem` keeps the caller's.
 #[inline(always)]
-pub unsafe fn free(p: *mut c_void) {
+pub(super) unsafe fn free(p: *mut c_void) {
     // SAFETY: `p` is NULL or a jemalloc block (caller's contract).
     unsafe { je::free(p) }
 }
 
 #[inline(always)]
-pub unsafe fn usable_size(p: *mut c_void) -> usize {
+pub(super) unsafe fn usable_size(p: *mut c_void) -> usize {
     // SAFETY: `p` is a jemalloc block (caller's contract).
     unsafe { je::malloc_usable_size(p) }
 }
@@ -102,7 +104,7 @@ pub fn thread_freed_counter() -> *mut u64 {
 }
 
 /// stats.allocated / stats.resident after an `epoch` refresh.
-pub unsafe fn mem_stats() -> MemStats {
+pub(super) unsafe fn mem_stats() -> MemStats {
     use tikv_jemalloc_ctl::{epoch, stats};
     let _ = epoch::advance();
     let allocated = stats::allocated::read().unwrap_or(0) as u64;
@@ -110,10 +112,10 @@ pub unsafe fn mem_stats() -> MemStats {
     MemStats { allocated, resident, free: resident.saturating_sub(allocated) }
 }
 
-/// `mallctl("arena.4096.purge", NULL, NULL, NULL, 0)`, or `.decay` under
-/// `MALLOCSHIM_JEMALLOC_RELEASE=decay`. True when mallctl returned 0.
-pub unsafe fn release(_pad: usize) -> bool {
-    let name = if crate::config::get().jemalloc_decay { DECAY_ALL } else { PURGE_ALL };
+/// `mallctl("arena.4096.purge", NULL, NULL, NULL, 0)`, or `.decay` for [`Release::Decay`]
+/// (`MALLOCSHIM_JEMALLOC_RELEASE=decay`). True when mallctl returned 0.
+pub(super) unsafe fn release(_pad: usize, mode: Release) -> bool {
+    let name = if mode == Release::Decay { DECAY_ALL } else { PURGE_ALL };
     // SAFETY: a void mallctl: no old or new value pointers.
     unsafe {
         je::mallctl(name.as_ptr(), core::ptr::null_mut(), core::ptr::null_mut(), core::ptr::null_mut(), 0)
@@ -136,7 +138,7 @@ pub unsafe fn mallctl(
     unsafe { je::mallctl(name, oldp, oldlenp, newp, newlen) }
 }
 
-pub unsafe fn version(out: &mut crate::diag::LineBuf) {
+pub(super) unsafe fn version(out: &mut crate::diag::LineBuf) {
     out.put(b"jemalloc ");
     // The crate's string keeps jemalloc's trailing NUL.
     out.put(tikv_jemalloc_ctl::version::read().unwrap_or("?").trim_end_matches('\0').as_bytes());

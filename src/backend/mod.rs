@@ -1,74 +1,215 @@
-//! The backends. Each backend module exposes the same raw operations (`malloc`, `calloc`,
-//! `realloc`, `memalign`, `free`, `usable_size`) through the [`Raw`] trait, which `csem` and
-//! `front` are generic over, plus its memory figures, release call and version, which this
-//! module dispatches to the active backend (off the hot path).
+//! The backends, listed once in [`backend_list`]: one file per backend and one row. Each
+//! backend module exposes the same raw operations (`malloc`, `calloc`, `realloc`, `memalign`,
+//! `free`, `usable_size`) through the [`Raw`] trait, which `csem` and `front` are generic over,
+//! plus `load`, its memory figures, release call and version, which this module dispatches to
+//! the active backend (off the hot path). Backends receive what they need from the
+//! configuration as arguments (library path, [`Release`] mode); they never read it.
 //! Backend calls take already-validated arguments: C semantics (errno, overflow, alignment,
 //! realloc edge cases) live in `csem`, never here.
 
-pub mod boot;
 pub mod glibc;
 pub mod jemalloc;
+pub mod mimalloc;
 pub mod tcmalloc;
 
-use core::ffi::c_void;
+use core::ffi::{c_void, CStr};
 use core::sync::atomic::{AtomicU8, Ordering};
 
-/// An allocator the shim can route to.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-#[repr(u8)]
-pub enum Backend {
-    /// glibc's ptmalloc through its exported `__libc_*` entry points.
-    Glibc = 0,
-    /// jemalloc statically linked from tikv-jemalloc-sys (`_rjem_` prefix).
-    Jemalloc = 1,
-    /// gperftools' tcmalloc, dlopen()ed RTLD_LOCAL and called through `tc_*`.
-    Tcmalloc = 2,
-    /// Before initialisation: the first call initialises the shim; calls made while a backend
-    /// loads are served from the static bootstrap pool.
-    Bootstrap = 3,
+/// The backends, one row each: `Variant, module, Raw type (in the module), name, default
+/// library (dlopen()ed backends; `c""` for the others)`. [`define_backends`] turns the list
+/// into [`Backend`], its names, [`active`] and the dispatch of the cold-path calls; `route`
+/// turns it into the entry tables. Adding a backend is one file in this directory (with its `mod` line above) and one
+/// row here. Row order is the enum's order and the order the docs list backends in.
+macro_rules! backend_list {
+    ($then:ident) => {
+        $then! {
+            /// glibc's ptmalloc through its exported `__libc_*` entry points.
+            Glibc, glibc, Glibc, c"glibc", c"";
+            /// jemalloc statically linked from tikv-jemalloc-sys (`_rjem_` prefix).
+            Jemalloc, jemalloc, Jemalloc, c"jemalloc", c"";
+            /// gperftools' tcmalloc, dlopen()ed RTLD_LOCAL and called through `tc_*`.
+            Tcmalloc, tcmalloc, Tcmalloc, c"tcmalloc", c"libtcmalloc_minimal.so.4";
+            /// mimalloc (Debian's libmimalloc.so.2), dlopen()ed RTLD_LOCAL, called through `mi_*`.
+            Mimalloc, mimalloc, Mimalloc, c"mimalloc", c"libmimalloc.so.2";
+        }
+    };
 }
+pub(crate) use backend_list;
+
+/// Generates [`Backend`], its names, [`active`] and the dispatch of the cold-path calls from
+/// [`backend_list`]'s rows. Each backend module provides `load(lib, why)`, `mem_stats()`,
+/// `release(pad, mode)` and `version(out)`.
+macro_rules! define_backends {
+    ($($(#[$doc:meta])* $variant:ident, $module:ident, $raw:ident, $name:literal, $lib:literal;)*) => {
+        /// An allocator the shim can route to.
+        #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+        #[repr(u8)]
+        pub enum Backend {
+            $($(#[$doc])* $variant,)*
+            /// Before initialisation: the first call initialises the shim; calls made while a
+            /// backend loads are served from the static bootstrap pool.
+            Bootstrap,
+        }
+
+        /// Every real backend, in row order (`Bootstrap` excluded).
+        pub const ALL: &[Backend] = &[$(Backend::$variant),*];
+
+        impl Backend {
+            /// NUL-terminated lower-case name (also for the C API).
+            pub const fn c_name(self) -> &'static CStr {
+                match self {
+                    $(Backend::$variant => $name,)*
+                    Backend::Bootstrap => c"bootstrap",
+                }
+            }
+
+            /// The library dlopen()ed by default for a backend loaded that way (`""` otherwise).
+            pub fn default_lib(self) -> &'static CStr {
+                match self {
+                    $(Backend::$variant => $lib,)*
+                    Backend::Bootstrap => c"",
+                }
+            }
+
+            #[inline(always)]
+            fn from_u8(v: u8) -> Backend {
+                match v {
+                    $(x if x == Backend::$variant as u8 => Backend::$variant,)*
+                    _ => Backend::Bootstrap,
+                }
+            }
+        }
+
+        /// Loads or initialises `want` (`lib`: the library to dlopen, for a backend loaded that
+        /// way). On failure writes the reason into `why`.
+        ///
+        /// # Safety
+        /// Initialisation only, under the reentrancy guard.
+        unsafe fn load_one(want: Backend, lib: &CStr, why: &mut crate::diag::LineBuf) -> bool {
+            // SAFETY: forwarded contract.
+            unsafe {
+                match want {
+                    $(Backend::$variant => $module::load(lib, why),)*
+                    Backend::Bootstrap => true,
+                }
+            }
+        }
+
+        /// Reads the active backend's memory figures. May allocate inside the backend: call under
+        /// the reentrancy guard.
+        pub fn mem_stats() -> MemStats {
+            // SAFETY: the backend is loaded (called only once the shim is ready).
+            unsafe {
+                match active() {
+                    $(Backend::$variant => $module::mem_stats(),)*
+                    Backend::Bootstrap => crate::bootstrap::mem_stats(),
+                }
+            }
+        }
+
+        /// Gives free memory back to the OS through the backend's own call (glibc
+        /// `malloc_trim(pad)`, jemalloc `arena.<all>.purge` or `.decay` per `mode`, tcmalloc
+        /// `MallocExtension_ReleaseFreeMemory`, mimalloc `mi_collect(true)`). Returns true when
+        /// the call ran (glibc: when it released memory).
+        pub fn release(pad: usize, mode: Release) -> bool {
+            // SAFETY: the backend is loaded (called only once the shim is ready).
+            unsafe {
+                match active() {
+                    $(Backend::$variant => $module::release(pad, mode),)*
+                    Backend::Bootstrap => crate::bootstrap::release(pad, mode),
+                }
+            }
+        }
+
+        /// The backend's name and version, e.g. `glibc 2.36`, `jemalloc 5.3.0-...`,
+        /// `tcmalloc gperftools 2.10`, `mimalloc 2.0.9`.
+        pub fn version(out: &mut crate::diag::LineBuf) {
+            // SAFETY: the backend is loaded (called only once the shim is ready).
+            unsafe {
+                match active() {
+                    $(Backend::$variant => $module::version(out),)*
+                    Backend::Bootstrap => crate::bootstrap::version(out),
+                }
+            }
+        }
+    };
+}
+backend_list!(define_backends);
 
 impl Backend {
+    /// The backend of a name, ignoring ASCII case (`JeMalloc` is jemalloc).
     pub fn from_name(v: &[u8]) -> Option<Backend> {
-        match v {
-            b"glibc" => Some(Backend::Glibc),
-            b"jemalloc" => Some(Backend::Jemalloc),
-            b"tcmalloc" => Some(Backend::Tcmalloc),
-            _ => None,
-        }
+        ALL.iter().copied().find(|b| b.c_name().to_bytes().eq_ignore_ascii_case(v))
     }
 
+    /// The backend's lower-case name.
     pub fn name(self) -> &'static str {
-        match self {
-            Backend::Glibc => "glibc",
-            Backend::Jemalloc => "jemalloc",
-            Backend::Tcmalloc => "tcmalloc",
-            Backend::Bootstrap => "bootstrap",
-        }
-    }
-
-    /// NUL-terminated name for the C API.
-    pub fn c_name(self) -> &'static core::ffi::CStr {
-        match self {
-            Backend::Glibc => c"glibc",
-            Backend::Jemalloc => c"jemalloc",
-            Backend::Tcmalloc => c"tcmalloc",
-            Backend::Bootstrap => c"bootstrap",
-        }
+        self.c_name().to_str().unwrap_or("?")
     }
 }
+
+/// How a trim asks the backend to give memory back (`MALLOCSHIM_JEMALLOC_RELEASE`); a backend
+/// with a single release call ignores it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum Release {
+    /// Everything unused now (jemalloc `arena.<all>.purge`).
+    #[default]
+    Purge,
+    /// Only what the backend's decay schedule says is due (jemalloc `arena.<all>.decay`).
+    Decay,
+}
+
+/// `prefix` then the backends' names joined with `sep`, in a fixed buffer, at compile time.
+const fn join_names(prefix: &[u8], sep: &[u8]) -> ([u8; 160], usize) {
+    let mut out = [0u8; 160];
+    let mut n = 0;
+    while n < prefix.len() {
+        out[n] = prefix[n];
+        n += 1;
+    }
+    let mut i = 0;
+    while i < ALL.len() {
+        if i > 0 {
+            let mut k = 0;
+            while k < sep.len() {
+                out[n] = sep[k];
+                n += 1;
+                k += 1;
+            }
+        }
+        let name = ALL[i].c_name().to_bytes();
+        let mut k = 0;
+        while k < name.len() {
+            out[n] = name[k];
+            n += 1;
+            k += 1;
+        }
+        i += 1;
+    }
+    (out, n)
+}
+
+const NAMES_BUF: ([u8; 160], usize) = join_names(b"", b", ");
+const DOC_BUF: ([u8; 160], usize) = join_names(b"allocator that serves every call (any case): ", b", ");
+
+/// Every backend's name, comma-separated (`glibc, jemalloc, tcmalloc, mimalloc`), for messages.
+pub const NAMES: &str = match core::str::from_utf8(NAMES_BUF.0.split_at(NAMES_BUF.1).0) {
+    Ok(s) => s,
+    Err(_) => "?",
+};
+
+/// The documentation of `MALLOCSHIM_BACKEND`, naming every backend.
+pub const OPTION_DOC: &str = match core::str::from_utf8(DOC_BUF.0.split_at(DOC_BUF.1).0) {
+    Ok(s) => s,
+    Err(_) => "?",
+};
 
 static ACTIVE: AtomicU8 = AtomicU8::new(Backend::Bootstrap as u8);
 
 /// The backend serving calls: `Bootstrap` until initialisation publishes the chosen one.
 #[inline(always)]
 pub fn active() -> Backend {
-    match ACTIVE.load(Ordering::Acquire) {
-        0 => Backend::Glibc,
-        1 => Backend::Jemalloc,
-        2 => Backend::Tcmalloc,
-        _ => Backend::Bootstrap,
-    }
+    Backend::from_u8(ACTIVE.load(Ordering::Acquire))
 }
 
 /// Makes `b` the backend of every later call (the last step of initialisation).
@@ -76,23 +217,18 @@ pub fn publish(b: Backend) {
     ACTIVE.store(b as u8, Ordering::Release);
 }
 
-/// Loads `want`; on failure prints one `mallocshim:` line and falls back to glibc. Returns the
-/// backend to publish. Runs once, under the reentrancy guard, during initialisation.
+/// Loads `want` (dlopen()ing `lib`, or its default library when `lib` is empty); on failure
+/// prints one `mallocshim:` line and falls back to glibc. Returns the backend to publish. Runs
+/// once, under the reentrancy guard, during initialisation.
 ///
 /// # Safety
 /// Must be called only by the initialising thread, before the shim is published as ready.
-pub unsafe fn load(want: Backend, tcmalloc_lib: &core::ffi::CStr) -> Backend {
+pub unsafe fn load(want: Backend, lib: &CStr) -> Backend {
+    let lib = if lib.is_empty() { want.default_lib() } else { lib };
     let mut why = crate::diag::LineBuf::new();
     // SAFETY: initialisation-time calls, single thread (caller's contract).
     let ok = unsafe {
-        glibc::load()
-            && match want {
-                Backend::Glibc | Backend::Bootstrap => true,
-                Backend::Jemalloc => crate::atfork::loading_backend(|| jemalloc::load()),
-                Backend::Tcmalloc => {
-                    crate::atfork::loading_backend(|| tcmalloc::load(tcmalloc_lib, &mut why))
-                }
-            }
+        glibc::load(c"", &mut why) && crate::atfork::loading_backend(|| load_one(want, lib, &mut why))
     };
     if ok {
         return want;
@@ -100,20 +236,9 @@ pub unsafe fn load(want: Backend, tcmalloc_lib: &core::ffi::CStr) -> Backend {
     crate::shim_warn!(
         "backend {} could not be loaded ({}); continuing with glibc",
         want.name(),
-        crate::config::Lossy(why.as_bytes())
+        crate::diag::Lossy(why.as_bytes())
     );
     Backend::Glibc
-}
-
-macro_rules! dispatch {
-    ($f:ident($($a:expr),*)) => {
-        match active() {
-            Backend::Glibc => glibc::$f($($a),*),
-            Backend::Jemalloc => jemalloc::$f($($a),*),
-            Backend::Tcmalloc => tcmalloc::$f($($a),*),
-            Backend::Bootstrap => boot::$f($($a),*),
-        }
-    };
 }
 
 /// One backend's raw operations, with the facts about them that [`crate::csem`] needs to give
@@ -122,7 +247,7 @@ macro_rules! dispatch {
 /// Arguments are already validated by `csem`; no implementation sets errno on purpose.
 pub trait Raw {
     /// Serves 1..8-byte requests from an 8-byte class: `csem` rounds requests below 16 B up to
-    /// 16 B so that every block is 16-byte aligned (jemalloc, tcmalloc).
+    /// 16 B so that every block is 16-byte aligned (jemalloc, tcmalloc, mimalloc).
     const SMALL_8: bool;
     /// `malloc` itself returns NULL with errno ENOMEM on every failure, sizes above PTRDIFF_MAX
     /// included, so `csem` may tail-call it without checks.
@@ -207,37 +332,19 @@ macro_rules! raw_forwards {
 }
 pub(crate) use raw_forwards;
 
-/// The active backend's own memory figures, in bytes. `None` fields could not be read.
+/// The active backend's own memory figures, in bytes; 0 when a figure could not be read.
 #[derive(Clone, Copy, Default, Debug)]
 pub struct MemStats {
     /// Bytes in live blocks (glibc: mallinfo2 uordblks + hblkhd; jemalloc: stats.allocated;
-    /// tcmalloc: generic.current_allocated_bytes).
+    /// tcmalloc: generic.current_allocated_bytes; mimalloc, which counts no live bytes in its
+    /// release build: its committed bytes, an upper bound).
     pub allocated: u64,
     /// Bytes the backend holds in memory (glibc: mallinfo2 arena + hblkhd; jemalloc:
-    /// stats.resident; tcmalloc: generic.heap_size - tcmalloc.pageheap_unmapped_bytes).
+    /// stats.resident; tcmalloc: generic.heap_size - tcmalloc.pageheap_unmapped_bytes;
+    /// mimalloc: `mi_process_info` current_commit).
     pub resident: u64,
     /// Free bytes the backend could give back (glibc: mallinfo2 fordblks; jemalloc: resident -
-    /// allocated; tcmalloc: tcmalloc.pageheap_free_bytes).
+    /// allocated; tcmalloc: tcmalloc.pageheap_free_bytes; mimalloc: its committed bytes, an
+    /// upper bound, since it cannot tell free from live).
     pub free: u64,
-}
-
-/// Reads the active backend's memory figures. May allocate inside the backend: call under the
-/// reentrancy guard.
-pub fn mem_stats() -> MemStats {
-    // SAFETY: the backend is loaded (called only once the shim is ready).
-    unsafe { dispatch!(mem_stats()) }
-}
-
-/// Gives free memory back to the OS through the backend's own call (glibc `malloc_trim(pad)`,
-/// jemalloc `arena.<all>.purge`, tcmalloc `MallocExtension_ReleaseFreeMemory`). Returns true
-/// when the call ran (glibc: when it released memory).
-pub fn release(pad: usize) -> bool {
-    // SAFETY: the backend is loaded (called only once the shim is ready).
-    unsafe { dispatch!(release(pad)) }
-}
-
-/// The backend's name and version, e.g. `glibc 2.36`, `jemalloc 5.3.0-...`, `tcmalloc gperftools 2.10`.
-pub fn version(out: &mut crate::diag::LineBuf) {
-    // SAFETY: the backend is loaded (called only once the shim is ready).
-    unsafe { dispatch!(version(out)) }
 }

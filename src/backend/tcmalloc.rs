@@ -72,7 +72,7 @@ fn tc() -> &'static Tc {
 ///
 /// # Safety
 /// Initialisation only, under the reentrancy guard.
-pub unsafe fn load(path: &CStr, why: &mut crate::diag::LineBuf) -> bool {
+pub(super) unsafe fn load(path: &CStr, why: &mut crate::diag::LineBuf) -> bool {
     use core::fmt::Write;
     // SAFETY: dlopen/dlsym/dlerror with valid NUL-terminated strings; each symbol is transmuted
     // to the signature gperftools' tcmalloc.h / malloc_extension_c.h declares for it.
@@ -81,7 +81,7 @@ pub unsafe fn load(path: &CStr, why: &mut crate::diag::LineBuf) -> bool {
         if h.is_null() {
             let e = libc::dlerror();
             let msg = if e.is_null() { &b"unknown error"[..] } else { CStr::from_ptr(e).to_bytes() };
-            let _ = write!(why, "{}", crate::config::Lossy(msg));
+            let _ = write!(why, "{}", crate::diag::Lossy(msg));
             return false;
         }
         let sym = |n: &CStr| libc::dlsym(h, n.as_ptr());
@@ -93,8 +93,8 @@ pub unsafe fn load(path: &CStr, why: &mut crate::diag::LineBuf) -> bool {
                 let _ = write!(
                     why,
                     "{} has no symbol {}",
-                    crate::config::Lossy(path.to_bytes()),
-                    crate::config::Lossy(n.to_bytes())
+                    crate::diag::Lossy(path.to_bytes()),
+                    crate::diag::Lossy(n.to_bytes())
                 );
                 return false;
             }
@@ -116,38 +116,38 @@ pub unsafe fn load(path: &CStr, why: &mut crate::diag::LineBuf) -> bool {
 }
 
 #[inline(always)]
-pub unsafe fn malloc(size: usize) -> *mut c_void {
+pub(super) unsafe fn malloc(size: usize) -> *mut c_void {
     // SAFETY: a loaded tc_malloc.
     unsafe { (tc().malloc)(size) }
 }
 
 #[inline(always)]
-pub unsafe fn calloc(n: usize, size: usize) -> *mut c_void {
+pub(super) unsafe fn calloc(n: usize, size: usize) -> *mut c_void {
     // SAFETY: a loaded tc_calloc.
     unsafe { (tc().calloc)(n, size) }
 }
 
 #[inline(always)]
-pub unsafe fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+pub(super) unsafe fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
     // SAFETY: a loaded tc_realloc; `p` is a tcmalloc block.
     unsafe { (tc().realloc)(p, size) }
 }
 
 #[inline(always)]
-pub unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
+pub(super) unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
     // SAFETY: a loaded tc_memalign; `align` is a power of two.
     unsafe { (tc().memalign)(align, size) }
 }
 
 /// tcmalloc may return pages to the OS inside free and so touch errno: `csem` keeps the caller's.
 #[inline(always)]
-pub unsafe fn free(p: *mut c_void) {
+pub(super) unsafe fn free(p: *mut c_void) {
     // SAFETY: a loaded tc_free; `p` is NULL or a tcmalloc block.
     unsafe { (tc().free)(p) }
 }
 
 #[inline(always)]
-pub unsafe fn usable_size(p: *mut c_void) -> usize {
+pub(super) unsafe fn usable_size(p: *mut c_void) -> usize {
     // SAFETY: a loaded tc_malloc_size; `p` is a tcmalloc block.
     unsafe { (tc().usable_size)(p) }
 }
@@ -173,7 +173,7 @@ pub fn property(name: &CStr) -> u64 {
     }
 }
 
-pub unsafe fn mem_stats() -> MemStats {
+pub(super) unsafe fn mem_stats() -> MemStats {
     let heap = property(c"generic.heap_size");
     let unmapped = property(c"tcmalloc.pageheap_unmapped_bytes");
     MemStats {
@@ -183,8 +183,8 @@ pub unsafe fn mem_stats() -> MemStats {
     }
 }
 
-/// `MallocExtension_ReleaseFreeMemory()`.
-pub unsafe fn release(_pad: usize) -> bool {
+/// `MallocExtension_ReleaseFreeMemory()` (one release call: `_mode` is unused).
+pub(super) unsafe fn release(_pad: usize, _mode: super::Release) -> bool {
     match tc().release {
         Some(f) => {
             // SAFETY: a loaded MallocExtension_ReleaseFreeMemory.
@@ -195,7 +195,7 @@ pub unsafe fn release(_pad: usize) -> bool {
     }
 }
 
-pub unsafe fn version(out: &mut crate::diag::LineBuf) {
+pub(super) unsafe fn version(out: &mut crate::diag::LineBuf) {
     match tc().version {
         Some(f) => {
             // SAFETY: tc_version accepts NULL out-pointers and returns a static string.

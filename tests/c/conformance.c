@@ -156,8 +156,10 @@ static void r_align16_realloc(void)
 
 static void r_aligned_family_alignment(void)
 {
-    const size_t aligns[] = {8, 16, 4096, (size_t)1 << 27};
-    const size_t sizes[] = {0, 1, 8, 16, page};
+    /* 256 with a power-of-two size of 256..1024: mimalloc 2.0.9's mi_malloc_aligned serves it
+     * with plain malloc from a page that starts 384 bytes in (128-aligned). */
+    const size_t aligns[] = {8, 16, 256, 4096, (size_t)1 << 27};
+    const size_t sizes[] = {0, 1, 8, 16, 256, 1024, page};
     for (size_t a = 0; a < N_OF(aligns); a++)
         for (size_t s = 0; s < N_OF(sizes); s++) {
             size_t al = aligns[a], sz = sizes[s], want = max16(al);

@@ -756,17 +756,27 @@ static void check_introspection(void)
     }
     struct mallinfo2 after = mallinfo2();
     size_t b = before.uordblks + before.hblkhd, a = after.uordblks + after.hblkhd;
-    CHECK(a >= b + 15 * MiB,
-          "mallinfo2 uordblks+hblkhd grew %zu -> %zu (+%zd), expected >= +15 MiB", b, a,
-          (ssize_t)(a - b));
+    /* SEMANTICS_COARSE_FIGURES=1: the backend counts no live bytes (mimalloc: committed bytes,
+     * by whole segments), so growth and fall are not checked, only printed. */
+    const char *coarse_env = getenv("SEMANTICS_COARSE_FIGURES");
+    int coarse = coarse_env && strcmp(coarse_env, "1") == 0;
+    if (coarse)
+        printf("note: coarse backend figures: mallinfo2 uordblks+hblkhd %zu -> %zu\n", b, a);
+    else
+        CHECK(a >= b + 15 * MiB,
+              "mallinfo2 uordblks+hblkhd grew %zu -> %zu (+%zd), expected >= +15 MiB", b, a,
+              (ssize_t)(a - b));
     struct mallinfo old = mallinfo();
-    CHECK(old.uordblks != 0 || old.hblkhd != 0, "mallinfo() reports nothing allocated (%d, %d)",
+    CHECK(coarse || old.uordblks != 0 || old.hblkhd != 0, "mallinfo() reports nothing allocated (%d, %d)",
           old.uordblks, old.hblkhd);
     for (int i = 0; i < NB; i++)
         free(blocks[i]);
     struct mallinfo2 freed = mallinfo2();
     size_t f = freed.uordblks + freed.hblkhd;
-    CHECK(f + 15 * MiB <= a, "mallinfo2 uordblks+hblkhd after free %zu, at peak %zu", f, a);
+    if (coarse)
+        printf("note: coarse backend figures: mallinfo2 uordblks+hblkhd after free %zu\n", f);
+    else
+        CHECK(f + 15 * MiB <= a, "mallinfo2 uordblks+hblkhd after free %zu, at peak %zu", f, a);
 
     phase = "malloc_trim";
     errno = SENTINEL;

@@ -28,6 +28,25 @@ pub fn matrix() -> impl Iterator<Item = (&'static str, &'static str, &'static [(
 
 /// Debian's gperftools library, needed by the tcmalloc backend and the direct-preload baselines.
 pub const TCMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4";
+/// Debian's mimalloc (libmimalloc2.0), needed by the mimalloc backend and its direct preload.
+pub const MIMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2";
+/// Debian's jemalloc (libjemalloc2), the jemalloc direct-preload baseline.
+pub const JEMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+
+/// Backends that count no live bytes: their allocated-bytes figure is the committed bytes (an
+/// upper bound that moves by whole segments), so tests check it as a bound, not as growth.
+pub const COARSE_FIGURES: [&str; 1] = ["mimalloc"];
+
+/// The library a backend's direct-preload baseline loads (`LD_PRELOAD=<it>`, no shim); None
+/// for glibc, which needs no preload.
+pub fn direct_lib(backend: &str) -> Option<&'static str> {
+    match backend {
+        "jemalloc" => Some(JEMALLOC_LIB),
+        "tcmalloc" => Some(TCMALLOC_LIB),
+        "mimalloc" => Some(MIMALLOC_LIB),
+        _ => None,
+    }
+}
 
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -123,8 +142,8 @@ pub fn plain(prog: impl AsRef<Path>) -> Command {
 pub fn preloaded(prog: impl AsRef<Path>, backend: &str) -> Command {
     let mut c = plain(prog);
     c.env("LD_PRELOAD", shim()).env("MALLOCSHIM_BACKEND", backend);
-    if backend == "tcmalloc" {
-        require_file(TCMALLOC_LIB);
+    if backend == "tcmalloc" || backend == "mimalloc" {
+        require_file(direct_lib(backend).unwrap_or_default());
     }
     c.stdin(Stdio::null());
     c

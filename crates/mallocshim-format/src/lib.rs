@@ -29,4 +29,4 @@ pub use memlog::MemRow;
 
 /// The backends, as `MALLOCSHIM_BACKEND` names them and dumps carry them in `backend`; the first
 /// is the default.
-pub const BACKENDS: [&str; 3] = ["glibc", "jemalloc", "tcmalloc"];
+pub const BACKENDS: [&str; 4] = ["glibc", "jemalloc", "tcmalloc", "mimalloc"];

@@ -7,6 +7,18 @@ use std::path::{Path, PathBuf};
 pub use mallocshim_format::BACKENDS;
 pub const TCMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4";
 pub const JEMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+pub const MIMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2";
+
+/// A backend's Debian library and package: what "<backend>-direct" preloads, and what the shim
+/// dlopen()s for tcmalloc and mimalloc. None for glibc.
+pub fn backend_lib(backend: &str) -> Option<(&'static str, &'static str)> {
+    match backend {
+        "jemalloc" => Some((JEMALLOC_LIB, "libjemalloc2")),
+        "tcmalloc" => Some((TCMALLOC_LIB, "libtcmalloc-minimal4")),
+        "mimalloc" => Some((MIMALLOC_LIB, "libmimalloc2.0")),
+        _ => None,
+    }
+}
 
 /// sysbench's bundled lua workloads that run on the oltp_* dataset.
 pub const BUILTIN: [&str; 10] = [
@@ -45,7 +57,7 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
 
-    /// Backends to compare, comma-separated: glibc, jemalloc, tcmalloc.
+    /// Backends to compare, comma-separated: glibc, jemalloc, tcmalloc, mimalloc.
     #[arg(long, value_delimiter = ',', default_value = "glibc,jemalloc,tcmalloc", value_name = "B,...")]
     pub backends: Vec<String>,
 
@@ -78,7 +90,8 @@ pub struct Args {
     pub rounds: u32,
 
     /// Also run every backend preloaded directly, without the shim (glibc: no preload; jemalloc:
-    /// libjemalloc.so.2; tcmalloc: libtcmalloc_minimal.so.4), as configurations "<backend>-direct",
+    /// libjemalloc.so.2; tcmalloc: libtcmalloc_minimal.so.4; mimalloc: libmimalloc.so.2), as
+    /// configurations "<backend>-direct",
     /// so the shim's own overhead is measured in the same run.
     #[arg(long)]
     pub direct: bool,
@@ -231,11 +244,14 @@ pub fn check(args: Args) -> Result<Plan, String> {
     if backends.is_empty() {
         return Err("--backends is empty".into());
     }
-    if backends.iter().any(|b| b == "tcmalloc") && !Path::new(TCMALLOC_LIB).exists() {
-        return Err(format!("backend tcmalloc needs {TCMALLOC_LIB} (apt-get install libtcmalloc-minimal4)"));
-    }
-    if args.direct && backends.iter().any(|b| b == "jemalloc") && !Path::new(JEMALLOC_LIB).exists() {
-        return Err(format!("--direct with jemalloc needs {JEMALLOC_LIB} (apt-get install libjemalloc2)"));
+    for b in &backends {
+        // The shim dlopen()s every library but jemalloc's (linked in); --direct preloads them all.
+        if let Some((lib, pkg)) = backend_lib(b) {
+            if (args.direct || b != "jemalloc") && !Path::new(lib).exists() {
+                let why = if b == "jemalloc" { "--direct with jemalloc" } else { &format!("backend {b}") };
+                return Err(format!("{why} needs {lib} (apt-get install {pkg})"));
+            }
+        }
     }
     let mut threads = args.threads.clone();
     threads.dedup();

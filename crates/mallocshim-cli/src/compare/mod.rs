@@ -107,10 +107,8 @@ fn prepare(plan: &Plan, inst: &mut Instance, out: &Path) -> Res<()> {
 fn server_env(plan: &Plan, cfg: &Config, dumpdir: &Path, memlog: &Path) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = Vec::new();
     if cfg.direct {
-        match cfg.backend.as_str() {
-            "jemalloc" => env.push(("LD_PRELOAD".into(), cli::JEMALLOC_LIB.into())),
-            "tcmalloc" => env.push(("LD_PRELOAD".into(), cli::TCMALLOC_LIB.into())),
-            _ => {}
+        if let Some((lib, _)) = cli::backend_lib(&cfg.backend) {
+            env.push(("LD_PRELOAD".into(), lib.into()));
         }
     } else {
         env.push(("LD_PRELOAD".into(), plan.shim.to_string_lossy().into_owned()));

@@ -362,6 +362,7 @@ pub fn clean_env(c: &mut Command) {
             || ks == "LD_PRELOAD"
             || ks.starts_with("_RJEM_")
             || ks.starts_with("TCMALLOC_")
+            || ks.starts_with("MIMALLOC_")
         {
             c.env_remove(&k);
         }

@@ -1,0 +1,270 @@
+//! The mimalloc backend: Debian's `libmimalloc.so.2` (package libmimalloc2.0, mimalloc 2.0.9),
+//! dlopen()ed with RTLD_LOCAL (it exports `malloc`, `__libc_malloc` and `operator new` itself,
+//! which must not capture anyone's calls) and called through its `mi_*` entry points, found once
+//! with dlsym. The dlopen runs under the reentrancy guard: what it allocates comes from the
+//! bootstrap pool.
+//!
+//! Why Debian's library and not the `libmimalloc-sys` crate linked statically: a static mimalloc
+//! puts its constructor (process init, an `atexit` hook, a pthread key for thread exit) and its
+//! initial-exec TLS into `libmallocshim.so` for every user, whatever backend they choose — the
+//! cost the built-in jemalloc is being rid of. Loaded on demand, mimalloc's hooks exist only in
+//! processes that chose it, the .so stays free of them, and it is loaded the way tcmalloc is.
+//! mimalloc's TLS (9 bytes, `DF_STATIC_TLS`: initial-exec) is placed by dlopen in glibc's static
+//! TLS surplus; if that were exhausted dlopen fails and the shim falls back to glibc with one
+//! line. Its own options come from `MIMALLOC_*` variables.
+//!
+//! mimalloc's behaviour against glibc's contract, which `csem` completes (see [`Mimalloc`]):
+//! `mi_malloc(0)` returns a unique 8-byte block; 1..8-byte blocks are 8-byte aligned, larger
+//! ones 16; a size above PTRDIFF_MAX gives NULL with errno untouched (only an mmap failure
+//! leaves ENOMEM); `mi_realloc(p, 0)` keeps a block instead of freeing; `mi_free` may decommit
+//! and so touch errno; `mi_usable_size` is the block's size class.
+//!
+//! Figures: mimalloc's release build counts no live bytes; it counts the bytes it has committed
+//! from the OS (`mi_process_info`'s `current_commit`; on Linux its `current_rss` is the same
+//! number). That one figure answers `resident`, and stands as the upper bound of `allocated`
+//! and `free`. It moves by whole segments (32 MiB) and, with threads, lags (see [`committed`]):
+//! a coarse figure, not a live-byte count.
+//!
+//! Trims are `mi_collect(true)`: from the calling thread it frees that thread's empty pages,
+//! decommits the expired parts of abandoned segments and empties the segment cache; other
+//! threads' heaps purge on their own (`MIMALLOC_DECOMMIT_DELAY`, 25 ms) when they next allocate
+//! or free. mimalloc returns only whole free pages: a live block pins its page.
+
+use super::{MemStats, Release};
+use core::cell::UnsafeCell;
+use core::ffi::{c_int, c_void, CStr};
+
+type Fmalloc = unsafe extern "C" fn(usize) -> *mut c_void;
+type Fcalloc = unsafe extern "C" fn(usize, usize) -> *mut c_void;
+type Frealloc = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
+type Faligned = unsafe extern "C" fn(usize, usize, usize) -> *mut c_void;
+type Ffree = unsafe extern "C" fn(*mut c_void);
+type Fsize = unsafe extern "C" fn(*const c_void) -> usize;
+type Fcollect = unsafe extern "C" fn(bool);
+type Fversion = unsafe extern "C" fn() -> c_int;
+/// `mi_process_info(elapsed_msecs, user_msecs, system_msecs, current_rss, peak_rss,
+/// current_commit, peak_commit, page_faults)`; every out-pointer may be NULL.
+type Finfo = unsafe extern "C" fn(
+    *mut usize,
+    *mut usize,
+    *mut usize,
+    *mut usize,
+    *mut usize,
+    *mut usize,
+    *mut usize,
+    *mut usize,
+);
+
+/// The mimalloc entry points the shim uses.
+#[derive(Clone, Copy)]
+struct Mi {
+    malloc: Fmalloc,
+    calloc: Fcalloc,
+    realloc: Frealloc,
+    /// `mi_malloc_aligned_at(size, alignment, offset)`.
+    aligned: Faligned,
+    free: Ffree,
+    usable_size: Fsize,
+    collect: Option<Fcollect>,
+    process_info: Option<Finfo>,
+    version: Option<Fversion>,
+}
+
+unsafe extern "C" fn none_malloc(_: usize) -> *mut c_void {
+    core::ptr::null_mut()
+}
+unsafe extern "C" fn none_calloc(_: usize, _: usize) -> *mut c_void {
+    core::ptr::null_mut()
+}
+unsafe extern "C" fn none_aligned(_: usize, _: usize, _: usize) -> *mut c_void {
+    core::ptr::null_mut()
+}
+unsafe extern "C" fn none_realloc(_: *mut c_void, _: usize) -> *mut c_void {
+    core::ptr::null_mut()
+}
+unsafe extern "C" fn none_free(_: *mut c_void) {}
+unsafe extern "C" fn none_size(_: *const c_void) -> usize {
+    0
+}
+
+struct Cell(UnsafeCell<Mi>);
+// SAFETY: written once by the initialising thread before the shim is published; read-only after.
+unsafe impl Sync for Cell {}
+
+static MI: Cell = Cell(UnsafeCell::new(Mi {
+    malloc: none_malloc,
+    calloc: none_calloc,
+    realloc: none_realloc,
+    aligned: none_aligned,
+    free: none_free,
+    usable_size: none_size,
+    collect: None,
+    process_info: None,
+    version: None,
+}));
+
+#[inline(always)]
+fn mi() -> &'static Mi {
+    // SAFETY: see `Cell`.
+    unsafe { &*MI.0.get() }
+}
+
+/// dlopen()s `lib` RTLD_LOCAL (running mimalloc's constructor) and resolves the `mi_*` entry
+/// points. On failure writes the reason (dlerror's text, or the missing symbol) into `why`.
+///
+/// # Safety
+/// Initialisation only, under the reentrancy guard.
+pub(super) unsafe fn load(lib: &CStr, why: &mut crate::diag::LineBuf) -> bool {
+    use core::fmt::Write;
+    // SAFETY: dlopen/dlsym/dlerror with valid NUL-terminated strings; each symbol is transmuted
+    // to the signature mimalloc.h (2.0) declares for it.
+    unsafe {
+        let h = libc::dlopen(lib.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+        if h.is_null() {
+            let e = libc::dlerror();
+            let msg = if e.is_null() { &b"unknown error"[..] } else { CStr::from_ptr(e).to_bytes() };
+            let _ = write!(why, "{}", crate::diag::Lossy(msg));
+            return false;
+        }
+        let sym = |n: &CStr| libc::dlsym(h, n.as_ptr());
+        let need = [
+            c"mi_malloc",
+            c"mi_calloc",
+            c"mi_realloc",
+            c"mi_malloc_aligned_at",
+            c"mi_free",
+            c"mi_usable_size",
+        ];
+        let mut p = [core::ptr::null_mut(); 6];
+        for (i, n) in need.iter().enumerate() {
+            p[i] = sym(n);
+            if p[i].is_null() {
+                let _ = write!(
+                    why,
+                    "{} has no symbol {}",
+                    crate::diag::Lossy(lib.to_bytes()),
+                    crate::diag::Lossy(n.to_bytes())
+                );
+                return false;
+            }
+        }
+        let m = &mut *MI.0.get();
+        m.malloc = core::mem::transmute::<*mut c_void, Fmalloc>(p[0]);
+        m.calloc = core::mem::transmute::<*mut c_void, Fcalloc>(p[1]);
+        m.realloc = core::mem::transmute::<*mut c_void, Frealloc>(p[2]);
+        m.aligned = core::mem::transmute::<*mut c_void, Faligned>(p[3]);
+        m.free = core::mem::transmute::<*mut c_void, Ffree>(p[4]);
+        m.usable_size = core::mem::transmute::<*mut c_void, Fsize>(p[5]);
+        m.collect = core::mem::transmute::<*mut c_void, Option<Fcollect>>(sym(c"mi_collect"));
+        m.process_info = core::mem::transmute::<*mut c_void, Option<Finfo>>(sym(c"mi_process_info"));
+        m.version = core::mem::transmute::<*mut c_void, Option<Fversion>>(sym(c"mi_version"));
+        // The first allocation sets mimalloc up (its first segment, the NUMA node count probed
+        // in /sys, which leaves errno ENOENT): done here, where `init` keeps the caller's errno.
+        let p = (m.malloc)(16);
+        if p.is_null() {
+            why.put(b"mimalloc could not allocate 16 bytes");
+            return false;
+        }
+        (m.free)(p);
+    }
+    true
+}
+
+#[inline(always)]
+unsafe fn malloc(size: usize) -> *mut c_void {
+    // SAFETY: a loaded mi_malloc.
+    unsafe { (mi().malloc)(size) }
+}
+
+#[inline(always)]
+unsafe fn calloc(n: usize, size: usize) -> *mut c_void {
+    // SAFETY: a loaded mi_calloc.
+    unsafe { (mi().calloc)(n, size) }
+}
+
+#[inline(always)]
+unsafe fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    // SAFETY: a loaded mi_realloc; `p` is a mimalloc block.
+    unsafe { (mi().realloc)(p, size) }
+}
+
+/// `mi_malloc_aligned_at(size, align, 0)`. Not `mi_malloc_aligned`: in 2.0.9 that one serves a
+/// power-of-two size of 256..1024 bytes with plain `mi_malloc`, assuming such blocks are
+/// naturally aligned, but those pages start 384 bytes in, so `aligned_alloc(256, 256)` can be
+/// only 128-aligned (mimalloc issue #700, fixed in 2.0.10/2.1.1). `mi_malloc_aligned_at` skips
+/// that shortcut: its own fast path checks the block's alignment.
+#[inline(always)]
+unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
+    // SAFETY: a loaded mi_malloc_aligned_at; `align` is a power of two.
+    unsafe { (mi().aligned)(size, align, 0) }
+}
+
+/// mimalloc may decommit pages inside free and so touch errno: `csem` keeps the caller's.
+#[inline(always)]
+unsafe fn free(p: *mut c_void) {
+    // SAFETY: a loaded mi_free; `p` is NULL or a mimalloc block.
+    unsafe { (mi().free)(p) }
+}
+
+#[inline(always)]
+unsafe fn usable_size(p: *mut c_void) -> usize {
+    // SAFETY: a loaded mi_usable_size; `p` is a mimalloc block.
+    unsafe { (mi().usable_size)(p) }
+}
+
+/// mimalloc (Debian's libmimalloc.so.2) as a [`super::Raw`] backend.
+pub struct Mimalloc;
+
+impl super::Raw for Mimalloc {
+    /// 1..8-byte requests get an 8-byte block, 8-byte aligned.
+    const SMALL_8: bool = !cfg!(feature = "semantics-floor");
+    /// A size above PTRDIFF_MAX fails with errno untouched: `csem` refuses it and sets ENOMEM.
+    const MALLOC_SETS_ENOMEM: bool = false;
+    const FREE_KEEPS_ERRNO: bool = cfg!(feature = "semantics-floor");
+    super::raw_forwards!();
+}
+
+/// mimalloc's committed bytes (`mi_process_info` current_commit), 0 when unknown. mimalloc
+/// 2.0.9 keeps part of its commit counts per thread until the thread exits, so with threads
+/// the global count can lag and even read negative: negative reads as 0.
+fn committed() -> u64 {
+    let mut commit = 0usize;
+    if let Some(f) = mi().process_info {
+        let n = core::ptr::null_mut();
+        // SAFETY: a loaded mi_process_info; NULL out-pointers are skipped.
+        unsafe { f(n, n, n, n, n, &mut commit, n, n) };
+    }
+    (commit as i64).max(0) as u64
+}
+
+/// `resident` = committed bytes; `allocated` and `free` = the same figure as their upper bound
+/// (the release build keeps no count of live bytes).
+pub(super) unsafe fn mem_stats() -> MemStats {
+    let c = committed();
+    MemStats { allocated: c, resident: c, free: c }
+}
+
+/// `mi_collect(true)` (one release call: `_mode` is unused).
+pub(super) unsafe fn release(_pad: usize, _mode: Release) -> bool {
+    match mi().collect {
+        Some(f) => {
+            // SAFETY: a loaded mi_collect.
+            unsafe { f(true) };
+            true
+        }
+        None => false,
+    }
+}
+
+/// `mimalloc <major>.<minor>.<patch>` from `mi_version()` (e.g. 209 is 2.0.9).
+pub(super) unsafe fn version(out: &mut crate::diag::LineBuf) {
+    use core::fmt::Write;
+    match mi().version {
+        Some(f) => {
+            // SAFETY: a loaded mi_version.
+            let v = unsafe { f() };
+            let _ = write!(out, "mimalloc {}.{}.{}", v / 100, v / 10 % 10, v % 10);
+        }
+        None => out.put(b"mimalloc"),
+    }
+}
