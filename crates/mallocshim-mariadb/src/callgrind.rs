@@ -22,7 +22,10 @@ pub fn check(mariadbd: &Path) -> Result<()> {
     let out = Command::new(nm).arg("-D").arg(mariadbd).stderr(Stdio::null()).output();
     let syms = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
     if !syms.lines().any(|l| l.ends_with(&format!(" T {TOGGLE_SYMBOL}"))) {
-        fail!("{} does not export {TOGGLE} ({TOGGLE_SYMBOL}): the toggle would count nothing", mariadbd.display());
+        fail!(
+            "{} does not export {TOGGLE} ({TOGGLE_SYMBOL}): the toggle would count nothing",
+            mariadbd.display()
+        );
     }
     Ok(())
 }

@@ -65,7 +65,11 @@ impl DumpWaiter {
                     return Ok((p, t0.elapsed()));
                 }
                 if t0.elapsed() > timeout {
-                    fail!("no JSON dump of pid {pid} in {} within {} s of kill -USR1", dir.display(), timeout.as_secs());
+                    fail!(
+                        "no JSON dump of pid {pid} in {} within {} s of kill -USR1",
+                        dir.display(),
+                        timeout.as_secs()
+                    );
                 }
                 std::thread::sleep(Duration::from_millis(10));
             }
@@ -106,12 +110,14 @@ impl DumpSummary {
             .as_object()
             .map(|o| {
                 o.iter()
-                    .map(|(k, v)| (k.clone(), v["count"].as_u64().unwrap_or(0), v["bytes"].as_u64().unwrap_or(0)))
+                    .map(|(k, v)| {
+                        (k.clone(), v["count"].as_u64().unwrap_or(0), v["bytes"].as_u64().unwrap_or(0))
+                    })
                     .filter(|t| t.1 > 0)
                     .collect()
             })
             .unwrap_or_default();
-        totals.sort_by(|a, b| b.1.cmp(&a.1));
+        totals.sort_by_key(|t| std::cmp::Reverse(t.1));
         let mut busiest: Vec<(String, String, u64, u64, u64)> = d["size_classes"]
             .as_array()
             .map(|a| {
@@ -123,13 +129,19 @@ impl DumpSummary {
                             c["max_bytes"].as_u64().map(human).unwrap_or_else(|| "".into())
                         );
                         let n = |k: &str| c[k].as_u64().unwrap_or(0);
-                        (c["op"].as_str().unwrap_or("?").to_string(), label, n("count"), n("p50_ns"), n("p99_ns"))
+                        (
+                            c["op"].as_str().unwrap_or("?").to_string(),
+                            label,
+                            n("count"),
+                            n("p50_ns"),
+                            n("p99_ns"),
+                        )
                     })
                     .filter(|c| c.2 > 0)
                     .collect()
             })
             .unwrap_or_default();
-        busiest.sort_by(|a, b| b.2.cmp(&a.2));
+        busiest.sort_by_key(|c| std::cmp::Reverse(c.2));
         busiest.truncate(6);
         DumpSummary {
             backend: d["backend"].as_str().unwrap_or("").to_string(),
@@ -152,7 +164,7 @@ impl DumpSummary {
 /// 4096 -> "4 KiB", 100 -> "100 B" (exact binary multiples only; others in bytes).
 fn human(b: u64) -> String {
     for (unit, shift) in [("GiB", 30), ("MiB", 20), ("KiB", 10)] {
-        if b >= 1 << shift && b % (1 << shift) == 0 {
+        if b >= 1 << shift && b.is_multiple_of(1 << shift) {
             return format!("{} {unit}", b >> shift);
         }
     }

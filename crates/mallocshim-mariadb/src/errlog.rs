@@ -58,9 +58,8 @@ fn is_crash_line(l: &str) -> bool {
     CRASH.iter().any(|p| l.contains(p))
         || then(l, "Assertion ", "failed")
         || then(l, "tcmalloc: large alloc", "failed")
-        || l.match_indices("got signal ").any(|(i, m)| {
-            l[i + m.len()..].starts_with(|c: char| c.is_ascii_digit())
-        })
+        || l.match_indices("got signal ")
+            .any(|(i, m)| l[i + m.len()..].starts_with(|c: char| c.is_ascii_digit()))
 }
 
 /// An error log, read once.
@@ -171,7 +170,8 @@ mod tests {
     #[test]
     fn summary_line() {
         let log = ErrorLog {
-            text: "x\nmallocshim: summary backend=tcmalloc malloc=10 free=7 calloc=2 allocated_bytes=99\n".into(),
+            text: "x\nmallocshim: summary backend=tcmalloc malloc=10 free=7 calloc=2 allocated_bytes=99\n"
+                .into(),
         };
         let s = log.summary().unwrap();
         assert_eq!(s.backend(), Some("tcmalloc"));

@@ -7,7 +7,10 @@
 //! shutdown; the verbose trim lines and the exit dump's `trim` object are collected.
 
 use crate::error::fail;
-use crate::{newest_json_dump, procfs, read_json, ErrorLog, Instance, Launch, Options, Result, Server, Sysbench, SysbenchReport};
+use crate::{
+    newest_json_dump, procfs, read_json, ErrorLog, Instance, Launch, Options, Result, Server, Sysbench,
+    SysbenchReport,
+};
 use serde_json::Value;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -19,7 +22,8 @@ pub const PHRASE_LUA: &str = include_str!("../workloads/fulltext-phrase.lua");
 
 /// The vocabulary's word k: three syllables picked by the bits of k (as in the lua script).
 pub fn word(k: usize) -> String {
-    const SYL: [&str; 16] = ["ka", "lo", "mi", "ne", "pu", "ra", "si", "to", "vu", "ze", "bo", "da", "fe", "gi", "hu", "ja"];
+    const SYL: [&str; 16] =
+        ["ka", "lo", "mi", "ne", "pu", "ra", "si", "to", "vu", "ze", "bo", "da", "fe", "gi", "hu", "ja"];
     format!("{}{}{}", SYL[k & 15], SYL[(k >> 4) & 15], SYL[(k >> 8) & 15])
 }
 
@@ -94,6 +98,32 @@ impl Settings {
     }
 }
 
+impl Settings {
+    /// These settings with `FT_BACKEND`, `FT_ROWS`, `FT_WORDS`, `FT_THREADS`, `FT_SECONDS`,
+    /// `FT_IDLE`, `FT_TRIM_MS`, `FT_MIN_BYTES` and `FT_MEMLOG_DIR` of the environment applied.
+    pub fn with_env(mut self) -> Result<Settings> {
+        let var = |k: &str| std::env::var(k).ok();
+        let num = |k: &str| -> Result<Option<u64>> {
+            match var(k) {
+                Some(v) => v.trim().parse().map(Some).map_err(|_| format!("{k}={v} is not a number").into()),
+                None => Ok(None),
+            }
+        };
+        if let Some(b) = var("FT_BACKEND") {
+            self.backend = b;
+        }
+        self.rows = num("FT_ROWS")?.unwrap_or(self.rows);
+        self.words = num("FT_WORDS")?.unwrap_or(self.words);
+        self.threads = num("FT_THREADS")?.map_or(self.threads, |t| t as u32);
+        self.seconds = num("FT_SECONDS")?.unwrap_or(self.seconds);
+        self.idle = num("FT_IDLE")?.unwrap_or(self.idle);
+        self.trim_ms = num("FT_TRIM_MS")?.unwrap_or(self.trim_ms);
+        self.min_bytes = num("FT_MIN_BYTES")?.or(self.min_bytes);
+        self.memlog_dir = var("FT_MEMLOG_DIR").map(PathBuf::from).or(self.memlog_dir);
+        Ok(self)
+    }
+}
+
 /// What one config's run measured.
 #[derive(Clone, Debug)]
 pub struct Run {
@@ -145,7 +175,8 @@ fn load(srv: &Server, s: &Settings) -> Result<(f64, f64)> {
         let vocab: Vec<String> = (0..4096).map(word).collect();
         let mut rng = fastrand::Rng::with_seed(20240611);
         for i in 1..=s.rows {
-            let doc: Vec<&str> = (0..s.words).map(|_| vocab[(4096.0 * rng.f64().powi(3)) as usize].as_str()).collect();
+            let doc: Vec<&str> =
+                (0..s.words).map(|_| vocab[(4096.0 * rng.f64().powi(3)) as usize].as_str()).collect();
             writeln!(w, "{i}\t{}", doc.join(" ")).map_err(|e| format!("{}: {e}", tsv.display()))?;
         }
         w.flush().map_err(|e| format!("{}: {e}", tsv.display()))?;
@@ -245,9 +276,14 @@ fn one(inst: &Instance, s: &Settings, c: &RunConfig, lua: &Path) -> Result<Run> 
     let st = srv.shutdown()?;
     let log = ErrorLog::read(&st.errlog);
     let trims = log.trim_lines();
-    let num = |m: &std::collections::BTreeMap<String, String>, k: &str| m.get(k).and_then(|v| v.parse::<u64>().ok());
+    let num = |m: &std::collections::BTreeMap<String, String>, k: &str| {
+        m.get(k).and_then(|v| v.parse::<u64>().ok())
+    };
     let dump_trim = if c.trim_ms.is_some() {
-        newest_json_dump(&dumpdir, pid).and_then(|p| read_json(&p).ok()).map(|d| d["trim"].clone()).filter(|t| t.is_object())
+        newest_json_dump(&dumpdir, pid)
+            .and_then(|p| read_json(&p).ok())
+            .map(|d| d["trim"].clone())
+            .filter(|t| t.is_object())
     } else {
         None
     };
@@ -295,7 +331,10 @@ mod tests {
     #[test]
     fn configs() {
         let c = RunConfig::parse("on:500@jemalloc", 1000).unwrap();
-        assert_eq!((c.trim_ms, c.backend.as_deref(), c.name().as_str()), (Some(500), Some("jemalloc"), "on500_jemalloc"));
+        assert_eq!(
+            (c.trim_ms, c.backend.as_deref(), c.name().as_str()),
+            (Some(500), Some("jemalloc"), "on500_jemalloc")
+        );
         assert_eq!(RunConfig::parse("on", 1000).unwrap().trim_ms, Some(1000));
         assert_eq!(RunConfig::parse("off", 1000).unwrap().trim_ms, Some(0));
         assert_eq!(RunConfig::parse("none", 1000).unwrap().trim_ms, None);

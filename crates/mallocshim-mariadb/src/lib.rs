@@ -18,8 +18,8 @@
 //! ```
 
 mod dump;
-mod error;
 mod errlog;
+mod error;
 mod instance;
 mod launch;
 mod lock;

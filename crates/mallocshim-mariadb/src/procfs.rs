@@ -23,7 +23,8 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
 /// VmRSS in bytes (`/proc/PID/status`, in kB there).
 pub fn vm_rss(pid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kb: u64 = s.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.split_whitespace().next()?.parse().ok()?;
+    let kb: u64 =
+        s.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.split_whitespace().next()?.parse().ok()?;
     Some(kb * 1024)
 }
 

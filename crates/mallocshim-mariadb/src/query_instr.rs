@@ -98,6 +98,7 @@ fn launch(cfg: &Config, backend: &str, mode: &str) -> (Launch, Option<String>) {
 pub fn run(cfg: &Config) -> Result<Results> {
     crate::require_file(crate::JEMALLOC_LIB)?;
     crate::require_file(crate::TCMALLOC_LIB)?;
+    callgrind::check(&crate::require("mariadbd")?)?;
     let bp = std::env::var("MDB_BUFFER_POOL").unwrap_or_else(|_| "64M".into());
     let opts = Options {
         buffer_pool: bp.clone(),
@@ -107,18 +108,14 @@ pub fn run(cfg: &Config) -> Result<Results> {
         ..Options::default()
     };
     let inst = Instance::create(opts)?;
-    callgrind::check(&inst.tools.mariadbd)?;
     let plain = inst.start(&Launch::plain())?;
     plain.sysbench_prepare()?;
     let st = plain.shutdown()?;
     if st.status != 0 {
         return Err(format!("the plain mariadbd (prepare run) exited with status {}", st.status).into());
     }
-    let configs: Vec<(String, String)> = cfg
-        .backends
-        .iter()
-        .flat_map(|b| cfg.modes.iter().map(move |m| (b.clone(), m.clone())))
-        .collect();
+    let configs: Vec<(String, String)> =
+        cfg.backends.iter().flat_map(|b| cfg.modes.iter().map(move |m| (b.clone(), m.clone()))).collect();
     let mut res = Results { ok: true, ..Results::default() };
     for round in 0..cfg.rounds {
         for i in 0..configs.len() {
@@ -203,7 +200,9 @@ fn one_server(cfg: &Config, inst: &Instance, round: u32, b: &str, m: &str, res: 
                 ir[j] = callgrind::dump(row.pid, k, &dir).map_err(|e| eprintln!("query-instr: {e}")).ok();
             }
             let per = match (q, ir) {
-                ([Some(q1), Some(q2)], [Some(i1), Some(i2)]) if q2 > q1 => (i2 as f64 - i1 as f64) / (q2 - q1) as f64,
+                ([Some(q1), Some(q2)], [Some(i1), Some(i2)]) if q2 > q1 => {
+                    (i2 as f64 - i1 as f64) / (q2 - q1) as f64
+                }
                 _ => {
                     eprintln!("query-instr: {b}/{m} {w} {t}: missing figures (queries {q:?}, Ir {ir:?})");
                     errors += 1;

@@ -37,7 +37,12 @@ fn shell_status(st: ExitStatus) -> i32 {
 }
 
 impl<'a> Server<'a> {
-    pub(crate) fn start(inst: &'a Instance, launch: &Launch, run: u32, errlog: PathBuf) -> Result<Server<'a>> {
+    pub(crate) fn start(
+        inst: &'a Instance,
+        launch: &Launch,
+        run: u32,
+        errlog: PathBuf,
+    ) -> Result<Server<'a>> {
         let f = std::fs::File::create(&errlog).map_err(|e| format!("{}: {e}", errlog.display()))?;
         let f2 = f.try_clone().map_err(|e| format!("{}: {e}", errlog.display()))?;
         let mariadbd = &inst.tools.mariadbd;
@@ -88,7 +93,11 @@ impl<'a> Server<'a> {
             }
             std::thread::sleep(Duration::from_millis(200));
         }
-        eprintln!("mallocshim-mariadb: mariadbd pid {} ready (run {run}, log {})", srv.pid, srv.errlog.display());
+        eprintln!(
+            "mallocshim-mariadb: mariadbd pid {} ready (run {run}, log {})",
+            srv.pid,
+            srv.errlog.display()
+        );
         Ok(srv)
     }
 
@@ -149,7 +158,7 @@ impl<'a> Server<'a> {
         let log = self.inst.dir().join("sysbench-prepare.out");
         let mut c = Command::new(&self.inst.tools.sysbench);
         c.arg("oltp_read_only")
-            .args(self.sysbench_common("sbtest"))
+            .args(self.sysbench_common("sbtest", true))
             .arg(format!("--threads={}", o.sb_tables.clamp(1, 4)))
             .arg("prepare");
         let st = self.inst.run_logged(c, &log)?;
@@ -165,17 +174,20 @@ impl<'a> Server<'a> {
         Ok(())
     }
 
-    fn sysbench_common(&self, db: &str) -> Vec<String> {
+    fn sysbench_common(&self, db: &str, oltp_dataset: bool) -> Vec<String> {
         let o = &self.inst.options;
-        vec![
+        let mut v = vec![
             "--db-driver=mysql".into(),
             format!("--mysql-socket={}", self.inst.socket.display()),
             "--mysql-user=root".into(),
             "--mysql-password=".into(),
             format!("--mysql-db={db}"),
-            format!("--tables={}", o.sb_tables),
-            format!("--table-size={}", o.sb_rows),
-        ]
+        ];
+        if oltp_dataset {
+            v.push(format!("--tables={}", o.sb_tables));
+            v.push(format!("--table-size={}", o.sb_rows));
+        }
+        v
     }
 
     /// Runs a sysbench workload against the server and parses its report. A non-zero exit is
@@ -190,12 +202,17 @@ impl<'a> Server<'a> {
             name.unwrap_or_else(|| "workload".into())
         ));
         let mut c = Command::new(&self.inst.tools.sysbench);
-        c.arg(&sb.workload).args(self.sysbench_common(&sb.db)).args(sb.run_args());
+        c.arg(&sb.workload).args(self.sysbench_common(&sb.db, sb.oltp_dataset)).args(sb.run_args());
         let st = self.inst.run_logged(c, &out)?;
         let text = std::fs::read_to_string(&out).unwrap_or_default();
         let report = SysbenchReport::parse(&text, shell_status(st), out.clone());
         if report.exit != 0 {
-            eprintln!("mallocshim-mariadb: sysbench {} exited with status {}\n{}", sb.workload, report.exit, tail(&out, 20));
+            eprintln!(
+                "mallocshim-mariadb: sysbench {} exited with status {}\n{}",
+                sb.workload,
+                report.exit,
+                tail(&out, 20)
+            );
         }
         Ok(report)
     }

@@ -15,13 +15,24 @@ pub struct Sysbench {
     pub events: u64,
     /// The database (`sbtest`).
     pub db: String,
+    /// Pass the instance's `--tables` and `--table-size` (the oltp_* workloads on `sbtest`; a
+    /// custom lua script may reject them). True unless [`Sysbench::db`] names another database.
+    pub oltp_dataset: bool,
     /// More arguments, after the harness's.
     pub extra: Vec<String>,
 }
 
 impl Sysbench {
     pub fn new(workload: impl Into<String>, threads: u32) -> Sysbench {
-        Sysbench { workload: workload.into(), threads, time_s: 0, events: 0, db: "sbtest".into(), extra: Vec::new() }
+        Sysbench {
+            workload: workload.into(),
+            threads,
+            time_s: 0,
+            events: 0,
+            db: "sbtest".into(),
+            oltp_dataset: true,
+            extra: Vec::new(),
+        }
     }
     /// Runs for `secs` seconds (events unlimited).
     pub fn time(mut self, secs: u64) -> Sysbench {
@@ -33,7 +44,9 @@ impl Sysbench {
         self.events = n;
         self
     }
+    /// Another database than `sbtest` (then without the oltp dataset's options).
     pub fn db(mut self, db: &str) -> Sysbench {
+        self.oltp_dataset = db == "sbtest";
         self.db = db.into();
         self
     }

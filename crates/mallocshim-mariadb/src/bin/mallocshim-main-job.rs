@@ -99,8 +99,12 @@ fn main() {
             problem("the shim is not mapped in mariadbd (/proc/PID/maps)".into());
         }
         // Half-way through the load, ask the running server for a dump, as a DBA would.
-        let waiter =
-            DumpWaiter::after(srv.pid(), &dumpdir, Duration::from_secs(secs.div_ceil(2)), Duration::from_secs(10));
+        let waiter = DumpWaiter::after(
+            srv.pid(),
+            &dumpdir,
+            Duration::from_secs(secs.div_ceil(2)),
+            Duration::from_secs(10),
+        );
         match srv.sysbench(&Sysbench::new("oltp_read_only", threads).time(secs)) {
             Ok(r) => {
                 if r.exit != 0 {
@@ -207,8 +211,18 @@ fn print_table(inst: &Instance, so: &Path, secs: u64, threads: u32, rows: &[(Str
     );
     println!(
         "{:<9} {:>11} {:>6} {:>8} {:>5} {:>6} {:<9} {:>13} {:>12} {:>12} {:>16} {:>16}",
-        "backend", "qps", "errors", "p95_ms", "exit", "cpu_s", "summary", "total_calls", "malloc", "free",
-        "allocated_bytes", "resident_bytes"
+        "backend",
+        "qps",
+        "errors",
+        "p95_ms",
+        "exit",
+        "cpu_s",
+        "summary",
+        "total_calls",
+        "malloc",
+        "free",
+        "allocated_bytes",
+        "resident_bytes"
     );
     for (b, r) in rows {
         println!(
@@ -233,7 +247,10 @@ fn print_table(inst: &Instance, so: &Path, secs: u64, threads: u32, rows: &[(Str
 }
 
 fn print_dump(b: &str, json: &Path, took: Duration) {
-    println!("\n=== {b}: the dump taken with kill -USR1 during the load ({} ms after the signal) ===", took.as_millis());
+    println!(
+        "\n=== {b}: the dump taken with kill -USR1 during the load ({} ms after the signal) ===",
+        took.as_millis()
+    );
     match read_json(json) {
         Ok(d) => {
             let s = DumpSummary::of(&d);
