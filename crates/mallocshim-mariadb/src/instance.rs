@@ -72,6 +72,9 @@ impl Instance {
             .and_then(|l| l.local_addr())
             .map_err(|e| format!("no free loopback port: {e}"))?
             .port();
+        if !options.keep {
+            crate::cleanup::add_dir(path.clone());
+        }
         let inst = Instance {
             datadir: path.join("data"),
             socket: path.join("mysqld.sock"),
@@ -172,6 +175,7 @@ impl Instance {
 
 impl Drop for Instance {
     fn drop(&mut self) {
+        crate::cleanup::remove_dir(&self.path);
         if self.options.keep {
             if let Some(d) = self.dir.take() {
                 eprintln!("mallocshim-mariadb: keeping {}", d.keep().display());

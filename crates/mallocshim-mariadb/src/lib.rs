@@ -17,6 +17,7 @@
 //! # Ok::<(), mallocshim_mariadb::Error>(())
 //! ```
 
+mod cleanup;
 mod dump;
 mod errlog;
 mod error;
@@ -32,6 +33,7 @@ pub mod fulltext;
 pub mod procfs;
 pub mod query_instr;
 
+pub use cleanup::on_interrupt;
 pub use dump::{dumps, json_dumps, newest_json_dump, read_json, DumpSummary, DumpWaiter};
 pub use errlog::{ErrorLog, Summary, SHIM_COUNTS};
 pub use error::{Error, Result};

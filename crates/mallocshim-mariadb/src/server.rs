@@ -68,12 +68,14 @@ impl<'a> Server<'a> {
         let cmdline = format!("{:?} {:?}", launch.vars, c);
         let _ = std::fs::write(inst.dir().join(format!("mariadbd.{run}.cmd")), &cmdline);
         let child = c.spawn().map_err(|e| format!("cannot start {}: {e}", mariadbd.display()))?;
+        crate::cleanup::add_pid(child.id());
         let mut srv =
             Server { inst, pid: child.id(), child: Some(child), run, errlog, sysbench_runs: Cell::new(0) };
         let t0 = Instant::now();
         while !srv.ping() {
             if let Some(st) = srv.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
                 srv.child = None;
+                crate::cleanup::remove_pid(srv.pid);
                 fail!(
                     "mariadbd (pid {}, {:?}) died during startup with status {}\n{}",
                     srv.pid,
@@ -235,6 +237,8 @@ impl<'a> Server<'a> {
             }
         }
         let Some(mut child) = self.child.take() else { fail!("mariadbd pid {} is not running", self.pid) };
+        // From here the pid may be reaped; an interrupted harness leaves it to PR_SET_PDEATHSIG.
+        crate::cleanup::remove_pid(self.pid);
         let t0 = Instant::now();
         let st = loop {
             if let Some(st) = child.try_wait().map_err(|e| format!("wait for mariadbd: {e}"))? {
@@ -262,6 +266,7 @@ impl<'a> Server<'a> {
     /// Ends the server at once: SIGTERM, SIGKILL after 30 s. For error paths; see [`Server::shutdown`].
     fn kill(&mut self) {
         let Some(mut child) = self.child.take() else { return };
+        crate::cleanup::remove_pid(self.pid);
         // SAFETY: kill(2) on our own child, not yet reaped (so the pid is still ours).
         unsafe {
             libc::kill(self.pid as i32, libc::SIGTERM);

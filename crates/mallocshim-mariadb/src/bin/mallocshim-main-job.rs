@@ -67,6 +67,7 @@ fn main() {
         std::process::exit(if matches!(e, mallocshim_mariadb::Error::MissingTool(_)) { 2 } else { 1 })
     };
 
+    mallocshim_mariadb::on_interrupt().unwrap_or_else(|e| die(e));
     let inst = Instance::create(Options::default()).unwrap_or_else(|e| die(e));
     // The dataset is prepared once, by a mariadbd without the shim, and reused by every backend.
     let plain = inst.start(&Launch::plain()).unwrap_or_else(|e| die(e));
