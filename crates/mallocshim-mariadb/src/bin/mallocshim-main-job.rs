@@ -13,7 +13,7 @@
 //! backend than requested (a silent fallback to glibc); 2 on bad usage or setup.
 
 use mallocshim_mariadb::{
-    procfs, read_json, DumpSummary, DumpWaiter, ErrorLog, Instance, Launch, Options, Sysbench,
+    procfs, read_json, DumpSummary, DumpWaiter, Error, ErrorLog, Instance, Launch, Options, Sysbench,
 };
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -47,6 +47,23 @@ fn usage(msg: &str) -> ! {
 }
 
 fn main() {
+    // Exits only after `run` returned: its instance and servers are dropped (directory removed).
+    let code = match run() {
+        Ok(ok) => i32::from(!ok),
+        Err(e) => {
+            eprintln!("mallocshim-main-job: {e}");
+            if matches!(e, Error::MissingTool(_)) {
+                2
+            } else {
+                1
+            }
+        }
+    };
+    std::process::exit(code)
+}
+
+/// The whole job; Ok(false) when a check failed.
+fn run() -> Result<bool, Error> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let so = match args.as_slice() {
         [flag, path] if flag == "--shim" => PathBuf::from(path),
@@ -62,19 +79,15 @@ fn main() {
     let threads = env_num("MAIN_THREADS", 4) as u32;
     let allow_no_summary = std::env::var("MALLOCSHIM_ALLOW_NO_SUMMARY").is_ok_and(|v| v == "1");
     let t_start = Instant::now();
-    let die = |e: mallocshim_mariadb::Error| -> ! {
-        eprintln!("mallocshim-main-job: {e}");
-        std::process::exit(if matches!(e, mallocshim_mariadb::Error::MissingTool(_)) { 2 } else { 1 })
-    };
 
-    mallocshim_mariadb::on_interrupt().unwrap_or_else(|e| die(e));
-    let inst = Instance::create(Options::default()).unwrap_or_else(|e| die(e));
+    mallocshim_mariadb::on_interrupt()?;
+    let inst = Instance::create(Options::default())?;
     // The dataset is prepared once, by a mariadbd without the shim, and reused by every backend.
-    let plain = inst.start(&Launch::plain()).unwrap_or_else(|e| die(e));
-    plain.sysbench_prepare().unwrap_or_else(|e| die(e));
-    let st = plain.shutdown().unwrap_or_else(|e| die(e));
+    let plain = inst.start(&Launch::plain())?;
+    plain.sysbench_prepare()?;
+    let st = plain.shutdown()?;
     if st.status != 0 {
-        die(format!("the unpreloaded mariadbd (prepare run) exited with status {}", st.status).into());
+        return Err(format!("the unpreloaded mariadbd (prepare run) exited with status {}", st.status).into());
     }
 
     let mut problems: Vec<String> = Vec::new();
@@ -83,7 +96,7 @@ fn main() {
         eprintln!("mallocshim-main-job: === backend {b} ===");
         let mut row = Row::default();
         let mut problem = |p: String| problems.push(format!("{b}: {p}"));
-        let dumpdir = inst.subdir(&format!("dumps-{b}")).unwrap_or_else(|e| die(e));
+        let dumpdir = inst.subdir(&format!("dumps-{b}"))?;
         let launch = Launch::shim(&so, b)
             .var("MALLOCSHIM_VERBOSE", "1")
             .var("MALLOCSHIM_DUMP_DIR", dumpdir.display().to_string())
@@ -185,9 +198,10 @@ fn main() {
         for p in &problems {
             eprintln!("  {p}");
         }
-        std::process::exit(1);
+        return Ok(false);
     }
     println!("mallocshim-main-job: ok");
+    Ok(true)
 }
 
 fn or_na(s: &str) -> &str {
