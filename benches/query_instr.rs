@@ -2,7 +2,7 @@
 //! mariadbd goal, measured deterministically). Run with `cargo bench --bench query_instr`
 //! (a `harness = false` bench: a plain `main`).
 //!
-//! It runs `scripts/query-instr.sh`, which starts mariadbd under
+//! It runs `mallocshim_mariadb::query_instr` (crates/mallocshim-mariadb), which starts mariadbd under
 //! `valgrind --tool=callgrind --collect-atstart=no --toggle-collect='do_command(THD*, bool)'`, so
 //! that only the instructions executed inside the server's command processing are counted
 //! (parsing, execution, the result, and every malloc/free made meanwhile through the shim or the
@@ -17,7 +17,7 @@
 //! time, so the counts do not depend on the machine's load (wall-clock qps on 2 shared vCPUs
 //! varies by 10-25% between rounds; these counts by about 0.1%).
 //!
-//! Knobs (environment, passed through to the script):
+//! Knobs (environment):
 //! - `QI_BACKENDS` (default `glibc jemalloc tcmalloc`), `QI_MODES` (`direct shim routing`),
 //!   `QI_WORKLOADS` (`oltp_point_select oltp_read_only`), `QI_THREADS` (`2 8`);
 //! - `QI_ROUNDS` (default 1): every config once per round, order rotated; the table shows medians
@@ -37,73 +37,25 @@
 mod common;
 use common::median;
 
+use mallocshim_mariadb::query_instr::{self, Config};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-
-const JEMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+use std::path::PathBuf;
 
 fn env_str(key: &str, default: &str) -> String {
     std::env::var(key).unwrap_or_else(|_| default.to_string())
-}
-
-/// One `cell ...` line of the script.
-#[derive(Clone, Debug)]
-struct Cell {
-    round: u64,
-    backend: String,
-    mode: String,
-    workload: String,
-    threads: u64,
-    n: u64,
-    q1: u64,
-    ir1: u64,
-    q2: u64,
-    ir2: u64,
-    per_query: f64,
-    errors: u64,
-}
-
-fn parse_cell(l: &str) -> Option<Cell> {
-    let s = |k| common::kv_str(l, k).map(str::to_string);
-    let u = |k| common::kv(l, k);
-    Some(Cell {
-        round: u("round")?,
-        backend: s("backend")?,
-        mode: s("mode")?,
-        workload: s("workload")?,
-        threads: u("threads")?,
-        n: u("n")?,
-        q1: u("q1").unwrap_or(0),
-        ir1: u("ir1").unwrap_or(0),
-        q2: u("q2").unwrap_or(0),
-        ir2: u("ir2").unwrap_or(0),
-        per_query: common::kv_str(l, "ir_per_query").and_then(|v| v.parse().ok()).unwrap_or(f64::NAN),
-        errors: u("errors").unwrap_or(1),
-    })
 }
 
 fn words(key: &str, default: &str) -> Vec<String> {
     env_str(key, default).split_whitespace().map(str::to_string).collect()
 }
 
+fn fail(msg: &str) -> ! {
+    eprintln!("query_instr bench FAILED: {msg}");
+    std::process::exit(1)
+}
+
 fn main() {
-    // Fail loudly, before anything starts, when a tool is missing.
-    for t in [
-        "valgrind",
-        "callgrind_control",
-        "mariadbd",
-        "mariadb-install-db",
-        "mariadb-admin",
-        "mariadb",
-        "sysbench",
-        "nm",
-    ] {
-        common::require(t);
-    }
-    common::require_file(common::TCMALLOC_LIB);
-    common::require_file(JEMALLOC_LIB);
     let so = common::shim();
     let out_dir = common::target_dir().join("bench");
     std::fs::create_dir_all(&out_dir).expect("create target/bench");
@@ -111,40 +63,50 @@ fn main() {
     let backends = words("QI_BACKENDS", "glibc jemalloc tcmalloc");
     let modes = words("QI_MODES", "direct shim routing");
     let workloads = words("QI_WORKLOADS", "oltp_point_select oltp_read_only");
-    let threads: Vec<u64> =
+    let threads: Vec<u32> =
         words("QI_THREADS", "2 8").iter().map(|t| t.parse().expect("QI_THREADS: numbers")).collect();
-
-    let t0 = std::time::Instant::now();
-    let mut child = Command::new("bash")
-        .arg(common::root().join("scripts/query-instr.sh"))
-        .env("MALLOCSHIM_SO", &so)
-        .env_remove("LD_PRELOAD")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("run scripts/query-instr.sh");
-    let mut cells: Vec<Cell> = Vec::new();
-    let mut servers: Vec<String> = Vec::new();
-    let mut ok_line = None;
-    for l in BufReader::new(child.stdout.take().unwrap()).lines() {
-        let l = l.expect("read the script's stdout");
-        eprintln!("query-instr: {l}");
-        if l.starts_with("cell ") {
-            cells.push(parse_cell(&l).unwrap_or_else(|| panic!("unparsable line from query-instr.sh: {l}")));
-        } else if l.starts_with("server ") {
-            servers.push(l);
-        } else if let Some(v) = l.strip_prefix("ok=") {
-            ok_line = Some(v.to_string());
+    for b in &backends {
+        if !mallocshim_mariadb::BACKENDS.contains(&b.as_str()) {
+            fail(&format!("unknown backend {b} in QI_BACKENDS"));
         }
     }
-    let status = child.wait().expect("wait for query-instr.sh");
+    for m in &modes {
+        if !["direct", "shim", "routing"].contains(&m.as_str()) {
+            fail(&format!("unknown mode {m} in QI_MODES (direct, shim, routing)"));
+        }
+    }
+    let num = |k: &str, d: u64| -> u64 {
+        let n = common::env_u64(k, d);
+        if n == 0 {
+            fail(&format!("{k} must be at least 1"));
+        }
+        n
+    };
+    let cfg = Config {
+        shim: so.canonicalize().expect("the shim's path"),
+        backends: backends.clone(),
+        modes: modes.clone(),
+        workloads: workloads.clone(),
+        threads: threads.clone(),
+        rounds: num("QI_ROUNDS", 1) as u32,
+        ps_events: num("QI_PS_EVENTS", 8000),
+        ro_events: num("QI_RO_EVENTS", 500),
+        out: std::env::var_os("QI_OUT")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| common::target_dir().join("query-instr")),
+    };
+
+    let t0 = std::time::Instant::now();
+    // Fails loudly, before anything starts, when a tool or library is missing.
+    let res = query_instr::run(&cfg).unwrap_or_else(|e| fail(&e.to_string()));
+    let (cells, servers) = (&res.cells, &res.servers);
     let secs = t0.elapsed().as_secs_f64();
 
     // Raw numbers.
     let mut csv = String::from(
         "round,backend,mode,workload,threads,n,queries_n,ir_n,queries_2n,ir_2n,ir_per_query,errors\n",
     );
-    for c in &cells {
+    for c in cells {
         let _ = writeln!(
             csv,
             "{},{},{},{},{},{},{},{},{},{},{:.1},{}",
@@ -165,13 +127,13 @@ fn main() {
     std::fs::write(out_dir.join("query-instr.csv"), &csv).expect("write target/bench/query-instr.csv");
 
     // (backend, mode, workload, threads) -> per-round instructions per query.
-    let mut by: BTreeMap<(String, String, String, u64), Vec<f64>> = BTreeMap::new();
-    for c in &cells {
+    let mut by: BTreeMap<(String, String, String, u32), Vec<f64>> = BTreeMap::new();
+    for c in cells {
         by.entry((c.backend.clone(), c.mode.clone(), c.workload.clone(), c.threads))
             .or_default()
             .push(c.per_query);
     }
-    let get = |b: &str, m: &str, w: &str, t: u64| {
+    let get = |b: &str, m: &str, w: &str, t: u32| {
         by.get(&(b.to_string(), m.to_string(), w.to_string(), t)).cloned()
     };
     let rounds = cells.iter().map(|c| c.round + 1).max().unwrap_or(0);
@@ -181,7 +143,7 @@ fn main() {
         writeln!(md, "# mariadbd instructions per query: shim vs direct preload (benches/query_instr.rs)\n");
     let _ = writeln!(
         md,
-        "`scripts/query-instr.sh` with QI_BACKENDS=\"{}\" QI_MODES=\"{}\" QI_WORKLOADS=\"{}\" QI_THREADS=\"{}\" QI_ROUNDS={} QI_PS_EVENTS={} QI_RO_EVENTS={}; {rounds} round(s), {:.0} s. \
+        "`mallocshim_mariadb::query_instr` with QI_BACKENDS=\"{}\" QI_MODES=\"{}\" QI_WORKLOADS=\"{}\" QI_THREADS=\"{}\" QI_ROUNDS={} QI_PS_EVENTS={} QI_RO_EVENTS={}; {rounds} round(s), {:.0} s. \
          mariadbd under `valgrind --tool=callgrind --collect-atstart=no --toggle-collect='do_command(THD*, bool)'`: \
          instructions executed inside command processing by the query threads, per query, from the difference of a 2N-event and an N-event sysbench run. Median over rounds.\n",
         backends.join(" "),
@@ -273,19 +235,18 @@ fn main() {
     let _ = writeln!(md, "\nServers (one per config and round): allocator seen by mariadbd, exit status.\n");
     let _ = writeln!(md, "| round | backend | mode | @@version_malloc_library | allocator mapped | start s | mariadbd exit | crash report |");
     let _ = writeln!(md, "|---:|---|---|---|---|---:|---:|---|");
-    for l in &servers {
-        let g = |k| common::kv_str(l, k).unwrap_or("?");
+    for v in servers {
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} | {} | {} | {} | {} |",
-            g("round"),
-            g("backend"),
-            g("mode"),
-            g("malloc_lib").replace('_', " "),
-            g("loaded"),
-            g("start_s"),
-            g("mariadbd_exit"),
-            if g("crash") == "0" { "none" } else { "YES" }
+            v.round,
+            v.backend,
+            v.mode,
+            v.malloc_lib,
+            if v.loaded { "yes" } else { "no" },
+            v.start_s,
+            v.exit.map(|e| e.to_string()).unwrap_or_else(|| "start failed".into()),
+            if v.crash { "YES" } else { "none" }
         );
     }
     let errors: u64 = cells.iter().map(|c| c.errors).sum();
@@ -296,11 +257,8 @@ fn main() {
 
     let expected = rounds.max(1) as usize * backends.len() * modes.len() * workloads.len() * threads.len();
     let mut fail = Vec::new();
-    if !status.success() {
-        fail.push(format!("scripts/query-instr.sh exited with {status}"));
-    }
-    if ok_line.as_deref() != Some("1") {
-        fail.push(format!("the script did not report ok=1 (got {ok_line:?})"));
+    if !res.ok {
+        fail.push("a check failed (see above: sysbench errors, a callgrind dump, the allocator of a server, or mariadbd's exit)".into());
     }
     if cells.len() != expected {
         fail.push(format!("{} cells measured, {expected} expected", cells.len()));

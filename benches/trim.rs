@@ -11,12 +11,13 @@
 //!   runs with `MALLOCSHIM_TRIM_MIN_BYTES=0` (so every period runs) and two cycles of
 //!   allocate/free per run: "release" rows are trims that gave back more than 1 MiB, "idle" rows
 //!   the rest (nothing left to give back).
-//! - `fulltext`: `scripts/fulltext-check.sh` with configs `MALLOCSHIM_BENCH_FT_CONFIGS` (default
-//!   `off on on@jemalloc on@tcmalloc`; trimming every `FT_TRIM_MS`, default 1000 ms): mariadbd's
-//!   RSS after InnoDB FULLTEXT phrase searches (peak, end of load, after the idle time) and the
-//!   durations of the trims that ran there. `FT_SECONDS` (default here 15), `FT_IDLE` (10),
-//!   `FT_ROWS` (300000), `FT_THREADS` (4) pass through.
-//! - `qps`: `scripts/trim-qps.sh`: sysbench oltp_read_only on mariadbd under the shim (glibc,
+//! - `fulltext`: the harness's FULLTEXT load (`mallocshim_mariadb::fulltext`) with configs
+//!   `MALLOCSHIM_BENCH_FT_CONFIGS` (default `off on on@jemalloc on@tcmalloc`; trimming every
+//!   `FT_TRIM_MS`, default 1000 ms): mariadbd's RSS after InnoDB FULLTEXT phrase searches (peak,
+//!   end of load, after the idle time) and the durations of the trims that ran there.
+//!   `FT_SECONDS` (default here 15), `FT_IDLE` (10), `FT_ROWS` (300000), `FT_THREADS` (4),
+//!   `FT_BACKEND`, `FT_MIN_BYTES`, `FT_MEMLOG_DIR` apply.
+//! - `qps`: sysbench oltp_read_only on mariadbd under the shim (glibc,
 //!   `QPS_BACKEND` to change) with trimming off, every 1 s (default threshold), every 1 s with
 //!   `MALLOCSHIM_TRIM_MIN_BYTES=0` (a malloc_trim every second whatever is free) and at the
 //!   default 10 s; `MALLOCSHIM_BENCH_ROUNDS` interleaved rounds (rotated order) of
@@ -32,9 +33,10 @@
 mod common;
 use common::{env_u64, median};
 
+use mallocshim_mariadb::fulltext::{self, RunConfig, Settings};
+use mallocshim_mariadb::{newest_json_dump, read_json, Instance, Launch, Options, Sysbench};
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::process::Command;
 
 const MIB: f64 = (1u64 << 20) as f64;
 
@@ -183,115 +185,150 @@ fn section_frag(md: &mut String, rounds: u64) {
 }
 
 fn section_fulltext(md: &mut String) {
-    let so = common::shim();
     let configs = env_str("MALLOCSHIM_BENCH_FT_CONFIGS", "off on on@jemalloc on@tcmalloc");
-    let mut cmd = Command::new("bash");
-    cmd.arg(common::root().join("scripts/fulltext-check.sh"))
-        .args(configs.split_whitespace())
-        .env("MALLOCSHIM_SO", &so)
-        .env("MALLOCSHIM_CLI", common::cli_bin())
-        .env_remove("LD_PRELOAD");
-    for (k, d) in [("FT_SECONDS", "15"), ("FT_IDLE", "10")] {
-        if std::env::var_os(k).is_none() {
-            cmd.env(k, d);
-        }
+    let mut s = Settings::new(common::shim());
+    (s.seconds, s.idle) = (15, 10);
+    let s = s.with_env().unwrap_or_else(|e| panic!("{e}"));
+    let parsed: Vec<RunConfig> = configs
+        .split_whitespace()
+        .map(|c| {
+            RunConfig::parse(c, s.trim_ms).unwrap_or_else(|e| panic!("MALLOCSHIM_BENCH_FT_CONFIGS: {e}"))
+        })
+        .collect();
+    let res = fulltext::run(&s, &parsed).unwrap_or_else(|e| panic!("the FULLTEXT load failed: {e}"));
+    if !res.ok {
+        eprintln!("the FULLTEXT load reported a failed check:\n{res:#?}");
     }
-    let o = cmd.output().expect("run scripts/fulltext-check.sh");
-    let out = common::stdout(&o);
-    if !o.status.success() {
-        eprintln!("fulltext-check.sh failed:\n{}", common::describe(&o));
-    }
-    let kv: HashMap<&str, &str> = out.lines().filter_map(|l| l.split_once('=')).collect();
-    let g = |k: &str| kv.get(k).copied().unwrap_or("n/a");
-    let mb =
-        |k: &str| g(k).parse::<f64>().map(|v| format!("{:.1}", v / MIB)).unwrap_or_else(|_| "n/a".into());
+    let mb = |b: u64| format!("{:.1}", b as f64 / MIB);
     let _ = writeln!(
         md,
-        "\n## mariadbd, InnoDB FULLTEXT phrase searches\n\n`scripts/fulltext-check.sh {configs}`: {} documents of {} words, {} threads of phrase searches for {} s, then {} s idle; a fresh mariadbd per row; trimming every {} ms in the `on` rows. RSS is mariadbd's VmRSS.\n",
-        g("rows"),
-        g("words"),
-        g("threads"),
-        g("seconds"),
-        g("idle"),
-        g("trim_ms")
+        "\n## mariadbd, InnoDB FULLTEXT phrase searches\n\n`fulltext::run` (crates/mallocshim-mariadb) with configs `{configs}`: {} documents of {} words, {} threads of phrase searches for {} s, then {} s idle; a fresh mariadbd per row; trimming every {} ms in the `on` rows. RSS is mariadbd's VmRSS.\n",
+        s.rows, s.words, s.threads, s.seconds, s.idle, s.trim_ms
     );
     let _ = writeln!(md, "| config | backend | qps | errors | RSS peak MiB | RSS end of searches MiB | RSS after idle MiB | trims run | skipped | released MiB | trim p50 ms | trim max ms |");
     let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for c in configs.split_whitespace() {
-        let n = c.replace(':', "").replace('@', "_");
-        let mut d: Vec<f64> =
-            g(&format!("trim_durations_us_{n}")).split(',').filter_map(|x| x.parse::<f64>().ok()).collect();
+    for r in &res.runs {
+        let mut d: Vec<f64> = r.trim_durations_us.iter().map(|&u| u as f64).collect();
         d.sort_by(|a, b| a.total_cmp(b));
-        let trim = mallocshim_format::Dump::parse(g(&format!("dump_{n}"))).ok().map(|d| d.trim);
+        let dump = r.dump_trim.clone().unwrap_or_default();
         let _ = writeln!(
             md,
-            "| {c} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            kv.get(format!("backend_{n}").as_str()).copied().unwrap_or(if c == "none" {
-                "(no shim)"
-            } else {
-                "n/a"
-            }),
-            g(&format!("qps_{n}")),
-            g(&format!("errors_{n}")),
-            mb(&format!("rss_peak_{n}")),
-            mb(&format!("rss_end_load_{n}")),
-            mb(&format!("rss_final_{n}")),
-            trim.map(|t| t.runs.to_string()).unwrap_or("-".into()),
-            trim.map(|t| t.skipped.to_string()).unwrap_or("-".into()),
-            trim.map(|t| format!("{:.1}", t.released_bytes as f64 / MIB)).unwrap_or("-".into()),
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.config.spec,
+            r.backend.as_deref().unwrap_or("(no shim)"),
+            r.sysbench.qps_text(),
+            r.sysbench.errors,
+            mb(r.rss_peak),
+            mb(r.rss_end_load),
+            mb(r.rss_final),
+            dump["runs"].as_u64().map(|v| v.to_string()).unwrap_or("-".into()),
+            dump["skipped"].as_u64().map(|v| v.to_string()).unwrap_or("-".into()),
+            dump["released_bytes"].as_u64().map(|v| format!("{:.1}", v as f64 / MIB)).unwrap_or("-".into()),
             if d.is_empty() { "-".into() } else { format!("{:.3}", pct(&d, 0.5) / 1000.0) },
             if d.is_empty() { "-".into() } else { format!("{:.3}", d[d.len() - 1] / 1000.0) },
         );
     }
-    let _ =
-        writeln!(md, "\n(data set loaded in {} s, FULLTEXT index built in {} s)", g("load_s"), g("index_s"));
+    let _ = writeln!(
+        md,
+        "\n(data set loaded in {:.0} s, FULLTEXT index built in {:.0} s)",
+        res.load_s, res.index_s
+    );
+}
+
+/// One trim-qps config: name, `MALLOCSHIM_TRIM_INTERVAL_MS`, `MALLOCSHIM_TRIM_MIN_BYTES` (None: default).
+type QpsConfig = (&'static str, u64, Option<u64>);
+
+/// Interleaved rounds (order rotated by the round) of a fresh mariadbd per config: 3 s of warm-up,
+/// then `secs` of oltp_read_only at `threads`, a JSON dump at exit. Returns
+/// (round, config, qps, trims run/skipped) per run and whether every run was clean.
+fn trim_qps(
+    rounds: u64,
+    secs: u64,
+    threads: u32,
+    configs: &[QpsConfig],
+) -> (Vec<(u64, &'static str, f64, String)>, bool) {
+    let so = common::shim();
+    let backend = env_str("QPS_BACKEND", "glibc");
+    let inst = Instance::create(Options::default()).unwrap_or_else(|e| panic!("{e}"));
+    let plain = inst.start(&Launch::plain()).unwrap_or_else(|e| panic!("{e}"));
+    plain.sysbench_prepare().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(plain.shutdown().unwrap_or_else(|e| panic!("{e}")).status, 0, "the plain mariadbd");
+    let (mut out, mut ok) = (Vec::new(), true);
+    for r in 0..rounds {
+        for i in 0..configs.len() {
+            let (name, ms, min) = configs[(i + r as usize) % configs.len()];
+            let dumpdir = inst.subdir(&format!("dumps-{r}-{name}")).unwrap_or_else(|e| panic!("{e}"));
+            let mut launch = Launch::shim(&so, &backend)
+                .var("MALLOCSHIM_TRIM_INTERVAL_MS", ms.to_string())
+                .var("MALLOCSHIM_DUMP_AT_EXIT", "1")
+                .var("MALLOCSHIM_DUMP_DIR", dumpdir.display().to_string())
+                .var("MALLOCSHIM_DUMP_FORMATS", "json");
+            if let Some(m) = min {
+                launch = launch.var("MALLOCSHIM_TRIM_MIN_BYTES", m.to_string());
+            }
+            let srv = match inst.start(&launch) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("trim-qps: round {r} {name}: {e}");
+                    ok = false;
+                    continue;
+                }
+            };
+            let pid = srv.pid();
+            let _ = srv.sysbench(&Sysbench::new("oltp_read_only", threads).time(3));
+            let sb = srv
+                .sysbench(&Sysbench::new("oltp_read_only", threads).time(secs))
+                .unwrap_or_else(|e| panic!("{e}"));
+            let st = srv.shutdown().unwrap_or_else(|e| panic!("{e}"));
+            let trim =
+                newest_json_dump(&dumpdir, pid).and_then(|p| read_json(&p).ok()).map(|d| d["trim"].clone());
+            let trims = trim
+                .as_ref()
+                .map(|t| format!("{}/{}", t["runs"], t["skipped"]))
+                .unwrap_or_else(|| "?/?".into());
+            eprintln!(
+                "trim-qps: round {r} {name}: qps {} errors {} trims {trims} mariadbd exit {}",
+                sb.qps_text(),
+                sb.errors,
+                st.status
+            );
+            ok &= sb.ok() && st.status == 0 && trim.is_some();
+            if let Some(q) = sb.qps {
+                out.push((r, name, q, trims));
+            }
+        }
+    }
+    (out, ok)
 }
 
 fn section_qps(md: &mut String, rounds: u64) {
-    let so = common::shim();
     let secs = env_u64("MALLOCSHIM_BENCH_QPS_SECONDS", 8);
     let threads = env_u64("MALLOCSHIM_BENCH_QPS_THREADS", 4);
-    let configs = ["off:0", "every1s:1000", "every1s-min0:1000:0", "default:10000"];
-    let mut cmd = Command::new("bash");
-    cmd.arg(common::root().join("scripts/trim-qps.sh"))
-        .args([rounds.to_string(), secs.to_string(), threads.to_string()])
-        .args(configs)
-        .env("MALLOCSHIM_SO", &so)
-        .env("MALLOCSHIM_CLI", common::cli_bin())
-        .env_remove("LD_PRELOAD");
-    let o = cmd.output().expect("run scripts/trim-qps.sh");
-    if !o.status.success() {
-        eprintln!("trim-qps.sh failed:\n{}", common::describe(&o));
+    let configs: [QpsConfig; 4] = [
+        ("off", 0, None),
+        ("every1s", 1000, None),
+        ("every1s-min0", 1000, Some(0)),
+        ("default", 10000, None),
+    ];
+    let (runs, ok) = trim_qps(rounds, secs, threads as u32, &configs);
+    if !ok {
+        eprintln!("trim-qps: a run failed (sysbench exit or errors, mariadbd exit status, or no dump)");
     }
-    // round -> config -> (qps, line)
-    let mut by_round: HashMap<u64, HashMap<String, f64>> = HashMap::new();
-    let mut trims: HashMap<String, Vec<String>> = HashMap::new();
-    for l in common::stdout(&o).lines().filter(|l| l.starts_with("run ")) {
-        let (Some(r), Some(c), Some(q)) =
-            (common::kv(l, "round"), common::kv_str(l, "config"), common::kv_str(l, "qps"))
-        else {
-            continue;
-        };
-        if let Ok(q) = q.parse::<f64>() {
-            by_round.entry(r).or_default().insert(c.to_string(), q);
-        }
-        trims.entry(c.to_string()).or_default().push(format!(
-            "{}/{}",
-            common::kv_str(l, "trim_runs").unwrap_or("?"),
-            common::kv_str(l, "trim_skipped").unwrap_or("?")
-        ));
+    // round -> config -> qps
+    let mut by_round: HashMap<u64, HashMap<&str, f64>> = HashMap::new();
+    let mut trims: HashMap<&str, Vec<String>> = HashMap::new();
+    for (r, c, q, t) in runs {
+        by_round.entry(r).or_default().insert(c, q);
+        trims.entry(c).or_default().push(t);
     }
     let _ = writeln!(
         md,
-        "\n## sysbench oltp_read_only on mariadbd (shim, {}), trimming off vs on\n\n`scripts/trim-qps.sh {rounds} {secs} {threads} {}`: {rounds} interleaved rounds (order rotated), a fresh mariadbd per run, 3 s warm-up then {secs} s at {threads} threads. \"vs off\" is the median over rounds of qps / the same round's trimming-off qps (min-max in brackets); cost = 1 - that.\n",
+        "\n## sysbench oltp_read_only on mariadbd (shim, {}), trimming off vs on\n\n{rounds} interleaved rounds (order rotated), a fresh mariadbd per run, 3 s warm-up then {secs} s at {threads} threads. \"vs off\" is the median over rounds of qps / the same round's trimming-off qps (min-max in brackets); cost = 1 - that.\n",
         env_str("QPS_BACKEND", "glibc"),
-        configs.join(" ")
     );
     let _ = writeln!(md, "| config | MALLOCSHIM_TRIM_INTERVAL_MS | MIN_BYTES | median qps | vs off | cost | trims run/skipped per run |");
     let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---|");
-    for c in configs {
-        let parts: Vec<&str> = c.split(':').collect();
-        let name = parts[0];
+    for (name, ms, min) in configs {
         let qs: Vec<f64> = by_round.values().filter_map(|m| m.get(name).copied()).collect();
         let ratios: Vec<f64> = by_round
             .values()
@@ -303,9 +340,8 @@ fn section_qps(md: &mut String, rounds: u64) {
         let med = median(ratios.clone());
         let _ = writeln!(
             md,
-            "| {name} | {} | {} | {:.1} | {:.4} [{:.4}-{:.4}] | {:+.2}% | {} |",
-            parts[1],
-            parts.get(2).copied().unwrap_or("default"),
+            "| {name} | {ms} | {} | {:.1} | {:.4} [{:.4}-{:.4}] | {:+.2}% | {} |",
+            min.map(|m| m.to_string()).unwrap_or("default".into()),
             median(qs),
             med,
             lo,

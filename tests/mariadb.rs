@@ -1,102 +1,104 @@
 //! MariaDB end to end: for each backend, a throwaway mariadbd (Debian's mariadb-server 10.11) runs
 //! under `LD_PRELOAD=libmallocshim.so MALLOCSHIM_BACKEND=<b> MALLOCSHIM_VERBOSE=1`, sysbench
 //! prepares its dataset and runs oltp_read_only at 8 threads for 10 s, then mariadb-admin shuts the
-//! server down. The test asserts: no sysbench errors, qps > 0, mariadbd's exit status 0, no crash
-//! report in the error log, and the shim's `mallocshim: summary` line names the requested backend
-//! with malloc > 0; `kill -USR1` half-way through the load gives a JSON dump within 2 s with
-//! counts from at least 8 live threads; `@@version_malloc_library` names mallocshim and the backend.
+//! server down. The test asserts: the shim is mapped in mariadbd (/proc/PID/maps), sysbench exit 0
+//! with no errors, qps > 0, mariadbd's exit status 0, no crash report and no failed preload in the
+//! error log, and the shim's `mallocshim: summary` line names the requested backend with
+//! malloc > 0; `kill -USR1` half-way through the load gives a JSON dump within 2 s naming the
+//! backend, counting malloc calls, with counts from at least 8 live threads;
+//! `@@version_malloc_library` names mallocshim and the backend.
 //!
-//! All MariaDB logic lives in `scripts/mariadb.sh`; this test only runs
-//! `scripts/mariadb-check.sh BACKEND SECONDS THREADS` and checks the `key=value` lines it prints.
-//! The three tests take a shared lock: one mariadbd at a time (2 cores). Missing mariadbd or
-//! sysbench is a failure, never a skip.
+//! The MariaDB logic is the harness crate's (crates/mallocshim-mariadb); it holds the machine-wide
+//! lock, so one mariadbd runs at a time (2 cores). A missing mariadbd, sysbench or tcmalloc is a
+//! failure, never a skip.
 
 mod common;
 
-use std::collections::HashMap;
-use std::process::Command;
-use std::sync::Mutex;
+use mallocshim_mariadb::{
+    procfs, read_json, DumpSummary, DumpWaiter, ErrorLog, Instance, Launch, Options, Sysbench,
+};
+use std::time::Duration;
 
-/// Serializes the tests of this binary (the script also takes a flock against other processes).
-static ONE_MARIADBD: Mutex<()> = Mutex::new(());
-
-const SECONDS: &str = "10";
-const THREADS: &str = "8";
+const SECONDS: u64 = 10;
+const THREADS: u32 = 8;
 
 fn check(backend: &str) {
-    let _guard = ONE_MARIADBD.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    for prog in ["bash", "flock", "mariadbd", "mariadb-install-db", "mariadb-admin", "mariadb", "sysbench"] {
-        common::require(prog);
-    }
     if let Some(lib) = common::direct_lib(backend).filter(|_| backend != "jemalloc") {
         common::require_file(lib);
     }
     let so = common::shim();
-    let script = common::root().join("scripts/mariadb-check.sh");
-    let mut cmd = Command::new("bash");
-    cmd.arg(&script)
-        .args([backend, SECONDS, THREADS])
-        .env("MALLOCSHIM_SO", &so)
-        .env("MALLOCSHIM_CLI", common::cli_bin())
-        .env_remove("LD_PRELOAD");
-    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
-    let stdout = common::stdout(&out);
-    let stderr = common::stderr(&out);
+    let inst = Instance::create(Options::default()).unwrap_or_else(|e| panic!("{e}"));
+    let dumpdir = inst.subdir("dumps").unwrap();
+    let launch = Launch::shim(&so, backend)
+        .var("MALLOCSHIM_VERBOSE", "1")
+        .var("MALLOCSHIM_DUMP_DIR", dumpdir.display().to_string())
+        .var("MALLOCSHIM_DUMP_FORMATS", "json");
+    let srv = inst
+        .start(&launch)
+        .unwrap_or_else(|e| panic!("mariadbd did not start under the shim ({backend}): {e}"));
+    let pid = srv.pid();
+    let mapped = procfs::maps_contains(pid, "libmallocshim.so");
+    srv.sysbench_prepare().unwrap_or_else(|e| panic!("{e}"));
+    // Half-way through the load: kill -USR1, then the time until the dump's JSON file is there.
+    let waiter =
+        DumpWaiter::after(pid, &dumpdir, Duration::from_secs(SECONDS.div_ceil(2)), Duration::from_secs(10));
+    let sb = srv
+        .sysbench(&Sysbench::new("oltp_read_only", THREADS).time(SECONDS))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let dump = waiter.wait();
+    let vml = srv.sql_value("SELECT @@version_malloc_library").unwrap_or_else(|e| panic!("{e}"));
+    let stopped = srv.shutdown().unwrap_or_else(|e| panic!("{e}"));
+    let log = ErrorLog::read(&stopped.errlog);
     let report = format!(
-        "scripts/mariadb-check.sh {backend} {SECONDS} {THREADS}: {:?}\n--- stdout\n{stdout}--- stderr\n{stderr}",
-        out.status
+        "mariadb {backend}: sysbench {sb:?}\nmariadbd exit {}\ndump {dump:?}\n--- shim lines\n{}\n--- error log tail\n{}",
+        stopped.status,
+        log.shim_lines().join("\n"),
+        log.text.lines().rev().take(60).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
     );
-    let kv: HashMap<&str, &str> = stdout.lines().filter_map(|l| l.split_once('=')).collect();
-    let get = |k: &str| -> &str {
-        kv.get(k).copied().unwrap_or_else(|| panic!("no `{k}=` in the output\n{report}"))
-    };
-    let num = |k: &str| -> f64 {
-        let v = get(k);
-        v.parse().unwrap_or_else(|_| panic!("`{k}={v}` is not a number\n{report}"))
-    };
 
-    assert_eq!(get("backend"), backend, "{report}");
-    assert_eq!(get("sysbench_exit"), "0", "sysbench failed\n{report}");
-    assert_eq!(num("errors"), 0.0, "sysbench reported errors\n{report}");
-    assert!(num("qps") > 0.0, "qps is not > 0\n{report}");
-    assert_eq!(get("mariadbd_exit"), "0", "mariadbd's exit status after mariadb-admin shutdown\n{report}");
-    assert_eq!(get("crash"), "0", "crash report in mariadbd's error log\n{report}");
-    assert_eq!(get("preload_failed"), "0", "ld.so did not preload the shim\n{report}");
-    assert_eq!(get("summary"), "1", "no `mallocshim: summary` line in mariadbd's error log\n{report}");
+    assert_eq!(mapped, Some(true), "the shim is not mapped in mariadbd\n{report}");
+    assert_eq!(sb.exit, 0, "sysbench failed\n{report}");
+    assert_eq!(sb.errors, 0, "sysbench reported errors\n{report}");
+    let qps = sb.qps.unwrap_or(0.0);
+    assert!(qps > 0.0, "qps is not > 0\n{report}");
+    assert_eq!(stopped.status, 0, "mariadbd's exit status after mariadb-admin shutdown\n{report}");
+    let crash = log.crash_lines();
+    assert!(crash.is_empty(), "crash report in mariadbd's error log: {crash:?}\n{report}");
+    assert!(!log.preload_failed(), "ld.so did not preload the shim\n{report}");
+    let summary = log
+        .summary()
+        .unwrap_or_else(|| panic!("no `mallocshim: summary` line in mariadbd's error log\n{report}"));
     assert_eq!(
-        get("summary_backend"),
-        backend,
+        summary.backend(),
+        Some(backend),
         "the shim's summary names another backend (fallback?)\n{report}"
     );
-    let summary = get("summary_line");
-    assert!(summary.starts_with("mallocshim: summary "), "{report}");
-    let malloc =
-        common::kv(summary, "malloc").unwrap_or_else(|| panic!("no malloc= in the summary\n{report}"));
+    assert!(summary.line.starts_with("mallocshim: summary "), "{report}");
+    let malloc = summary.num("malloc").unwrap_or_else(|| panic!("no malloc= in the summary\n{report}"));
     assert!(malloc > 0, "summary malloc={malloc}\n{report}");
     // kill -USR1 under load: a complete dump within 2 s, holding at least 8 live threads.
-    let dump_ms = num("dump_ms");
-    assert!(dump_ms <= 2000.0, "the dump took {dump_ms} ms after kill -USR1 (goal: 2 s)\n{report}");
+    let (path, took) = dump.unwrap_or_else(|e| panic!("{e}\n{report}"));
+    let dump_ms = took.as_millis();
+    assert!(dump_ms <= 2000, "the dump took {dump_ms} ms after kill -USR1 (goal: 2 s)\n{report}");
+    let d = DumpSummary::of(&read_json(&path).unwrap_or_else(|e| panic!("{e}\n{report}")));
     assert!(
-        num("dump_threads_with_calls") >= 8.0,
-        "fewer than 8 live threads with counts in the dump\n{report}"
+        d.live_threads_with_calls >= 8,
+        "fewer than 8 live threads with counts in the dump: {d:?}\n{report}"
     );
-    assert!(num("dump_malloc") > 0.0, "the dump counts no malloc\n{report}");
-    assert_eq!(get("dump_backend"), backend, "{report}");
+    assert!(d.count("malloc") > 0, "the dump counts no malloc: {d:?}\n{report}");
+    assert_eq!(d.backend, backend, "{report}");
     // MariaDB asks for jemalloc's mallctl("version"): the shim answers with the truth.
-    let vml = get("version_malloc_library");
     assert!(
         vml.contains("mallocshim") && vml.contains(&format!("({backend}")),
         "@@version_malloc_library = {vml}\n{report}"
     );
-    assert!(out.status.success(), "the script reported a failed check\n{report}");
     eprintln!(
-        "mariadb {backend}: qps={} p95_ms={} malloc={malloc} total_calls={} allocated_bytes={} resident_bytes={} dump_ms={dump_ms} dump_threads_with_calls={} version_malloc_library={vml}",
-        get("qps"),
-        get("p95_ms"),
-        get("total_calls"),
-        get("allocated_bytes"),
-        get("resident_bytes"),
-        get("dump_threads_with_calls")
+        "mariadb {backend}: qps={qps} p95_ms={:?} malloc={malloc} total_calls={} allocated_bytes={} resident_bytes={} dump_ms={dump_ms} dump_threads_with_calls={} version_malloc_library={vml}",
+        sb.p95_ms,
+        summary.total_calls(),
+        summary.get("allocated_bytes").unwrap_or("n/a"),
+        summary.get("resident_bytes").unwrap_or("n/a"),
+        d.live_threads_with_calls
     );
 }
 

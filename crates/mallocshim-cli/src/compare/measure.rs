@@ -26,7 +26,7 @@ pub struct Sysbench {
     pub errors: u64,
 }
 
-/// Parses sysbench's report like scripts/mariadb.sh's mdb_sysbench_parse: errors = ignored
+/// Parses sysbench's report like the harness crate's SysbenchReport::parse: errors = ignored
 /// errors + reconnects + FATAL lines; a missing figure is an error.
 pub fn parse_sysbench(text: &str) -> Result<Sysbench, String> {
     let mut s = Sysbench::default();

@@ -2,7 +2,7 @@
 //! (mariadb-install-db or mysqld --initialize-insecure), starting mariadbd/mysqld in its own
 //! process group under an environment (the shim, or an allocator preloaded directly), waiting
 //! for it, stopping it (SIGTERM = clean shutdown, SIGKILL after a timeout), and running any child
-//! so that Ctrl-C (the INTERRUPTED flag) kills it at once. The logic follows scripts/mariadb.sh.
+//! so that Ctrl-C (the INTERRUPTED flag) kills it at once. The logic follows the harness crate (crates/mallocshim-mariadb).
 
 use std::fs::File;
 use std::os::unix::process::CommandExt;

@@ -1,0 +1,36 @@
+//! The machine-wide MariaDB lock (`/tmp/mallocshim-mariadb.lock`, or `$MDB_LOCK`): one throwaway
+//! server at a time across the tests, benches, the main job and the comparison runner (2 cores).
+//! flock(2) locks belong to an open file description, so two instances in one process also wait
+//! for each other.
+
+use crate::Result;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+
+pub const DEFAULT_LOCK: &str = "/tmp/mallocshim-mariadb.lock";
+
+/// Takes the lock, blocking (says so on stderr when it has to wait); held until the file is dropped.
+pub fn take() -> Result<File> {
+    let path = std::env::var("MDB_LOCK").unwrap_or_else(|_| DEFAULT_LOCK.to_string());
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| format!("cannot open {path}: {e}"))?;
+    // SAFETY: flock on our own open descriptor.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(f);
+    }
+    eprintln!("mallocshim-mariadb: waiting for {path} (another MariaDB run holds it)");
+    loop {
+        // SAFETY: as above; blocking, queued like flock(1).
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            return Ok(f);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(format!("flock {path}: {e}").into());
+        }
+    }
+}

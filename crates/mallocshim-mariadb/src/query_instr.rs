@@ -1,0 +1,244 @@
+//! Instructions per query executed by mariadbd's query threads (callgrind, counting inside
+//! `do_command`), with the shim against preloading the same allocator directly. One instance, its
+//! sysbench dataset prepared under a plain mariadbd; every config (backend x mode) started once
+//! per round, in an order rotated by the round. Per server: `@@version_malloc_library` and
+//! /proc/PID/maps checked against the config; per workload and thread count a warm-up of N/4
+//! events, `callgrind_control -z`, a run of N events and a dump, a run of 2N events and a dump:
+//! instructions per query = (Ir(2N) - Ir(N)) / (queries(2N) - queries(N)), so what each sysbench
+//! run does once (connect, prepare, quit) cancels out. Then a clean shutdown.
+
+use crate::{callgrind, procfs, ErrorLog, Instance, Launch, Options, Result, Sysbench};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// What to measure.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub shim: PathBuf,
+    pub backends: Vec<String>,
+    /// `direct` (no preload / the allocator preloaded), `shim`, `routing` (`MALLOCSHIM_PROFILE=off`).
+    pub modes: Vec<String>,
+    pub workloads: Vec<String>,
+    pub threads: Vec<u32>,
+    pub rounds: u32,
+    /// N for oltp_point_select (1 query per event) and for any other workload.
+    pub ps_events: u64,
+    pub ro_events: u64,
+    /// Callgrind files, sysbench reports and error logs, one directory per server.
+    pub out: PathBuf,
+}
+
+/// One measured cell.
+#[derive(Clone, Debug)]
+pub struct Cell {
+    pub round: u32,
+    pub backend: String,
+    pub mode: String,
+    pub workload: String,
+    pub threads: u32,
+    pub n: u64,
+    pub q1: u64,
+    pub ir1: u64,
+    pub q2: u64,
+    pub ir2: u64,
+    /// NaN when a figure is missing.
+    pub per_query: f64,
+    pub errors: u64,
+}
+
+/// One started server.
+#[derive(Clone, Debug)]
+pub struct ServerRow {
+    pub round: u32,
+    pub backend: String,
+    pub mode: String,
+    pub pid: u32,
+    pub malloc_lib: String,
+    pub start_s: u64,
+    /// mariadbd's exit status; None when it did not start.
+    pub exit: Option<i32>,
+    pub crash: bool,
+    /// The expected allocator was seen (`@@version_malloc_library` and /proc/PID/maps).
+    pub loaded: bool,
+}
+
+/// Everything measured; `ok` when every sysbench run had no error, every dump was read, every
+/// server had the expected allocator and exited 0 without a crash report.
+#[derive(Clone, Debug, Default)]
+pub struct Results {
+    pub cells: Vec<Cell>,
+    pub servers: Vec<ServerRow>,
+    pub ok: bool,
+}
+
+/// Whether `@@version_malloc_library` is what the config should show.
+pub fn expected_lib(backend: &str, mode: &str, lib: &str) -> bool {
+    match (mode, backend) {
+        ("direct", "glibc") => lib == "system",
+        ("direct", "jemalloc") => lib.starts_with("jemalloc 5."),
+        ("direct", "tcmalloc") => lib.starts_with("tcmalloc gperftools"),
+        ("direct", _) => false,
+        (_, b) => lib.starts_with("jemalloc mallocshim ") && lib.contains(&format!("({b} ")),
+    }
+}
+
+fn launch(cfg: &Config, backend: &str, mode: &str) -> (Launch, Option<String>) {
+    let shim = cfg.shim.display().to_string();
+    match (mode, backend) {
+        ("direct", "jemalloc") => (Launch::preload(crate::JEMALLOC_LIB), Some(crate::JEMALLOC_LIB.into())),
+        ("direct", "tcmalloc") => (Launch::preload(crate::TCMALLOC_LIB), Some(crate::TCMALLOC_LIB.into())),
+        ("direct", _) => (Launch::plain(), None),
+        ("routing", b) => (Launch::shim(&cfg.shim, b).var("MALLOCSHIM_PROFILE", "off"), Some(shim)),
+        (_, b) => (Launch::shim(&cfg.shim, b), Some(shim)),
+    }
+}
+
+/// Runs the whole measurement. Errors only when the instance cannot be set up; failures of a
+/// config are in its rows and make `ok` false.
+pub fn run(cfg: &Config) -> Result<Results> {
+    crate::require_file(crate::JEMALLOC_LIB)?;
+    crate::require_file(crate::TCMALLOC_LIB)?;
+    callgrind::check(&crate::require("mariadbd")?)?;
+    let bp = std::env::var("MDB_BUFFER_POOL").unwrap_or_else(|_| "64M".into());
+    let opts = Options {
+        buffer_pool: bp.clone(),
+        start_timeout: Duration::from_secs(600),
+        stop_timeout: Duration::from_secs(600),
+        extra_opts: callgrind::server_opts(&bp),
+        ..Options::default()
+    };
+    let inst = Instance::create(opts)?;
+    let plain = inst.start(&Launch::plain())?;
+    plain.sysbench_prepare()?;
+    let st = plain.shutdown()?;
+    if st.status != 0 {
+        return Err(format!("the plain mariadbd (prepare run) exited with status {}", st.status).into());
+    }
+    let configs: Vec<(String, String)> =
+        cfg.backends.iter().flat_map(|b| cfg.modes.iter().map(move |m| (b.clone(), m.clone()))).collect();
+    let mut res = Results { ok: true, ..Results::default() };
+    for round in 0..cfg.rounds {
+        for i in 0..configs.len() {
+            let (b, m) = &configs[(i + round as usize) % configs.len()];
+            one_server(cfg, &inst, round, b, m, &mut res)?;
+        }
+    }
+    Ok(res)
+}
+
+fn one_server(cfg: &Config, inst: &Instance, round: u32, b: &str, m: &str, res: &mut Results) -> Result<()> {
+    let dir = cfg.out.join(format!("r{round}-{b}-{m}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let (launch, lib) = launch(cfg, b, m);
+    let launch = launch.wrapper(callgrind::wrapper(&dir));
+    let t0 = Instant::now();
+    let mut row = ServerRow {
+        round,
+        backend: b.into(),
+        mode: m.into(),
+        pid: 0,
+        malloc_lib: "n/a".into(),
+        start_s: 0,
+        exit: None,
+        crash: true,
+        loaded: false,
+    };
+    let srv = match inst.start(&launch) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("query-instr: {b}/{m}: {e}");
+            row.start_s = t0.elapsed().as_secs();
+            res.servers.push(row);
+            res.ok = false;
+            return Ok(());
+        }
+    };
+    row.start_s = t0.elapsed().as_secs();
+    row.pid = srv.pid();
+    row.malloc_lib = srv.sql_value("SELECT @@version_malloc_library").unwrap_or_else(|_| "n/a".into());
+    row.loaded = match &lib {
+        Some(l) => procfs::maps_contains(row.pid, l) == Some(true),
+        None => ["libjemalloc", "libtcmalloc", "libmallocshim"]
+            .iter()
+            .all(|n| procfs::maps_contains(row.pid, n) == Some(false)),
+    };
+    if !expected_lib(b, m, &row.malloc_lib) {
+        eprintln!("query-instr: {b}/{m}: @@version_malloc_library is '{}'", row.malloc_lib);
+        row.loaded = false;
+    }
+    res.ok &= row.loaded;
+    let mut k = 0;
+    for w in &cfg.workloads {
+        for &t in &cfg.threads {
+            let n = if w == "oltp_point_select" { cfg.ps_events } else { cfg.ro_events };
+            let mut errors = 0u64;
+            let run = |events: u64, errors: &mut u64| -> Option<u64> {
+                match srv.sysbench(&Sysbench::new(w.clone(), t).events(events)) {
+                    Ok(r) => {
+                        let _ = std::fs::copy(&r.output, dir.join(format!("sysbench-{w}-{t}-{events}.out")));
+                        *errors += r.errors + u64::from(r.exit != 0);
+                        r.queries
+                    }
+                    Err(e) => {
+                        eprintln!("query-instr: {e}");
+                        *errors += 1;
+                        None
+                    }
+                }
+            };
+            run((n / 4).max(1), &mut errors);
+            if let Err(e) = callgrind::zero(row.pid, &dir) {
+                eprintln!("query-instr: {e}");
+                errors += 1;
+            }
+            let mut q = [None, None];
+            let mut ir = [None, None];
+            for (j, mult) in [1, 2].into_iter().enumerate() {
+                q[j] = run(mult * n, &mut errors);
+                k += 1;
+                ir[j] = callgrind::dump(row.pid, k, &dir).map_err(|e| eprintln!("query-instr: {e}")).ok();
+            }
+            let per = match (q, ir) {
+                ([Some(q1), Some(q2)], [Some(i1), Some(i2)]) if q2 > q1 => {
+                    (i2 as f64 - i1 as f64) / (q2 - q1) as f64
+                }
+                _ => {
+                    eprintln!("query-instr: {b}/{m} {w} {t}: missing figures (queries {q:?}, Ir {ir:?})");
+                    errors += 1;
+                    f64::NAN
+                }
+            };
+            let cell = Cell {
+                round,
+                backend: b.into(),
+                mode: m.into(),
+                workload: w.clone(),
+                threads: t,
+                n,
+                q1: q[0].unwrap_or(0),
+                ir1: ir[0].unwrap_or(0),
+                q2: q[1].unwrap_or(0),
+                ir2: ir[1].unwrap_or(0),
+                per_query: per,
+                errors,
+            };
+            eprintln!("query-instr: {cell:?}");
+            res.ok &= errors == 0;
+            res.cells.push(cell);
+        }
+    }
+    let st = srv.shutdown()?;
+    let log = ErrorLog::read(&st.errlog);
+    let crash = log.crash_lines();
+    for l in &crash {
+        eprintln!("{l}");
+    }
+    let _ = std::fs::copy(&st.errlog, dir.join("mariadbd.err"));
+    row.exit = Some(st.status);
+    row.crash = !crash.is_empty();
+    res.ok &= st.status == 0 && !row.crash;
+    eprintln!("query-instr: {row:?}");
+    res.servers.push(row);
+    Ok(())
+}
