@@ -1,5 +1,6 @@
 /* Allocation under an RLIMIT_AS that runs out (tests/hostile.rs): a forked child limits its
- * address space to 64 MiB above its current size, starts a thread (its first allocation happens
+ * address space to 256 MiB above its current size (mimalloc maps its 32 MiB segments 32 MiB-
+ * aligned: its first one alone takes 64 MiB of address space), starts a thread (its first allocation happens
  * there) and allocates 1 MiB and 1 KiB blocks until malloc returns NULL, then frees them all
  * and allocates again. Prints `child_status=N blocks=N` from the parent; exits 0 when the child
  * exited 0 (no crash: malloc returned NULL with errno ENOMEM). */
@@ -64,7 +65,7 @@ int main(void)
     pid_t pid = fork();
     if (pid == 0) {
         struct rlimit r = {0, 0};
-        r.rlim_cur = r.rlim_max = (rlim_t)vm_bytes() + (64L << 20);
+        r.rlim_cur = r.rlim_max = (rlim_t)vm_bytes() + (256L << 20);
         if (setrlimit(RLIMIT_AS, &r) != 0)
             _exit(7);
         long blocks = 0;
