@@ -15,9 +15,11 @@
 //! - [`init`], [`config`]: lazy start-up and the option table;
 //! - [`tls`], [`slots`]: per-thread state and per-thread counters;
 //! - [`introspect`]: mallinfo and friends for the active backend;
+//! - [`account`]: the RSS account (live, allocator free and metadata, non-heap);
 //! - [`worker`], [`trim`], [`memlog`], [`dump`]: the shim's thread and its jobs;
 //! - [`capi`]: the shim's own C API (`shim/include/mallocshim.h`).
 
+pub mod account;
 pub mod backend;
 pub mod bootstrap;
 pub mod capi;

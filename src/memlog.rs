@@ -1,7 +1,10 @@
 //! The memory time series (`MALLOCSHIM_MEMLOG=PATH`): the worker appends one CSV line every
 //! `MALLOCSHIM_MEMLOG_INTERVAL_MS` — `unix_ms,rss_bytes,vsz_bytes,backend_allocated_bytes,
-//! backend_resident_bytes,backend_free_bytes,trims,released_bytes` — after a header line when the
-//! file is new. `%p` in PATH becomes the pid, so a forked child logs to its own file (a child of
+//! backend_resident_bytes,backend_free_bytes,trims,released_bytes`, then the RSS account
+//! (`rss_anon_bytes,rss_file_bytes,rss_shmem_bytes,live_bytes,allocator_free_bytes,
+//! allocator_metadata_bytes` (empty where the backend reports none)`,allocator_resident_bytes,
+//! non_heap_bytes`, see [`crate::account`]) and the trims per reason (`trims_periodic,
+//! trims_ceiling,trims_pressure,trims_api`) — after a header line when the file is new. `%p` in PATH becomes the pid, so a forked child logs to its own file (a child of
 //! a PATH without `%p` does not log: the parent's file stays one process's series).
 //! The file is opened O_APPEND|O_CREAT|O_NOFOLLOW, mode 0600, and kept only if it is a regular
 //! file owned by this user with a single link: a symlink or another user's file planted at the
@@ -13,7 +16,9 @@ use std::io::Write;
 
 static FD: AtomicI32 = AtomicI32::new(-1);
 
-const HEADER: &[u8] = b"unix_ms,rss_bytes,vsz_bytes,backend_allocated_bytes,backend_resident_bytes,backend_free_bytes,trims,released_bytes\n";
+const HEADER: &[u8] = b"unix_ms,rss_bytes,vsz_bytes,backend_allocated_bytes,backend_resident_bytes,backend_free_bytes,trims,released_bytes,\
+rss_anon_bytes,rss_file_bytes,rss_shmem_bytes,live_bytes,allocator_free_bytes,allocator_metadata_bytes,allocator_resident_bytes,non_heap_bytes,\
+trims_periodic,trims_ceiling,trims_pressure,trims_api\n";
 
 /// The configured path with `%p` expanded; None when the memlog is off, or when `child` is set
 /// and the path has no `%p`.
@@ -95,11 +100,31 @@ pub fn sample() {
     // The line's time is its start: reading the backend's figures can take milliseconds (glibc's
     // mallinfo2 walks every free chunk), and a late stamp could equal the next line's.
     let ms = crate::report::unix_ms();
-    let (rss, vsz) = crate::report::statm();
-    let m = crate::backend::mem_stats();
+    let (_, vsz) = crate::report::statm();
+    let (a, m) = crate::account::measure();
     let (trims, released) = crate::trim::totals();
-    let mut line = Vec::with_capacity(128);
-    let _ = writeln!(line, "{ms},{rss},{vsz},{},{},{},{trims},{released}", m.allocated, m.resident, m.free);
+    let r = crate::trim::by_reason();
+    let md = a.allocator_metadata_bytes.map(|v| v.to_string()).unwrap_or_default();
+    let mut line = Vec::with_capacity(256);
+    let _ = writeln!(
+        line,
+        "{ms},{},{vsz},{},{},{},{trims},{released},{},{},{},{},{},{md},{},{},{},{},{},{}",
+        a.rss_bytes,
+        m.allocated,
+        m.resident,
+        m.free,
+        a.rss_anon_bytes,
+        a.rss_file_bytes,
+        a.rss_shmem_bytes,
+        a.live_bytes,
+        a.allocator_free_bytes,
+        a.allocator_resident_bytes,
+        a.non_heap_bytes,
+        r[0],
+        r[1],
+        r[2],
+        r[3]
+    );
     write_fd(fd, &line);
 }
 
