@@ -146,22 +146,29 @@ pub fn periodic() -> Option<Outcome> {
 /// State of one rate-limited trigger (worker-only).
 #[derive(Default)]
 pub struct Gate {
-    /// Monotonic ms before which this trigger does not trim again.
-    not_before: u64,
-    /// Current gap, ms (0 = not yet armed).
+    /// Monotonic ms of the trigger's last trim.
+    last_at: u64,
+    /// Current gap, ms (0: no trim yet, or the condition cleared since).
     gap: u64,
+    /// The condition's figure right after the last trim (ceiling: RSS).
+    last_after: u64,
 }
 
 impl Gate {
-    /// True when the trigger may trim at `now`.
-    fn open(&self, now: u64) -> bool {
-        now >= self.not_before
+    /// True when the trigger may trim at `now`, the condition's figure being `v`: after the
+    /// current gap, or after the base gap when `v` has grown by 1/16 since the last trim (new
+    /// memory that may since have been freed).
+    fn open(&self, now: u64, base: u64, v: u64) -> bool {
+        let gap = if v > self.last_after + self.last_after / 16 { base.min(self.gap) } else { self.gap };
+        self.gap == 0 || now >= self.last_at + gap
     }
 
-    /// After a trim at `now`: the next one waits the gap, doubled when the condition stayed.
-    fn after(&mut self, now: u64, base: u64, still: bool) {
+    /// After a trim at `now` that left the figure at `after`: the gap doubles while the
+    /// condition stays (`still`), up to [`MAX_GAP_MS`].
+    fn after(&mut self, now: u64, base: u64, still: bool, after: u64) {
         self.gap = if still && self.gap != 0 { (self.gap * 2).min(MAX_GAP_MS) } else { base };
-        self.not_before = now + self.gap;
+        self.last_at = now;
+        self.last_after = after;
     }
 }
 
@@ -179,22 +186,22 @@ pub struct Watch {
 /// reentrancy guard; `now` is monotonic ms.
 pub fn watch(w: &mut Watch, now: u64) {
     let cfg = crate::config::get();
-    if cfg.trim_above_rss != 0 && w.ceiling.open(now) {
+    if cfg.trim_above_rss != 0 {
         let (rss, _) = crate::report::statm();
-        if rss > cfg.trim_above_rss {
+        if rss <= cfg.trim_above_rss {
+            w.ceiling.gap = 0;
+        } else if w.ceiling.open(now, CEILING_GAP_MS, rss) {
             let o = run(Reason::Ceiling);
             let end = crate::clock::mono_ns() / 1_000_000;
-            w.ceiling.after(end, CEILING_GAP_MS, o.rss_after > cfg.trim_above_rss);
-        } else {
-            w.ceiling.gap = 0;
+            w.ceiling.after(end, CEILING_GAP_MS, o.rss_after > cfg.trim_above_rss, o.rss_after);
         }
     }
-    if cfg.trim_on_pressure != 0 && w.pressure.open(now) {
+    if cfg.trim_on_pressure != 0 && w.pressure.open(now, PRESSURE_GAP_MS, 0) {
         let path = w.psi.get_or_insert_with(psi_path);
         if let Some(avg10) = path.as_deref().and_then(some_avg10) {
             if avg10 >= cfg.trim_on_pressure as f64 {
                 run(Reason::Pressure);
-                w.pressure.after(crate::clock::mono_ns() / 1_000_000, PRESSURE_GAP_MS, true);
+                w.pressure.after(crate::clock::mono_ns() / 1_000_000, PRESSURE_GAP_MS, true, 0);
             } else {
                 w.pressure.gap = 0;
             }
