@@ -145,7 +145,11 @@ fn glibc_heap_resident() -> u64 {
         let len = end.saturating_sub(start);
         if path == "[heap]" {
             total += resident(start, len);
-        } else if perms == "rw-p" && inode == Some("0") && path.is_empty() && start % HEAP_MAX == 0 && len <= HEAP_MAX
+        } else if perms == "rw-p"
+            && inode == Some("0")
+            && path.is_empty()
+            && start % HEAP_MAX == 0
+            && len <= HEAP_MAX
         {
             // SAFETY: the mapping is readable and writable (rw-p) and at least a page long.
             let hdr = unsafe { core::ptr::read_volatile(start as *const [u64; 4]) };

@@ -110,14 +110,14 @@ fn run_with(before: MemStats, reason: Reason) -> Outcome {
     DUR_MAX_NS.fetch_max(duration_ns, Relaxed);
     if crate::config::get().verbose >= 2 {
         crate::shim_warn!(
-            "trim reason={} backend={} free_bytes={} rss_before={} rss_after={} released={} duration_us={}",
-            REASON_NAMES[reason as usize],
+            "trim backend={} free_bytes={} rss_before={} rss_after={} released={} duration_us={} reason={}",
             backend::active().name(),
             o.free_before,
             o.rss_before,
             o.rss_after,
             o.released,
-            o.duration_ns / 1000
+            o.duration_ns / 1000,
+            REASON_NAMES[reason as usize]
         );
     }
     o
@@ -214,7 +214,8 @@ pub fn watch(w: &mut Watch, now: u64) {
 pub fn psi_path() -> Option<std::path::PathBuf> {
     let cg = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     if let Some(rel) = cg.lines().find_map(|l| l.strip_prefix("0::")) {
-        let p = std::path::Path::new("/sys/fs/cgroup").join(rel.trim_start_matches('/')).join("memory.pressure");
+        let p =
+            std::path::Path::new("/sys/fs/cgroup").join(rel.trim_start_matches('/')).join("memory.pressure");
         if std::fs::metadata(&p).is_ok() {
             return Some(p);
         }

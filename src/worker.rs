@@ -230,7 +230,6 @@ fn run() {
     }
 }
 
-
 /// What the interposed `pthread_create` hands its trampoline: the program's start routine and
 /// argument, and who created the thread when.
 struct Start {

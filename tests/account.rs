@@ -93,7 +93,8 @@ fn run_account(backend: &str, setting: &str) {
     let out = stdout(&o);
     let line = out.lines().find(|l| l.starts_with("pid=")).unwrap_or_else(|| panic!("{}", describe(&o)));
     assert_eq!(kv(line, "dump_rc"), Some(0), "{}", describe(&o));
-    let (pid, live, mmap) = (kv(line, "pid").unwrap(), kv(line, "live_bytes").unwrap(), kv(line, "mmap_bytes").unwrap());
+    let (pid, live, mmap) =
+        (kv(line, "pid").unwrap(), kv(line, "live_bytes").unwrap(), kv(line, "mmap_bytes").unwrap());
     let v: Value = serde_json::from_str(&std::fs::read_to_string(only_file(&dir, "json")).unwrap()).unwrap();
     let m = &v["memory"];
     let ctx = format!("{backend} {setting}");
@@ -103,12 +104,23 @@ fn run_account(backend: &str, setting: &str) {
     assert!(u(m, "live_bytes") <= live + (24 << 20), "live_bytes far above what is held\n{ctx}\n{m:#}");
     // jemalloc's stats.resident is an upper bound (untouched pages count): allow 10% of RSS.
     assert!(u(m, "non_heap_bytes") + rss / 10 >= mmap, "non_heap_bytes misses the 32 MiB mmap\n{ctx}\n{m:#}");
-    assert!(u(m, "allocator_free_bytes") >= 16 << 20, "the freed holes are not in allocator_free_bytes\n{ctx}\n{m:#}");
-    assert_eq!(m["allocator_metadata_bytes"].is_null(), backend == "glibc", "metadata only where reported\n{ctx}");
+    assert!(
+        u(m, "allocator_free_bytes") >= 16 << 20,
+        "the freed holes are not in allocator_free_bytes\n{ctx}\n{m:#}"
+    );
+    assert_eq!(
+        m["allocator_metadata_bytes"].is_null(),
+        backend == "glibc",
+        "metadata only where reported\n{ctx}"
+    );
     // Prometheus: every gauge of the account.
     let prom = std::fs::read_to_string(only_file(&dir, "prom")).unwrap();
-    for g in ["rss_anon", "rss_file", "rss_shmem", "live", "allocator_free", "allocator_resident", "non_heap"] {
-        assert!(prom.contains(&format!("\nmallocshim_{g}_bytes{{backend=\"{backend}\"}} ")), "{g} gauge\n{prom}");
+    for g in ["rss_anon", "rss_file", "rss_shmem", "live", "allocator_free", "allocator_resident", "non_heap"]
+    {
+        assert!(
+            prom.contains(&format!("\nmallocshim_{g}_bytes{{backend=\"{backend}\"}} ")),
+            "{g} gauge\n{prom}"
+        );
     }
     assert!(prom.contains("mallocshim_trims_total{"), "trims by reason\n{prom}");
     // The memlog: the account's columns, adding up the same way.
@@ -131,21 +143,26 @@ fn run_account(backend: &str, setting: &str) {
     // Start routines, creator, exited threads folded per routine.
     let threads = v["threads"].as_array().unwrap();
     let routine = |t: &Value| t["start_routine"].as_str().unwrap_or("").to_string();
-    let workers: Vec<&Value> =
-        threads.iter().filter(|t| t["state"] == "live" && routine(t).starts_with("account_worker_routine+")).collect();
+    let workers: Vec<&Value> = threads
+        .iter()
+        .filter(|t| t["state"] == "live" && routine(t).starts_with("account_worker_routine+"))
+        .collect();
     assert_eq!(workers.len(), 2, "live threads by routine\n{ctx}\n{:#}", v["threads"]);
     for w in &workers {
         assert_eq!(u(w, "creator_tid"), pid, "{w}");
         assert!(u(w, "start_unix_ms") > 0, "{w}");
         assert_eq!(w["comm"], w["name"]);
     }
-    let exited: Vec<&Value> =
-        threads.iter().filter(|t| t["state"] == "exited" && routine(t).starts_with("short_lived_routine+")).collect();
+    let exited: Vec<&Value> = threads
+        .iter()
+        .filter(|t| t["state"] == "exited" && routine(t).starts_with("short_lived_routine+"))
+        .collect();
     assert_eq!(exited.len(), 1, "{:#}", v["threads"]);
     assert_eq!(u(exited[0], "exited_threads"), 5, "{}", exited[0]);
     assert!(u(&exited[0]["ops"]["malloc"], "count") >= 5000, "{}", exited[0]);
     // Raw buckets: sum to `sampled` per size class and per thread op.
-    let bsum = |r: &Value| r["buckets"].as_array().unwrap().iter().map(|p| p[1].as_u64().unwrap()).sum::<u64>();
+    let bsum =
+        |r: &Value| r["buckets"].as_array().unwrap().iter().map(|p| p[1].as_u64().unwrap()).sum::<u64>();
     for r in v["size_classes"].as_array().unwrap() {
         assert_eq!(bsum(r), u(r, "sampled"), "{r}");
     }
@@ -182,7 +199,10 @@ fn account_tcmalloc() {
 /// VmRSS of a process from /proc/PID/status, in bytes (None once it has exited).
 fn vm_rss(pid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<u64>().ok()).map(|k| k * 1024)
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|k| k * 1024)
 }
 
 fn ceiling(backend: &str, setting: &str) {
@@ -248,7 +268,11 @@ fn ceiling(backend: &str, setting: &str) {
     }
     let o = child.wait_with_output().expect("wait");
     assert!(o.status.success(), "{}", describe(&o));
-    let ctx = format!("{backend} {setting}: after frees {} MiB, polled (ms, MiB) {polled:?}\n{seen:?}\n{}", after_free >> 20, stderr(&o));
+    let ctx = format!(
+        "{backend} {setting}: after frees {} MiB, polled (ms, MiB) {polled:?}\n{seen:?}\n{}",
+        after_free >> 20,
+        stderr(&o)
+    );
     // jemalloc gives most of the freed memory back by itself: the crossing is the peak.
     assert!(peak > CEILING, "RSS never crossed the ceiling (peak {peak})\n{ctx}");
     let under = under_at.unwrap_or_else(|| panic!("RSS not under 128 MiB within 3 s\n{ctx}"));
@@ -258,8 +282,14 @@ fn ceiling(backend: &str, setting: &str) {
     assert!(u(&t["by_reason"], "ceiling") >= 1, "{ctx}\n{t:#}");
     assert_eq!(u(&t["by_reason"], "periodic"), 0, "{ctx}\n{t:#}");
     assert_eq!(u(t, "above_rss_bytes"), CEILING, "{t:#}");
-    assert_eq!(u(t, "runs"), t["by_reason"].as_object().unwrap().values().map(|x| x.as_u64().unwrap()).sum::<u64>());
-    eprintln!("ceiling {backend} {setting}: under after {under:?}, ceiling trims {}", t["by_reason"]["ceiling"]);
+    assert_eq!(
+        u(t, "runs"),
+        t["by_reason"].as_object().unwrap().values().map(|x| x.as_u64().unwrap()).sum::<u64>()
+    );
+    eprintln!(
+        "ceiling {backend} {setting}: under after {under:?}, ceiling trims {}",
+        t["by_reason"]["ceiling"]
+    );
 }
 
 #[test]
@@ -275,11 +305,16 @@ fn ceiling_trims_every_backend() {
 fn pressure_option_is_read() {
     let prog = cc("alloc_some.c", "account_alloc_some", &[]);
     let mut c = preloaded(&prog, "glibc");
-    c.env("MALLOCSHIM_TRIM_ON_PRESSURE", "5%").env("MALLOCSHIM_TRIM_ABOVE_RSS", "2G").env("MALLOCSHIM_VERBOSE", "1");
+    c.env("MALLOCSHIM_TRIM_ON_PRESSURE", "5%")
+        .env("MALLOCSHIM_TRIM_ABOVE_RSS", "2G")
+        .env("MALLOCSHIM_VERBOSE", "1");
     let o = run_ok(c, "alloc_some with the trim triggers");
     let err = stderr(&o);
     assert!(err.lines().any(|l| l.contains("MALLOCSHIM_TRIM_ON_PRESSURE") && l.contains("= 5%")), "{err}");
-    assert!(err.lines().any(|l| l.contains("MALLOCSHIM_TRIM_ABOVE_RSS") && l.contains("= 2147483648")), "{err}");
+    assert!(
+        err.lines().any(|l| l.contains("MALLOCSHIM_TRIM_ABOVE_RSS") && l.contains("= 2147483648")),
+        "{err}"
+    );
     let mut c = preloaded(&prog, "glibc");
     c.env("MALLOCSHIM_TRIM_ON_PRESSURE", "lots").env("MALLOCSHIM_TRIM_ABOVE_RSS", "12Q");
     let o = run_ok(c, "alloc_some with bad trigger values");
@@ -291,7 +326,9 @@ fn pressure_option_is_read() {
 /// A real mariadbd: the account adds up and its threads carry routines (connection threads
 /// share one, the tpool's std::threads another), under every backend.
 fn mariadb(backend: &str) {
-    for p in ["bash", "flock", "mariadbd", "mariadb-install-db", "mariadb-admin", "mariadb", "sysbench", "python3"] {
+    for p in
+        ["bash", "flock", "mariadbd", "mariadb-install-db", "mariadb-admin", "mariadb", "sysbench", "python3"]
+    {
         require(p);
     }
     let _h = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
@@ -312,15 +349,16 @@ fn mariadb(backend: &str) {
     let ratio = check_sum(&v["memory"], &format!("mariadbd {backend}"));
     // InnoDB's buffer pool is mmap'ed by the server itself: outside the allocator.
     assert!(u(&v["memory"], "non_heap_bytes") > 16 << 20, "{:#}", v["memory"]);
-    let live: Vec<&Value> = v["threads"].as_array().unwrap().iter().filter(|t| t["state"] == "live").collect();
-    let busy = live
-        .iter()
-        .max_by_key(|t| t["ops"]["malloc"]["count"].as_u64().unwrap_or(0))
-        .expect("a live thread");
-    let conn = busy["start_routine"].as_str().unwrap_or_else(|| panic!("busiest thread has no routine: {busy}"));
+    let live: Vec<&Value> =
+        v["threads"].as_array().unwrap().iter().filter(|t| t["state"] == "live").collect();
+    let busy =
+        live.iter().max_by_key(|t| t["ops"]["malloc"]["count"].as_u64().unwrap_or(0)).expect("a live thread");
+    let conn =
+        busy["start_routine"].as_str().unwrap_or_else(|| panic!("busiest thread has no routine: {busy}"));
     let same = live.iter().filter(|t| t["start_routine"].as_str() == Some(conn)).count();
     assert!(same >= 4, "the 4 connection threads share routine {conn}: {same}");
-    let routines: std::collections::BTreeSet<&str> = live.iter().filter_map(|t| t["start_routine"].as_str()).collect();
+    let routines: std::collections::BTreeSet<&str> =
+        live.iter().filter_map(|t| t["start_routine"].as_str()).collect();
     assert!(routines.iter().any(|r| r.starts_with("libstdc++")), "tpool's std::thread routine: {routines:?}");
     assert!(routines.len() >= 3, "distinct routines: {routines:?}");
     eprintln!("mariadbd {backend}: sum/rss {ratio:.3} memory {} routines {routines:?}", v["memory"]);

@@ -22,9 +22,9 @@
 //! process subtract into the interval between them.
 
 use super::Snapshot;
+use super::{Latency, Memory};
 use crate::classes::class_bounds;
 use crate::classes::OP_NAMES;
-use super::{Latency, Memory};
 use crate::trim::{Stats, REASON_NAMES};
 use serde_json::{json, Map, Value};
 
@@ -45,7 +45,8 @@ pub fn memory(m: &Memory) -> Value {
 pub fn trim(t: &Stats) -> Value {
     let d = t.duration.percentiles(&[0.5, 0.99]);
     let us = |ns: u64| ns as f64 / 1000.0;
-    let by: Map<String, Value> = REASON_NAMES.iter().zip(t.by_reason).map(|(n, v)| (n.to_string(), json!(v))).collect();
+    let by: Map<String, Value> =
+        REASON_NAMES.iter().zip(t.by_reason).map(|(n, v)| (n.to_string(), json!(v))).collect();
     json!({"interval_ms": t.interval_ms, "min_bytes": t.min_bytes, "runs": t.runs, "skipped": t.skipped,
            "released_bytes": t.released_bytes,
            "duration_us": {"p50": us(d[0]), "p99": us(d[1]), "max": us(t.duration.max_ns)},

@@ -229,12 +229,7 @@ pub fn snapshot() -> Snapshot {
         sample_every: crate::config::get().sample_every,
         classes,
         threads,
-        memory: Memory {
-            rss_bytes: account.rss_bytes,
-            vsz_bytes: vsz,
-            backend: backend_stats,
-            account,
-        },
+        memory: Memory { rss_bytes: account.rss_bytes, vsz_bytes: vsz, backend: backend_stats, account },
         trim: crate::trim::stats(),
     }
 }

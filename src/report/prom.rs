@@ -105,7 +105,10 @@ pub fn render(s: &Snapshot) -> String {
     account(&mut o, s);
     let t = &s.trim;
     let name = "mallocshim_trims_total";
-    let _ = writeln!(o, "# HELP {name} Trims run, by reason (periodic, ceiling, pressure, api).\n# TYPE {name} counter");
+    let _ = writeln!(
+        o,
+        "# HELP {name} Trims run, by reason (periodic, ceiling, pressure, api).\n# TYPE {name} counter"
+    );
     for (r, v) in crate::trim::REASON_NAMES.iter().zip(t.by_reason) {
         let _ = writeln!(o, "{name}{{backend=\"{b}\",reason=\"{r}\"}} {v}");
     }
@@ -161,14 +164,46 @@ fn account(o: &mut String, s: &Snapshot) {
     let a = &s.memory.account;
     let b = s.backend;
     let rows = [
-        ("mallocshim_rss_anon_bytes", "Anonymous resident memory (/proc/self/status RssAnon).", Some(a.rss_anon_bytes)),
-        ("mallocshim_rss_file_bytes", "File-backed resident memory (/proc/self/status RssFile).", Some(a.rss_file_bytes)),
-        ("mallocshim_rss_shmem_bytes", "Shared resident memory (/proc/self/status RssShmem).", Some(a.rss_shmem_bytes)),
-        ("mallocshim_live_bytes", "Bytes in blocks the program holds (the backend's exact figure).", Some(a.live_bytes)),
-        ("mallocshim_allocator_free_bytes", "Resident bytes the allocator keeps that hold no live block.", Some(a.allocator_free_bytes)),
-        ("mallocshim_allocator_metadata_bytes", "The allocator's own bookkeeping (jemalloc, tcmalloc).", a.allocator_metadata_bytes),
-        ("mallocshim_allocator_resident_bytes", "Resident bytes of the allocator's memory, at most anonymous RSS.", Some(a.allocator_resident_bytes)),
-        ("mallocshim_non_heap_bytes", "Anonymous resident memory outside the allocator (mmaps, stacks).", Some(a.non_heap_bytes)),
+        (
+            "mallocshim_rss_anon_bytes",
+            "Anonymous resident memory (/proc/self/status RssAnon).",
+            Some(a.rss_anon_bytes),
+        ),
+        (
+            "mallocshim_rss_file_bytes",
+            "File-backed resident memory (/proc/self/status RssFile).",
+            Some(a.rss_file_bytes),
+        ),
+        (
+            "mallocshim_rss_shmem_bytes",
+            "Shared resident memory (/proc/self/status RssShmem).",
+            Some(a.rss_shmem_bytes),
+        ),
+        (
+            "mallocshim_live_bytes",
+            "Bytes in blocks the program holds (the backend's exact figure).",
+            Some(a.live_bytes),
+        ),
+        (
+            "mallocshim_allocator_free_bytes",
+            "Resident bytes the allocator keeps that hold no live block.",
+            Some(a.allocator_free_bytes),
+        ),
+        (
+            "mallocshim_allocator_metadata_bytes",
+            "The allocator's own bookkeeping (jemalloc, tcmalloc).",
+            a.allocator_metadata_bytes,
+        ),
+        (
+            "mallocshim_allocator_resident_bytes",
+            "Resident bytes of the allocator's memory, at most anonymous RSS.",
+            Some(a.allocator_resident_bytes),
+        ),
+        (
+            "mallocshim_non_heap_bytes",
+            "Anonymous resident memory outside the allocator (mmaps, stacks).",
+            Some(a.non_heap_bytes),
+        ),
     ];
     for (name, help, v) in rows {
         if let Some(v) = v {

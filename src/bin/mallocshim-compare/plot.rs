@@ -44,7 +44,8 @@ pub fn read_memlog(path: &Path) -> Result<Vec<MemRow>, String> {
     };
     let mut lines = complete.lines();
     match lines.next() {
-        Some(h) if h.trim() == MEMLOG_HEADER => {}
+        // Later columns (the RSS account, trims per reason) are ignored here.
+        Some(h) if h.trim() == MEMLOG_HEADER || h.trim().starts_with(&format!("{MEMLOG_HEADER},")) => {}
         Some(h) => {
             return Err(format!(
                 "{}: not a memlog CSV: header is {h:?}, expected {MEMLOG_HEADER:?}",
@@ -64,8 +65,10 @@ pub fn read_memlog(path: &Path) -> Result<Vec<MemRow>, String> {
             continue;
         }
         let f: Vec<&str> = line.split(',').map(str::trim).collect();
-        let bad = || format!("{}: line {}: expected 8 integer fields, got {line:?}", path.display(), i + 2);
-        if f.len() != 8 {
+        let bad = || {
+            format!("{}: line {}: expected at least 8 integer fields, got {line:?}", path.display(), i + 2)
+        };
+        if f.len() < 8 {
             return Err(bad());
         }
         let req = |s: &str| s.parse::<u64>().map_err(|_| bad());
