@@ -159,7 +159,7 @@ pub unsafe extern "C" fn mallocshim_trim(out: *mut MallocshimTrimResult) -> c_in
     if !crate::init::ensure() || !crate::init::ready() {
         return libc::EAGAIN;
     }
-    let o = crate::trim::run();
+    let o = crate::trim::run(crate::trim::Reason::Api);
     if !out.is_null() {
         let r = MallocshimTrimResult {
             rss_before_bytes: o.rss_before,

@@ -39,6 +39,10 @@ pub struct Config {
     pub trim_min_bytes: u64,
     /// How trims ask the backend to release (jemalloc: `arena.<all>.purge` or `.decay`).
     pub release: Release,
+    /// Trim whenever RSS is above this many bytes; 0 = off.
+    pub trim_above_rss: u64,
+    /// Trim when PSI `some avg10` reaches this percentage; 0 = off.
+    pub trim_on_pressure: u32,
     /// NUL-terminated memlog path (`%p` = pid); empty = off.
     pub memlog: [u8; PATH_MAX],
     /// Milliseconds between memlog lines.
@@ -68,7 +72,7 @@ pub struct Opt {
 }
 
 /// Every variable the shim reads. The README's table matches this one row for row.
-pub static OPTIONS: [Opt; 15] = [
+pub static OPTIONS: [Opt; 17] = [
     Opt {
         name: "MALLOCSHIM_BACKEND",
         default: "glibc",
@@ -238,6 +242,44 @@ pub static OPTIONS: [Opt; 15] = [
         show: |c, out| put_u64(out, c.trim_min_bytes),
     },
     Opt {
+        name: "MALLOCSHIM_TRIM_ABOVE_RSS",
+        default: "off",
+        doc: "also trim whenever RSS is above SIZE (bytes, or K/M/G suffix), checked every 250 ms, at most once a second",
+        path: false,
+        parse: |v, c| {
+            c.trim_above_rss = if matches!(v, b"off" | b"0") { 0 } else { parse_size(v)? };
+            Ok(())
+        },
+        show: |c, out| match c.trim_above_rss {
+            0 => out.put(b"off"),
+            n => put_u64(out, n),
+        },
+    },
+    Opt {
+        name: "MALLOCSHIM_TRIM_ON_PRESSURE",
+        default: "0",
+        doc: "1 also trims when the cgroup's PSI memory `some avg10` reaches 10%; N% sets the threshold; at most once per 10 s",
+        path: false,
+        parse: |v, c| {
+            c.trim_on_pressure = match v {
+                b"0" | b"off" => 0,
+                b"1" | b"on" => 10,
+                _ => match v.strip_suffix(b"%") {
+                    Some(n) => parse_u64(n, 1, 100).map_err(|_| "0, 1 or a percentage N% (1..100)")? as u32,
+                    None => return Err("0, 1 or a percentage N% (1..100)"),
+                },
+            };
+            Ok(())
+        },
+        show: |c, out| match c.trim_on_pressure {
+            0 => out.put(b"0"),
+            n => {
+                put_u64(out, n as u64);
+                out.put(b"%");
+            }
+        },
+    },
+    Opt {
         name: "MALLOCSHIM_JEMALLOC_RELEASE",
         default: "purge",
         doc: "jemalloc release call: purge (arena.<all>.purge, all unused pages) or decay (arena.<all>.decay)",
@@ -304,6 +346,19 @@ fn parse_u64(v: &[u8], min: u64, max: u64) -> Result<u64, &'static str> {
     Ok(n)
 }
 
+/// A byte count with an optional K, M or G suffix (powers of 1024).
+fn parse_size(v: &[u8]) -> Result<u64, &'static str> {
+    const ERR: &str = "a size in bytes, or with a K, M or G suffix";
+    let (num, shift) = match v.last() {
+        Some(b'K' | b'k') => (&v[..v.len() - 1], 10),
+        Some(b'M' | b'm') => (&v[..v.len() - 1], 20),
+        Some(b'G' | b'g') => (&v[..v.len() - 1], 30),
+        _ => (v, 0),
+    };
+    let n = parse_u64(num, 1, u64::MAX >> 1).map_err(|_| ERR)?;
+    n.checked_shl(shift).filter(|&b| b >> shift == n && b < 1 << 62).ok_or(ERR)
+}
+
 fn put_u64(out: &mut LineBuf, n: u64) {
     let _ = core::fmt::Write::write_fmt(out, format_args!("{n}"));
 }
@@ -335,6 +390,8 @@ static CONFIG: Cell = Cell(UnsafeCell::new(Config {
     trim_interval_ms: 0,
     trim_min_bytes: 0,
     release: Release::Purge,
+    trim_above_rss: 0,
+    trim_on_pressure: 0,
     memlog: [0; PATH_MAX],
     memlog_interval_ms: 1000,
 }));

@@ -16,12 +16,14 @@
 //! - [`atfork`]: the backend's fork handlers, under glibc's fork rules;
 //! - [`tls`], [`slots`]: per-thread state and per-thread counters;
 //! - [`introspect`]: mallinfo and friends for the active backend;
+//! - [`account`]: the RSS account (live, allocator free and metadata, non-heap);
 //! - [`worker`], [`trim`], [`memlog`], [`dump`]: the shim's thread and its jobs;
 //! - [`capi`]: the shim's own C API (`shim/include/mallocshim.h`).
 
 // Every unsafe block states why it is sound (`// SAFETY:`), and clippy holds us to it.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+mod account;
 mod atfork;
 mod backend;
 mod bootstrap;

@@ -1,7 +1,8 @@
 //! The memory time series (`MALLOCSHIM_MEMLOG=PATH`): the worker appends one CSV line every
 //! `MALLOCSHIM_MEMLOG_INTERVAL_MS` — the columns of `mallocshim_format::memlog` (unix_ms, RSS,
-//! VSZ, the backend's allocated/resident/free bytes, trims, released bytes) — after its header
-//! line when the file is new. `%p` in PATH becomes the pid, so a forked child logs to its own file (a child of
+//! VSZ, the backend's allocated/resident/free bytes, trims, released bytes, then the RSS account of
+//! [`crate::account`] and the trims per reason) — after its header line when the file is new.
+//! `%p` in PATH becomes the pid, so a forked child logs to its own file (a child of
 //! a PATH without `%p` does not log: the parent's file stays one process's series).
 //! The file is opened O_APPEND|O_CREAT|O_NOFOLLOW, mode 0600, and kept only if it is a regular
 //! file owned by this user with a single link: a symlink or another user's file planted at the
@@ -96,19 +97,32 @@ pub fn sample() {
     // The line's time is its start: reading the backend's figures can take milliseconds (glibc's
     // mallinfo2 walks every free chunk), and a late stamp could equal the next line's.
     let ms = crate::report::unix_ms();
-    let (rss, vsz) = crate::report::statm();
-    let m = crate::backend::mem_stats();
+    let (_, vsz) = crate::report::statm();
+    let (a, m) = crate::account::measure();
     let (trims, released) = crate::trim::totals();
-    let mut line = Vec::with_capacity(128);
+    let r = crate::trim::by_reason();
+    let mut line = Vec::with_capacity(256);
     let row = mallocshim_format::MemRow {
         unix_ms: ms,
-        rss_bytes: rss,
+        rss_bytes: a.rss_bytes,
         vsz_bytes: vsz,
         backend_allocated_bytes: Some(m.allocated),
         backend_resident_bytes: Some(m.resident),
         backend_free_bytes: Some(m.free),
         trims: Some(trims),
         released_bytes: Some(released),
+        rss_anon_bytes: Some(a.rss_anon_bytes),
+        rss_file_bytes: Some(a.rss_file_bytes),
+        rss_shmem_bytes: Some(a.rss_shmem_bytes),
+        live_bytes: Some(a.live_bytes),
+        allocator_free_bytes: Some(a.allocator_free_bytes),
+        allocator_metadata_bytes: a.allocator_metadata_bytes,
+        allocator_resident_bytes: Some(a.allocator_resident_bytes),
+        non_heap_bytes: Some(a.non_heap_bytes),
+        trims_periodic: Some(r[0]),
+        trims_ceiling: Some(r[1]),
+        trims_pressure: Some(r[2]),
+        trims_api: Some(r[3]),
     };
     let _ = row.write_line(&mut line);
     write_fd(fd, &line);

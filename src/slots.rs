@@ -16,12 +16,15 @@
 //! A thread without a slot whose call frees nothing (free(NULL), a pool block) counts in `EXITED`
 //! and claims nothing: that is the only call a thread makes after its slot is released or
 //! after the key destructors have run, when a claimed slot would never be released.
+//! Exited threads fold per start routine (recorded by the `pthread_create` interposition): the
+//! first [`ROUTINE_SINKS`] routines seen get an aggregate slot each (claimed lock-free, kept for
+//! the process's life); threads of other routines, or of none known, fold into `EXITED`.
 
 use crate::classes::{Op, BUCKETS, CLASSES, OPS};
 use crate::tls::{self, Reentry};
 use core::ffi::c_void;
 use core::ptr;
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering::*};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 
 /// The exported entry points whose calls are counted, in C API order.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -69,6 +72,15 @@ pub struct Slot {
     pub max: [AtomicU64; OPS],
     /// Kernel thread id of the owner (0 when free).
     pub tid: AtomicU32,
+    /// The owner's start routine address (0: unknown, e.g. the main thread); in an exited
+    /// aggregate, the routine it gathers.
+    pub start_routine: AtomicUsize,
+    /// Kernel thread id of the thread that created the owner (0: unknown).
+    pub creator_tid: AtomicU32,
+    /// When the owner started, ms since the epoch (0: unknown).
+    pub start_unix_ms: AtomicU64,
+    /// In an exited aggregate: the number of threads folded into it.
+    pub folded_threads: AtomicU64,
     in_use: AtomicBool,
 }
 
@@ -101,6 +113,10 @@ impl Slot {
             hist: [ZB; OPS],
             max: [Z; OPS],
             tid: AtomicU32::new(0),
+            start_routine: AtomicUsize::new(0),
+            creator_tid: AtomicU32::new(0),
+            start_unix_ms: AtomicU64::new(0),
+            folded_threads: AtomicU64::new(0),
             in_use: AtomicBool::new(false),
         }
     }
@@ -270,12 +286,16 @@ fn fold_exclusive(s: &Slot) {
 }
 
 fn fold_and_free(s: &Slot) {
-    for (c, e) in s.counters().zip(EXITED.counters()) {
+    let sink = routine_sink(s.start_routine.swap(0, Relaxed));
+    for (c, e) in s.counters().zip(sink.counters()) {
         e.fetch_add(c.swap(0, Relaxed), Relaxed);
     }
-    for (m, e) in s.max.iter().zip(EXITED.max.iter()) {
+    for (m, e) in s.max.iter().zip(sink.max.iter()) {
         e.fetch_max(m.swap(0, Relaxed), Relaxed);
     }
+    sink.folded_threads.fetch_add(1, Relaxed);
+    s.creator_tid.store(0, Relaxed);
+    s.start_unix_ms.store(0, Relaxed);
     s.tid.store(0, Relaxed);
     s.in_use.store(false, Release);
 }
@@ -296,7 +316,28 @@ unsafe extern "C" fn release(p: *mut c_void) {
     fold_exclusive(slot);
 }
 
-/// Calls `f` with every slot in use (live threads), then with EXITED (`live` false). No thread's
+/// Exited aggregates per start routine, besides `EXITED` (the "other" row).
+pub const ROUTINE_SINKS: usize = 31;
+static SINKS: [Slot; ROUTINE_SINKS] = [const { Slot::new() }; ROUTINE_SINKS];
+
+/// The aggregate an exiting thread of routine `r` folds into: the routine's own (claimed by
+/// CAS on first use), or `EXITED` when `r` is 0 or the table is full.
+fn routine_sink(r: usize) -> &'static Slot {
+    if r == 0 {
+        return &EXITED;
+    }
+    for s in SINKS.iter() {
+        match s.start_routine.compare_exchange(0, r, Relaxed, Relaxed) {
+            Ok(_) => return s,
+            Err(v) if v == r => return s,
+            Err(_) => {}
+        }
+    }
+    &EXITED
+}
+
+/// Calls `f` with every slot in use (live threads), then with EXITED and each routine's
+/// aggregate (`live` false; an aggregate's `start_routine` names its routine). No thread's
 /// slot is folded into EXITED during the walk (exiting threads wait for it to end).
 pub fn for_each(f: impl FnMut(&Slot, bool)) {
     loop {
@@ -326,6 +367,11 @@ fn walk(mut f: impl FnMut(&Slot, bool)) {
         }
     }
     f(&EXITED, false);
+    for s in SINKS.iter() {
+        if s.start_routine.load(Relaxed) != 0 {
+            f(s, false);
+        }
+    }
 }
 
 /// Calls per entry point over all threads, live and exited.

@@ -73,6 +73,13 @@ pub fn state() -> *mut ThreadState {
     STATE.with(|s| s.get())
 }
 
+/// True when the calling thread is inside the shim's own code.
+#[inline(always)]
+pub fn guarded() -> bool {
+    // SAFETY: `state()` points to this thread's live TLS block.
+    unsafe { (*state()).guard != 0 }
+}
+
 /// RAII reentrancy guard: while alive, allocations made by this thread bypass recording (and,
 /// during start-up, come from the bootstrap pool). It also zeroes the sample countdown, which
 /// sends the thread's calls to the recorder's out-of-line path where the guard is tested, so

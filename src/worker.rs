@@ -2,7 +2,8 @@
 //! runs three jobs: a dump when woken (by the dump signal's handler, which only writes one byte:
 //! async-signal-safe) and every `MALLOCSHIM_DUMP_INTERVAL_S`; a trim every
 //! `MALLOCSHIM_TRIM_INTERVAL_MS` (`trim::periodic`); a memlog line every
-//! `MALLOCSHIM_MEMLOG_INTERVAL_MS`. A burst of wake-ups while a dump runs is drained into one
+//! `MALLOCSHIM_MEMLOG_INTERVAL_MS`; the ceiling and pressure checks (`trim::watch`) every
+//! `trim::WATCH_MS` when `MALLOCSHIM_TRIM_ABOVE_RSS` or `MALLOCSHIM_TRIM_ON_PRESSURE` is set. A burst of wake-ups while a dump runs is drained into one
 //! more dump. Its allocations bypass recording (its guard is always set).
 //! The thread starts when the program creates its first thread (the shim interposes
 //! `pthread_create`), never in a single-threaded process: a second thread would make glibc's
@@ -79,6 +80,8 @@ fn wanted() -> bool {
     c.dump_signal != 0
         || c.dump_interval_s != 0
         || c.trim_interval_ms != 0
+        || c.trim_above_rss != 0
+        || c.trim_on_pressure != 0
         || !crate::config::cstr_bytes(&c.memlog).is_empty()
 }
 
@@ -175,6 +178,9 @@ fn run() {
     let mut dump = Job::new(cfg.dump_interval_s.saturating_mul(1000), now);
     let mut trim = Job::new(cfg.trim_interval_ms, now);
     let mut memlog = Job::new(if crate::memlog::active() { cfg.memlog_interval_ms } else { 0 }, now);
+    let watching = cfg.trim_above_rss != 0 || cfg.trim_on_pressure != 0;
+    let mut watch = Job::new(if watching { crate::trim::WATCH_MS } else { 0 }, now);
+    let mut watch_state = crate::trim::Watch::default();
     if memlog.every != 0 {
         crate::memlog::sample();
     }
@@ -188,7 +194,7 @@ fn run() {
             return;
         }
         let now = now_ms();
-        let timeout = [dump.wait(now), trim.wait(now), memlog.wait(now)]
+        let timeout = [dump.wait(now), trim.wait(now), memlog.wait(now), watch.wait(now)]
             .into_iter()
             .flatten()
             .min()
@@ -211,6 +217,10 @@ fn run() {
         if trim.due(now_ms()) {
             let _ = crate::trim::periodic();
         }
+        let t = now_ms();
+        if watch.due(t) {
+            crate::trim::watch(&mut watch_state, t);
+        }
         if memlog.due(now_ms()) {
             crate::memlog::sample();
         }
@@ -218,6 +228,51 @@ fn run() {
             let _ = crate::dump::write_all();
         }
     }
+}
+
+/// What the interposed `pthread_create` hands its trampoline: the program's start routine and
+/// argument, and who created the thread when.
+struct Start {
+    start: extern "C" fn(*mut c_void) -> *mut c_void,
+    arg: *mut c_void,
+    creator_tid: u32,
+    unix_ms: u64,
+    /// Created by the shim's own code (its worker): no slot, no record.
+    own: bool,
+}
+
+/// The new thread's first frame: records its start routine, creator and start time in the
+/// thread's recording slot (claimed now, under the guard), then runs the program's routine.
+extern "C" fn trampoline(p: *mut c_void) -> *mut c_void {
+    let st = {
+        let _g = Reentry::enter();
+        // SAFETY: `p` is the block `pthread_create` wrote for this thread alone; read once, freed.
+        let st = unsafe {
+            let v = core::ptr::read(p as *const Start);
+            libc::free(p);
+            v
+        };
+        if !st.own && crate::init::ready() && crate::config::get().profile {
+            // SAFETY: this thread's TLS block; a new thread has no slot yet.
+            let slot = unsafe {
+                let ts = tls::state();
+                if (*ts).slot.is_null() {
+                    crate::slots::claim(ts)
+                } else {
+                    (*ts).slot
+                }
+            };
+            if slot != crate::slots::exited_ptr() {
+                // SAFETY: the slot this thread just claimed; it lives for the process's life.
+                let s = unsafe { &*slot };
+                s.start_routine.store(st.start as usize, Relaxed);
+                s.creator_tid.store(st.creator_tid, Relaxed);
+                s.start_unix_ms.store(st.unix_ms, Relaxed);
+            }
+        }
+        st
+    };
+    (st.start)(st.arg)
 }
 
 type PthreadCreateFn = unsafe extern "C" fn(
@@ -229,7 +284,10 @@ type PthreadCreateFn = unsafe extern "C" fn(
 static REAL_PTHREAD_CREATE: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
 
 /// The interposed `pthread_create`: starts the worker before the program's first thread, then
-/// forwards to glibc's. (The worker's own creation comes back here and is forwarded.)
+/// forwards to glibc's with a trampoline that records the thread's start routine, creator and
+/// start time (one small block allocated under the guard, freed by the new thread). When that
+/// block cannot be had, the call is forwarded unchanged. (The worker's own creation comes back
+/// here and is forwarded.)
 ///
 /// # Safety
 /// pthread_create's contract.
@@ -244,6 +302,33 @@ pub unsafe fn pthread_create(
     if f == 0 {
         return libc::EAGAIN;
     }
-    // SAFETY: glibc's pthread_create, resolved by name, with the caller's arguments.
-    unsafe { core::mem::transmute::<usize, PthreadCreateFn>(f)(t, attr, start, arg) }
+    // SAFETY: glibc's pthread_create, resolved by name.
+    let real = unsafe { core::mem::transmute::<usize, PthreadCreateFn>(f) };
+    let own = tls::guarded();
+    let boxed = {
+        let _g = Reentry::enter();
+        // SAFETY: gettid has no preconditions.
+        let creator_tid = unsafe { libc::gettid() } as u32;
+        let s = Start { start, arg, creator_tid, unix_ms: crate::report::unix_ms(), own };
+        // SAFETY: a fresh block of the size of `Start` (malloc aligns to 16), written once.
+        unsafe {
+            let b = libc::malloc(core::mem::size_of::<Start>()) as *mut Start;
+            if !b.is_null() {
+                b.write(s);
+            }
+            b
+        }
+    };
+    if boxed.is_null() {
+        // SAFETY: glibc's pthread_create with the caller's arguments, unchanged.
+        return unsafe { real(t, attr, start, arg) };
+    }
+    // SAFETY: glibc's pthread_create with the caller's thread and attributes.
+    let rc = unsafe { real(t, attr, trampoline, boxed.cast()) };
+    if rc != 0 {
+        let _g = Reentry::enter();
+        // SAFETY: the thread was not created: the block is still ours.
+        unsafe { libc::free(boxed.cast()) };
+    }
+    rc
 }

@@ -33,6 +33,7 @@ fn memlog(dir: &Path, name: &str, base_mib: u64, n: u64, backend: bool) -> Strin
             backend_free_bytes: some(rss / 4),
             trims: some(i / 3),
             released_bytes: some(i * 4096),
+            ..MemRow::default()
         };
         row.write_line(&mut s).unwrap();
     }

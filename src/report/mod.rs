@@ -92,16 +92,27 @@ pub struct ThreadRow {
     pub name: String,
     pub live: bool,
     pub ops: Vec<OpRow>,
+    /// Start routine, `symbol+0xoffset` (or `object+0xoffset`) resolved with dladdr(3) at dump
+    /// time; None when unknown (the main thread, threads of unknown routines folded together).
+    pub start_routine: Option<String>,
+    /// Kernel thread id of the creating thread (live threads; 0 unknown).
+    pub creator_tid: u32,
+    /// Thread start, ms since the epoch (live threads; 0 unknown).
+    pub start_unix_ms: u64,
+    /// Exited rows: how many threads were folded in.
+    pub exited_threads: u64,
 }
 
 /// Memory figures at snapshot time, in bytes.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Memory {
-    /// Resident set size from /proc/self/statm.
+    /// Resident set size (/proc/self/status `VmRSS`, as in `account`).
     pub rss_bytes: u64,
     /// Virtual size from /proc/self/statm.
     pub vsz_bytes: u64,
     pub backend: crate::backend::MemStats,
+    /// The RSS account (see [`crate::account`]).
+    pub account: crate::account::Account,
 }
 
 /// Everything recorded, at one instant.
@@ -166,6 +177,7 @@ pub fn mark_start() {
 pub fn snapshot() -> Snapshot {
     let npt = crate::clock::ns_per_tick();
     let mut threads = Vec::new();
+    let mut symbols = std::collections::HashMap::new();
     let mut classes: Vec<Vec<OpRow>> = (0..OPS).map(|_| vec![OpRow::default(); CLASSES]).collect();
     // Latencies first, counts second: a call finishing in between is counted but not sampled,
     // never sampled but not counted.
@@ -192,9 +204,20 @@ pub fn snapshot() -> Snapshot {
             ops.push(row);
         }
         let name = if live { thread_name(tid) } else { "exited threads".to_string() };
-        threads.push(ThreadRow { tid: if live { tid } else { 0 }, name, live, ops });
+        let routine = s.start_routine.load(Relaxed);
+        threads.push(ThreadRow {
+            tid: if live { tid } else { 0 },
+            name,
+            live,
+            ops,
+            start_routine: (routine != 0).then(|| symbolize(routine, &mut symbols)),
+            creator_tid: s.creator_tid.load(Relaxed),
+            start_unix_ms: s.start_unix_ms.load(Relaxed),
+            exited_threads: if live { 0 } else { s.folded_threads.load(Relaxed) },
+        });
     });
-    let (rss, vsz) = statm();
+    let (_, vsz) = statm();
+    let (account, backend_stats) = crate::account::measure();
     let now_ms = unix_ms();
     let up = (crate::clock::mono_ns() / 1_000_000).saturating_sub(START_MS.load(Relaxed));
     Snapshot {
@@ -206,9 +229,38 @@ pub fn snapshot() -> Snapshot {
         sample_every: crate::config::get().sample_every,
         classes,
         threads,
-        memory: Memory { rss_bytes: rss, vsz_bytes: vsz, backend: crate::backend::mem_stats() },
+        memory: Memory { rss_bytes: account.rss_bytes, vsz_bytes: vsz, backend: backend_stats, account },
         trim: crate::trim::stats(),
     }
+}
+
+/// `symbol+0xoffset` for a code address, by dladdr(3) (the object's file name and offset when
+/// no symbol covers it, e.g. a static function of a stripped binary; the bare address when no
+/// object does). Cached per snapshot: dladdr scans symbol tables. Dump time only.
+fn symbolize(addr: usize, cache: &mut std::collections::HashMap<usize, String>) -> String {
+    cache
+        .entry(addr)
+        .or_insert_with(|| {
+            // SAFETY: Dl_info is plain data; all-zero is a valid value.
+            let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
+            // SAFETY: dladdr only reads the loader's tables and fills the out-struct `info`.
+            if unsafe { libc::dladdr(addr as *const libc::c_void, &mut info) } == 0 {
+                return format!("{addr:#x}");
+            }
+            let cstr = |p: *const libc::c_char| {
+                // SAFETY: dladdr's strings are NUL-terminated and live while the object is loaded.
+                (!p.is_null()).then(|| unsafe { core::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned())
+            };
+            match (cstr(info.dli_sname), info.dli_saddr as usize) {
+                (Some(name), base) if base != 0 => format!("{name}+{:#x}", addr - base),
+                _ => {
+                    let file = cstr(info.dli_fname).unwrap_or_default();
+                    let file = file.rsplit('/').next().unwrap_or("").to_string();
+                    format!("{file}+{:#x}", addr.wrapping_sub(info.dli_fbase as usize))
+                }
+            }
+        })
+        .clone()
 }
 
 /// Merges op rows of one thread for the top-thread listings.

@@ -1,7 +1,9 @@
 //! Prometheus text exposition (for node_exporter's textfile collector): real histogram families
 //! with cumulative `_bucket{le}` rows ending at `+Inf` (equal to `_count`) and `_sum`, labelled by
-//! backend, op and size class; counters of calls and bytes; memory gauges; trim counters and the
-//! trim duration histogram. No timestamps.
+//! backend, op and size class; counters of calls and bytes (`mallocshim_calls_total` is the
+//! exact count beside the histogram's sampled `_count`); memory gauges and the RSS account
+//! ([`account`]); trim counters, per reason too, and the trim duration histogram. Cumulative
+//! since the process started, as Prometheus expects. No timestamps.
 
 use super::Snapshot;
 use crate::classes::class_label;
@@ -89,7 +91,7 @@ pub fn render(s: &Snapshot) -> String {
     }
     let m = &s.memory;
     for (name, help, v) in [
-        ("mallocshim_rss_bytes", "Resident set size (/proc/self/statm).", m.rss_bytes),
+        ("mallocshim_rss_bytes", "Resident set size (/proc/self/status VmRSS).", m.rss_bytes),
         (
             "mallocshim_backend_allocated_bytes",
             "Bytes in live blocks, from the backend.",
@@ -100,7 +102,16 @@ pub fn render(s: &Snapshot) -> String {
     ] {
         let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{backend=\"{b}\"}} {v}");
     }
+    account(&mut o, s);
     let t = &s.trim;
+    let name = "mallocshim_trims_total";
+    let _ = writeln!(
+        o,
+        "# HELP {name} Trims run, by reason (periodic, ceiling, pressure, api).\n# TYPE {name} counter"
+    );
+    for (r, v) in crate::trim::REASON_NAMES.iter().zip(t.by_reason) {
+        let _ = writeln!(o, "{name}{{backend=\"{b}\",reason=\"{r}\"}} {v}");
+    }
     for (name, help, v) in [
         (
             "mallocshim_trim_runs_total",
@@ -145,6 +156,60 @@ pub fn render(s: &Snapshot) -> String {
     let _ = writeln!(o, "{name}_sum{{backend=\"{b}\"}} {}", sum_ns / 1e9);
     let _ = writeln!(o, "{name}_count{{backend=\"{b}\"}} {n}");
     o
+}
+
+/// The RSS account's gauges (sources in `crate::account`); the metadata gauge only where the
+/// backend reports it.
+fn account(o: &mut String, s: &Snapshot) {
+    let a = &s.memory.account;
+    let b = s.backend;
+    let rows = [
+        (
+            "mallocshim_rss_anon_bytes",
+            "Anonymous resident memory (/proc/self/status RssAnon).",
+            Some(a.rss_anon_bytes),
+        ),
+        (
+            "mallocshim_rss_file_bytes",
+            "File-backed resident memory (/proc/self/status RssFile).",
+            Some(a.rss_file_bytes),
+        ),
+        (
+            "mallocshim_rss_shmem_bytes",
+            "Shared resident memory (/proc/self/status RssShmem).",
+            Some(a.rss_shmem_bytes),
+        ),
+        (
+            "mallocshim_live_bytes",
+            "Bytes in blocks the program holds (the backend's exact figure).",
+            Some(a.live_bytes),
+        ),
+        (
+            "mallocshim_allocator_free_bytes",
+            "Resident bytes the allocator keeps that hold no live block.",
+            Some(a.allocator_free_bytes),
+        ),
+        (
+            "mallocshim_allocator_metadata_bytes",
+            "The allocator's own bookkeeping (jemalloc, tcmalloc).",
+            a.allocator_metadata_bytes,
+        ),
+        (
+            "mallocshim_allocator_resident_bytes",
+            "Resident bytes of the allocator's memory, at most anonymous RSS.",
+            Some(a.allocator_resident_bytes),
+        ),
+        (
+            "mallocshim_non_heap_bytes",
+            "Anonymous resident memory outside the allocator (mmaps, stacks).",
+            Some(a.non_heap_bytes),
+        ),
+    ];
+    for (name, help, v) in rows {
+        if let Some(v) = v {
+            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{backend=\"{b}\"}} {v}");
+        }
+    }
 }
 
 /// Trim duration bucket upper bounds, in ns (100 us to 10 s).

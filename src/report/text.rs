@@ -20,12 +20,32 @@ pub fn render(s: &Snapshot) -> String {
         m.backend.allocated >> 20,
         m.backend.resident >> 20
     );
+    let a = &m.account;
+    let mib = |v: u64| v as f64 / 1048576.0;
+    let _ = writeln!(
+        o,
+        "memory: rss {:.1} MiB = live {:.1} + allocator free {:.1} + allocator metadata {} + non-heap {:.1} + file {:.1} + shmem {:.1} (MiB; allocator resident {:.1})",
+        mib(a.rss_bytes),
+        mib(a.live_bytes),
+        mib(a.allocator_free_bytes),
+        a.allocator_metadata_bytes.map(|v| format!("{:.1}", mib(v))).unwrap_or_else(|| "n/a".into()),
+        mib(a.non_heap_bytes),
+        mib(a.rss_file_bytes),
+        mib(a.rss_shmem_bytes),
+        mib(a.allocator_resident_bytes)
+    );
     let t = &s.trim;
     let d = t.duration.percentiles(&[0.5, 0.99]);
     let _ = writeln!(
         o,
-        "trims: {} run, {} skipped (interval {} ms, min {} MiB free), released {} MiB, duration p50 {} us p99 {} us max {} us",
+        "trims: {} run ({}), {} skipped (interval {} ms, min {} MiB free), released {} MiB, duration p50 {} us p99 {} us max {} us",
         t.runs,
+        crate::trim::REASON_NAMES
+            .iter()
+            .zip(t.by_reason)
+            .map(|(n, v)| format!("{n} {v}"))
+            .collect::<Vec<_>>()
+            .join(", "),
         t.skipped,
         t.interval_ms,
         t.min_bytes >> 20,
@@ -62,21 +82,33 @@ pub fn render(s: &Snapshot) -> String {
     ts.sort_by_key(|t| core::cmp::Reverse(t.0 .0));
     let _ = writeln!(
         o,
-        "\ntop threads by calls:\n{:>8} {:<16} {:<7} {:>12} {:>9} {:>9}",
+        "\ntop threads by calls:\n{:>8} {:<16} {:<7} {:>12} {:>9} {:>9}  start routine",
         "tid", "name", "state", "calls", "p50_ns", "p99_ns"
     );
     for ((calls, lat), t) in ts.into_iter().take(15) {
         let p = lat.percentiles(&[0.5, 0.99]);
         let _ = writeln!(
             o,
-            "{:>8} {:<16} {:<7} {:>12} {:>9} {:>9}",
+            "{:>8} {:<16} {:<7} {:>12} {:>9} {:>9}  {}",
             t.tid,
             t.name,
             if t.live { "live" } else { "exited" },
             calls,
             p[0],
-            p[1]
+            p[1],
+            routine(t)
         );
     }
     o
+}
+
+/// The start routine column: `routine` for a live thread, `routine: N exited threads` for an
+/// exited row (`other` when the routine is unknown or the table of routines was full).
+fn routine(t: &super::ThreadRow) -> String {
+    let r = t.start_routine.as_deref().unwrap_or(if t.live { "-" } else { "other" });
+    if t.live {
+        r.to_string()
+    } else {
+        format!("{r}: {} exited threads", t.exited_threads)
+    }
 }

@@ -264,6 +264,8 @@ static long num_arg(int argc, char **argv, int *i)
 
 int main(int argc, char **argv)
 {
+    /* Line-buffered even into a pipe: a test can act on each line as it is printed. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--mib"))

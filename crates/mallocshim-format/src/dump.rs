@@ -50,7 +50,23 @@ pub struct Dump {
     /// Trims so far.
     #[serde(default)]
     pub trim: Trim,
+    /// The value in ns of each raw latency bucket (`buckets` of size-class rows and thread ops),
+    /// so two dumps of one process subtract into the interval between them.
+    #[serde(default)]
+    pub latency_buckets: LatencyBuckets,
 }
+
+/// How to read raw latency buckets: the clock's ns per tick and each bucket's value in ns (its
+/// midpoint; buckets are log-linear, 8 per power of two).
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(default)]
+pub struct LatencyBuckets {
+    pub ns_per_tick: f64,
+    pub bucket_ns: Vec<u64>,
+}
+
+/// Raw sampled-latency counts: `[bucket, count]` for the non-zero buckets.
+pub type Buckets = Vec<(usize, u64)>;
 
 /// Calls and bytes of one op (bytes requested; free: the blocks' usable size).
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -78,6 +94,9 @@ pub struct ClassRow {
     pub p99_ns: u64,
     pub p999_ns: u64,
     pub max_ns: u64,
+    /// The sampled latencies as raw bucket counts (see [`Dump::latency_buckets`]).
+    #[serde(default)]
+    pub buckets: Buckets,
 }
 
 /// One thread: a live thread, or (tid 0, state `exited`) the sum of every exited thread.
@@ -91,10 +110,27 @@ pub struct ThreadRow {
     pub state: String,
     /// Per op with at least one call.
     pub ops: BTreeMap<String, ThreadOp>,
+    /// The thread's command name (= `name`).
+    #[serde(default)]
+    pub comm: String,
+    /// The thread's start routine as `symbol+0xoffset` (or `object+0xoffset`), resolved with
+    /// dladdr(3) from what the shim's `pthread_create` recorded; null when unknown (the main
+    /// thread; the exited row gathering the routines beyond the table).
+    #[serde(default)]
+    pub start_routine: Option<String>,
+    /// Kernel thread id of the creating thread (0: unknown).
+    #[serde(default)]
+    pub creator_tid: u32,
+    /// Thread start, ms since the epoch (0: unknown).
+    #[serde(default)]
+    pub start_unix_ms: u64,
+    /// Exited rows (one per start routine): how many threads were folded in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exited_threads: Option<u64>,
 }
 
 /// One op of one thread.
-#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
 pub struct ThreadOp {
     pub count: u64,
     pub bytes: u64,
@@ -102,6 +138,9 @@ pub struct ThreadOp {
     pub p50_ns: u64,
     pub p99_ns: u64,
     pub max_ns: u64,
+    /// The sampled latencies as raw bucket counts (see [`Dump::latency_buckets`]).
+    #[serde(default)]
+    pub buckets: Buckets,
 }
 
 /// Memory at the dump, in bytes: the process from /proc/self/statm, the backend from its own
@@ -114,6 +153,22 @@ pub struct Memory {
     pub backend_allocated_bytes: u64,
     pub backend_resident_bytes: u64,
     pub backend_free_bytes: u64,
+    /// The RSS account (docs/memory-account.md): `rss = live + allocator_free +
+    /// allocator_metadata + non_heap + rss_file + rss_shmem`, measured at one instant.
+    /// /proc/self/status RssAnon, RssFile, RssShmem.
+    pub rss_anon_bytes: u64,
+    pub rss_file_bytes: u64,
+    pub rss_shmem_bytes: u64,
+    /// Bytes the program holds (the backend's exact figure).
+    pub live_bytes: u64,
+    /// Resident memory the allocator keeps but the program does not use.
+    pub allocator_free_bytes: u64,
+    /// The allocator's own bookkeeping; null where the backend reports none (glibc).
+    pub allocator_metadata_bytes: Option<u64>,
+    /// Resident memory of the allocator, never above `rss_anon_bytes`.
+    pub allocator_resident_bytes: u64,
+    /// Anonymous resident memory outside the allocator (buffer pool, stacks, other mmaps).
+    pub non_heap_bytes: u64,
 }
 
 /// Trims (`MALLOCSHIM_TRIM_*`, `mallocshim_trim()`).
@@ -134,6 +189,24 @@ pub struct Trim {
     pub duration_us: DurationUs,
     /// Wall-clock time of the last trim, ms since the epoch; 0 before the first.
     pub last_unix_ms: u64,
+    /// Trims that ran, per reason.
+    pub by_reason: TrimReasons,
+    /// `MALLOCSHIM_TRIM_ABOVE_RSS` in bytes (0: off).
+    pub above_rss_bytes: u64,
+    /// `MALLOCSHIM_TRIM_ON_PRESSURE` threshold, % of PSI `some avg10` (0: off).
+    pub pressure_pct: u32,
+}
+
+/// Trims per reason: periodic (`MALLOCSHIM_TRIM_INTERVAL_MS`), RSS ceiling
+/// (`MALLOCSHIM_TRIM_ABOVE_RSS`), memory pressure (`MALLOCSHIM_TRIM_ON_PRESSURE`), and
+/// `mallocshim_trim()` (api).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[serde(default)]
+pub struct TrimReasons {
+    pub periodic: u64,
+    pub ceiling: u64,
+    pub pressure: u64,
+    pub api: u64,
 }
 
 /// Percentiles of the trims' durations, in µs (0 without trims).
@@ -338,7 +411,15 @@ mod tests {
         let mut ops = BTreeMap::new();
         ops.insert(
             "malloc".to_string(),
-            ThreadOp { count: 3, bytes: 200 << 20, sampled: 3, p50_ns: 40, p99_ns: 90, max_ns: 95 },
+            ThreadOp {
+                count: 3,
+                bytes: 200 << 20,
+                sampled: 3,
+                p50_ns: 40,
+                p99_ns: 90,
+                max_ns: 95,
+                buckets: vec![(7, 1), (9, 2)],
+            },
         );
         Dump {
             format: FORMAT.into(),
@@ -362,6 +443,7 @@ mod tests {
                     p99_ns: 40,
                     p999_ns: 40,
                     max_ns: 40,
+                    buckets: vec![(7, 1)],
                 },
                 ClassRow {
                     op: "malloc".into(),
@@ -375,15 +457,28 @@ mod tests {
                     p99_ns: 95,
                     p999_ns: 95,
                     max_ns: 95,
+                    buckets: vec![(9, 2)],
                 },
             ],
-            threads: vec![ThreadRow { tid: 42, name: "main".into(), state: STATE_LIVE.into(), ops }],
+            threads: vec![ThreadRow {
+                tid: 42,
+                name: "main".into(),
+                state: STATE_LIVE.into(),
+                ops,
+                comm: "main".into(),
+                start_routine: Some("worker+0x10".into()),
+                creator_tid: 41,
+                start_unix_ms: 1_700_000_000_000,
+                exited_threads: None,
+            }],
             memory: Memory { rss_bytes: 1 << 20, ..Memory::default() },
             trim: Trim {
                 runs: 2,
                 duration_us: DurationUs { p50: 1.5, p99: 2.0, max: 2.0 },
+                by_reason: TrimReasons { periodic: 1, api: 1, ..TrimReasons::default() },
                 ..Trim::default()
             },
+            latency_buckets: LatencyBuckets { ns_per_tick: 0.4, bucket_ns: vec![1, 2, 3] },
         }
     }
 

@@ -22,8 +22,8 @@ pub mod memlog;
 
 pub use classes::{ENTRY_NAMES, OP_NAMES};
 pub use dump::{
-    dump_file_name, dumps_of, newest_dump, ClassRow, Dump, DurationUs, Memory, ParseError, ReadError,
-    ThreadOp, ThreadRow, Total, Trim, FORMAT, VERSION,
+    dump_file_name, dumps_of, newest_dump, Buckets, ClassRow, Dump, DurationUs, LatencyBuckets, Memory,
+    ParseError, ReadError, ThreadOp, ThreadRow, Total, Trim, TrimReasons, FORMAT, VERSION,
 };
 pub use memlog::MemRow;
 

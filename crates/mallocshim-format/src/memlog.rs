@@ -1,14 +1,18 @@
 //! The memory time series CSV (`MALLOCSHIM_MEMLOG=PATH`): a header line, then one line per
 //! interval — `unix_ms,rss_bytes,vsz_bytes,backend_allocated_bytes,backend_resident_bytes,
-//! backend_free_bytes,trims,released_bytes` — written by the shim's thread, and by the comparison
-//! runner's /proc sampler (which leaves the backend and trim columns empty). Columns may be
-//! appended after these, never reordered; readers ignore columns they do not know.
+//! backend_free_bytes,trims,released_bytes`, then the RSS account (`rss_anon_bytes,rss_file_bytes,
+//! rss_shmem_bytes,live_bytes,allocator_free_bytes,allocator_metadata_bytes,
+//! allocator_resident_bytes,non_heap_bytes`; see docs/memory-account.md) and the trims per reason
+//! (`trims_periodic,trims_ceiling,trims_pressure,trims_api`) — written by the shim's thread, and by
+//! the comparison runner's /proc sampler (which leaves the backend, account and trim columns
+//! empty). Columns may be appended after these, never reordered; readers need the first
+//! [`REQUIRED`] and take the others by name when present (files of older shims lack them).
 
 use std::io::Write;
 use std::path::Path;
 
 /// The columns, in order.
-pub const COLUMNS: [&str; 8] = [
+pub const COLUMNS: [&str; 20] = [
     "unix_ms",
     "rss_bytes",
     "vsz_bytes",
@@ -17,11 +21,27 @@ pub const COLUMNS: [&str; 8] = [
     "backend_free_bytes",
     "trims",
     "released_bytes",
+    "rss_anon_bytes",
+    "rss_file_bytes",
+    "rss_shmem_bytes",
+    "live_bytes",
+    "allocator_free_bytes",
+    "allocator_metadata_bytes",
+    "allocator_resident_bytes",
+    "non_heap_bytes",
+    "trims_periodic",
+    "trims_ceiling",
+    "trims_pressure",
+    "trims_api",
 ];
 
+/// How many leading columns every memlog has (the first memlog format).
+pub const REQUIRED: usize = 8;
+
 /// The header line, without its newline ([`COLUMNS`] joined by commas).
-pub const HEADER: &str =
-    "unix_ms,rss_bytes,vsz_bytes,backend_allocated_bytes,backend_resident_bytes,backend_free_bytes,trims,released_bytes";
+pub const HEADER: &str = "unix_ms,rss_bytes,vsz_bytes,backend_allocated_bytes,backend_resident_bytes,backend_free_bytes,trims,released_bytes,\
+rss_anon_bytes,rss_file_bytes,rss_shmem_bytes,live_bytes,allocator_free_bytes,allocator_metadata_bytes,allocator_resident_bytes,non_heap_bytes,\
+trims_periodic,trims_ceiling,trims_pressure,trims_api";
 
 /// One line. Byte figures in bytes; the backend's figures from its own statistics (as in the
 /// dump's `memory`), the process's from /proc/<pid>/statm; `None` is an empty field.
@@ -38,6 +58,22 @@ pub struct MemRow {
     pub trims: Option<u64>,
     /// Bytes released by trims so far (sum of RSS drops).
     pub released_bytes: Option<u64>,
+    /// The RSS account at the same instant (docs/memory-account.md): /proc/self/status RssAnon,
+    /// RssFile, RssShmem; the backend's live bytes; allocator free, metadata (None where the
+    /// backend reports none) and resident bytes; anonymous RSS outside the allocator.
+    pub rss_anon_bytes: Option<u64>,
+    pub rss_file_bytes: Option<u64>,
+    pub rss_shmem_bytes: Option<u64>,
+    pub live_bytes: Option<u64>,
+    pub allocator_free_bytes: Option<u64>,
+    pub allocator_metadata_bytes: Option<u64>,
+    pub allocator_resident_bytes: Option<u64>,
+    pub non_heap_bytes: Option<u64>,
+    /// Trims so far per reason: periodic, RSS ceiling, memory pressure, `mallocshim_trim()`.
+    pub trims_periodic: Option<u64>,
+    pub trims_ceiling: Option<u64>,
+    pub trims_pressure: Option<u64>,
+    pub trims_api: Option<u64>,
 }
 
 impl MemRow {
@@ -52,18 +88,56 @@ impl MemRow {
                 }
             }
         }
-        writeln!(
-            out,
-            "{},{},{},{},{},{},{},{}",
-            self.unix_ms,
-            self.rss_bytes,
-            self.vsz_bytes,
-            O(self.backend_allocated_bytes),
-            O(self.backend_resident_bytes),
-            O(self.backend_free_bytes),
-            O(self.trims),
-            O(self.released_bytes)
-        )
+        write!(out, "{},{},{}", self.unix_ms, self.rss_bytes, self.vsz_bytes)?;
+        for v in self.optional() {
+            write!(out, ",{}", O(v))?;
+        }
+        writeln!(out)
+    }
+
+    /// The optional fields in column order (columns 4 to 20).
+    fn optional(&self) -> [Option<u64>; 17] {
+        [
+            self.backend_allocated_bytes,
+            self.backend_resident_bytes,
+            self.backend_free_bytes,
+            self.trims,
+            self.released_bytes,
+            self.rss_anon_bytes,
+            self.rss_file_bytes,
+            self.rss_shmem_bytes,
+            self.live_bytes,
+            self.allocator_free_bytes,
+            self.allocator_metadata_bytes,
+            self.allocator_resident_bytes,
+            self.non_heap_bytes,
+            self.trims_periodic,
+            self.trims_ceiling,
+            self.trims_pressure,
+            self.trims_api,
+        ]
+    }
+
+    fn optional_mut(&mut self) -> [&mut Option<u64>; 17] {
+        [
+            &mut self.backend_allocated_bytes,
+            &mut self.backend_resident_bytes,
+            &mut self.backend_free_bytes,
+            &mut self.trims,
+            &mut self.released_bytes,
+            &mut self.rss_anon_bytes,
+            &mut self.rss_file_bytes,
+            &mut self.rss_shmem_bytes,
+            &mut self.live_bytes,
+            &mut self.allocator_free_bytes,
+            &mut self.allocator_metadata_bytes,
+            &mut self.allocator_resident_bytes,
+            &mut self.non_heap_bytes,
+            &mut self.trims_periodic,
+            &mut self.trims_ceiling,
+            &mut self.trims_pressure,
+            &mut self.trims_api,
+        ]
     }
 }
 
@@ -79,12 +153,14 @@ pub fn parse(text: &str) -> Result<Vec<MemRow>, String> {
         Some(h) => h.trim().split(',').collect(),
         None => return Err(format!("empty file, expected the memlog header {HEADER:?}")),
     };
-    if head.len() < COLUMNS.len() || head[..COLUMNS.len()] != COLUMNS {
+    if head.len() < REQUIRED || head[..REQUIRED] != COLUMNS[..REQUIRED] {
         return Err(format!(
             "not a memlog CSV: header is {:?}, expected {HEADER:?}",
             complete.lines().next().unwrap_or("")
         ));
     }
+    // Where each optional column is in this file, if it is.
+    let at: Vec<Option<usize>> = COLUMNS[3..].iter().map(|c| head.iter().position(|h| h == c)).collect();
     let mut rows = Vec::new();
     for (i, line) in lines.enumerate() {
         if line.trim().is_empty() {
@@ -98,16 +174,14 @@ pub fn parse(text: &str) -> Result<Vec<MemRow>, String> {
         let req = |s: &str| s.parse::<u64>().map_err(|_| bad());
         let opt =
             |s: &str| if s.is_empty() { Ok(None) } else { s.parse::<u64>().map(Some).map_err(|_| bad()) };
-        rows.push(MemRow {
-            unix_ms: req(f[0])?,
-            rss_bytes: req(f[1])?,
-            vsz_bytes: req(f[2])?,
-            backend_allocated_bytes: opt(f[3])?,
-            backend_resident_bytes: opt(f[4])?,
-            backend_free_bytes: opt(f[5])?,
-            trims: opt(f[6])?,
-            released_bytes: opt(f[7])?,
-        });
+        let mut row =
+            MemRow { unix_ms: req(f[0])?, rss_bytes: req(f[1])?, vsz_bytes: req(f[2])?, ..MemRow::default() };
+        for (slot, i) in row.optional_mut().into_iter().zip(&at) {
+            if let Some(i) = *i {
+                *slot = opt(f[i])?;
+            }
+        }
+        rows.push(row);
     }
     Ok(rows)
 }
@@ -139,6 +213,10 @@ mod tests {
                 backend_free_bytes: Some(3),
                 trims: Some(0),
                 released_bytes: Some(0),
+                live_bytes: Some(1),
+                allocator_metadata_bytes: None,
+                trims_api: Some(2),
+                ..MemRow::default()
             },
             MemRow { unix_ms: 6, rss_bytes: 1, vsz_bytes: 2, ..MemRow::default() },
         ];
@@ -147,11 +225,14 @@ mod tests {
             r.write_line(&mut text).unwrap();
         }
         let text = String::from_utf8(text).unwrap();
-        assert!(text.ends_with("\n6,1,2,,,,,\n"), "{text}");
+        assert!(text.ends_with("\n6,1,2,,,,,,,,,,,,,,,,,\n"), "{text}");
         assert_eq!(parse(&text).unwrap(), rows);
         // A torn last line is dropped; a column appended by a newer writer is ignored.
         assert_eq!(parse(&format!("{text}7,1")).unwrap(), rows);
-        assert_eq!(parse(&format!("{HEADER},extra\n1,2,3,,,,,,9\n")).unwrap().len(), 1);
+        assert_eq!(parse(&format!("{HEADER},extra\n1,2,3,,,,,,,,,,,,,,,,,,9\n")).unwrap().len(), 1);
+        // A file of an older shim: the first eight columns only.
+        let old = parse("unix_ms,rss_bytes,vsz_bytes,backend_allocated_bytes,backend_resident_bytes,backend_free_bytes,trims,released_bytes\n1,2,3,4,5,6,7,8\n").unwrap();
+        assert_eq!((old[0].backend_free_bytes, old[0].live_bytes), (Some(6), None));
     }
 
     #[test]
@@ -159,6 +240,6 @@ mod tests {
         assert!(parse("").unwrap_err().contains("empty file"));
         assert!(parse("a,b\n").unwrap_err().contains("not a memlog CSV"));
         assert!(parse(&format!("{HEADER}\n1,2\n")).unwrap_err().contains("line 2"));
-        assert!(parse(&format!("{HEADER}\n1,x,3,,,,,\n")).unwrap_err().contains("line 2"));
+        assert!(parse(&format!("{HEADER}\n1,x,3,,,,,,,,,,,,,,,,,\n")).unwrap_err().contains("line 2"));
     }
 }
