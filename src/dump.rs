@@ -6,7 +6,7 @@
 //! serialised by an atomic flag (never taken on the hot path) that a forked child resets, so a
 //! dump in progress in the parent at fork time can never leave the child's dumps locked.
 
-use crate::config::{self, FMT_HDR, FMT_JSON, FMT_PROM, FMT_TEXT, FORMATS};
+use crate::config::{self, FMT_HDR, FMT_JSON, FMT_PPROF, FMT_PROM, FMT_TEXT, FORMATS};
 use crate::report;
 use crate::tls::Reentry;
 use std::ffi::{CString, OsString};
@@ -76,8 +76,10 @@ pub fn write_all() -> Result<Vec<PathBuf>, String> {
             FMT_PROM => report::prom::render(&snap).into_bytes(),
             FMT_HDR => report::hdr::render(&snap),
             FMT_TEXT => report::text::render(&snap).into_bytes(),
+            FMT_PPROF => crate::heapprof::pprof::render(),
             _ => continue,
         };
+        let ext = if bit == FMT_PPROF { "pb.gz" } else { ext };
         let name = format!("mallocshim.{}.{}.{}", snap.pid, seq, ext);
         match publish(&dir, &name, &body) {
             Ok(p) => written.push(p),

@@ -1,9 +1,13 @@
 //! The exported C symbols: one-line forwards to the `route` table (the malloc family: one load
 //! and one indirect jump), `introspect` and
-//! `signals` (the dump signal's interposers).
+//! `signals` (the dump signal's interposers), and C++'s delete family (`heapprof::cxx`; the new
+//! family is exported there, as naked stubs that can tail-jump into libstdc++).
 //! No logic lives here. `__libc_*` names are deliberately not exported.
 
+#![allow(non_snake_case)]
+
 use crate::backend::glibc::{Mallinfo, Mallinfo2};
+use crate::heapprof::cxx;
 use crate::{introspect, route, signals, worker};
 use core::ffi::{c_char, c_int, c_void};
 
@@ -152,4 +156,66 @@ pub unsafe extern "C" fn sigwaitinfo(set: *const libc::sigset_t, info: *mut libc
 #[no_mangle]
 pub unsafe extern "C" fn sigwait(set: *const libc::sigset_t, sig: *mut c_int) -> c_int {
     unsafe { signals::sigwait(set, sig) }
+}
+
+// C++ operator delete, every form (plain, array, sized, nothrow, aligned).
+
+#[no_mangle]
+pub unsafe extern "C" fn _ZdlPv(p: *mut c_void) {
+    unsafe { cxx::delete(p) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _ZdaPv(p: *mut c_void) {
+    unsafe { cxx::delete(p) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _ZdlPvm(p: *mut c_void, _size: usize) {
+    unsafe { cxx::delete(p) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _ZdaPvm(p: *mut c_void, _size: usize) {
+    unsafe { cxx::delete(p) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _ZdlPvRKSt9nothrow_t(p: *mut c_void, _nt: *const c_void) {
+    unsafe { cxx::delete(p) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _ZdaPvRKSt9nothrow_t(p: *mut c_void, _nt: *const c_void) {
+    unsafe { cxx::delete(p) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _ZdlPvSt11align_val_t(p: *mut c_void, _align: usize) {
+    unsafe { cxx::delete(p) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _ZdaPvSt11align_val_t(p: *mut c_void, _align: usize) {
+    unsafe { cxx::delete(p) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _ZdlPvmSt11align_val_t(p: *mut c_void, _size: usize, _align: usize) {
+    unsafe { cxx::delete(p) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _ZdaPvmSt11align_val_t(p: *mut c_void, _size: usize, _align: usize) {
+    unsafe { cxx::delete(p) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _ZdlPvSt11align_val_tRKSt9nothrow_t(p: *mut c_void, _align: usize, _nt: *const c_void) {
+    unsafe { cxx::delete(p) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _ZdaPvSt11align_val_tRKSt9nothrow_t(p: *mut c_void, _align: usize, _nt: *const c_void) {
+    unsafe { cxx::delete(p) }
 }

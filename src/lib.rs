@@ -16,6 +16,7 @@
 //! - [`tls`], [`slots`]: per-thread state and per-thread counters;
 //! - [`introspect`]: mallinfo and friends for the active backend;
 //! - [`worker`], [`trim`], [`memlog`], [`dump`]: the shim's thread and its jobs;
+//! - [`heapprof`]: sampled heap profiles by call site (pprof output);
 //! - [`capi`]: the shim's own C API (`shim/include/mallocshim.h`).
 
 pub mod backend;
@@ -29,6 +30,7 @@ pub mod diag;
 pub mod dump;
 pub mod exports;
 pub mod front;
+pub mod heapprof;
 pub mod init;
 pub mod introspect;
 pub mod memlog;
