@@ -211,11 +211,19 @@ pub unsafe extern "C" fn _ZdaPvmSt11align_val_t(p: *mut c_void, _size: usize, _a
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn _ZdlPvSt11align_val_tRKSt9nothrow_t(p: *mut c_void, _align: usize, _nt: *const c_void) {
+pub unsafe extern "C" fn _ZdlPvSt11align_val_tRKSt9nothrow_t(
+    p: *mut c_void,
+    _align: usize,
+    _nt: *const c_void,
+) {
     unsafe { cxx::delete(p) }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn _ZdaPvSt11align_val_tRKSt9nothrow_t(p: *mut c_void, _align: usize, _nt: *const c_void) {
+pub unsafe extern "C" fn _ZdaPvSt11align_val_tRKSt9nothrow_t(
+    p: *mut c_void,
+    _align: usize,
+    _nt: *const c_void,
+) {
     unsafe { cxx::delete(p) }
 }

@@ -253,11 +253,7 @@ pub unsafe extern "C" fn reallocarray<B: Raw, const P: bool>(
 /// kept the block (NULL for a non-zero size).
 #[cold]
 #[inline(never)]
-fn realloc_sampled(
-    p: *mut c_void,
-    size: usize,
-    call: impl FnOnce() -> *mut c_void,
-) -> *mut c_void {
+fn realloc_sampled(p: *mut c_void, size: usize, call: impl FnOnce() -> *mut c_void) -> *mut c_void {
     let taken = heapprof::forget(p);
     let q = call();
     if q.is_null() && size != 0 {

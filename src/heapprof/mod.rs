@@ -137,10 +137,23 @@ pub fn sampled(s: &Slot, p: *mut c_void, n: usize) {
     let _g = Reentry::enter();
     let tp = &s.prof;
     let mean = MEAN.load(Relaxed);
-    let armed = tp.armed.load(Relaxed);
-    tp.armed.store(mean, Relaxed);
-    tp.left.store(if mean == 0 { RECHECK_BYTES } else { draw(tp, mean) }, Relaxed);
-    if mean == 0 || armed != mean || p.is_null() || n == 0 {
+    if mean == 0 {
+        tp.armed.store(0, Relaxed);
+        tp.left.store(RECHECK_BYTES, Relaxed);
+        return;
+    }
+    if tp.armed.load(Relaxed) != mean {
+        // The gap that ended was not drawn at this rate (a fresh slot, or the rate changed):
+        // draw one now and let it decide this allocation (gaps are memoryless).
+        tp.armed.store(mean, Relaxed);
+        let g = draw(tp, mean);
+        if (n as u64) < g {
+            tp.left.store(g - n as u64, Relaxed);
+            return;
+        }
+    }
+    tp.left.store(draw(tp, mean), Relaxed);
+    if p.is_null() || n == 0 {
         return;
     }
     let (lo, hi) = stack_bounds(tp);

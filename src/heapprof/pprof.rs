@@ -255,7 +255,11 @@ pub fn build() -> Profile {
             let id = *loc_ids.entry(0).or_insert_with(|| {
                 let id = location.len() as u64 + 1;
                 let f = fn_id(&mut st, "[stack not walked]");
-                location.push(Location { id, line: vec![Line { function_id: f, line: 0 }], ..Default::default() });
+                location.push(Location {
+                    id,
+                    line: vec![Line { function_id: f, line: 0 }],
+                    ..Default::default()
+                });
                 id
             });
             ids.push(id);
@@ -275,7 +279,12 @@ pub fn build() -> Profile {
         }
         sample.push(Sample {
             location_id: ids,
-            value: vec![r.alloc_objects.round() as i64, r.alloc_bytes.round() as i64, io.round() as i64, ib.round() as i64],
+            value: vec![
+                r.alloc_objects.round() as i64,
+                r.alloc_bytes.round() as i64,
+                io.round() as i64,
+                ib.round() as i64,
+            ],
             label,
         });
     }
@@ -290,7 +299,10 @@ pub fn build() -> Profile {
         live::MAX_RECORDS,
     ))];
     let default_sample_type = st.id("inuse_space");
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0);
     Profile {
         sample_type,
         sample,

@@ -73,7 +73,8 @@ pub fn capture(lo: usize, hi: usize, out: &mut [usize; MAX_FRAMES]) -> usize {
         }
         // SAFETY: fp..fp+16 lies between this thread's stack pointer and the top of its
         // stack, which is mapped memory of this thread.
-        let (next, ret) = unsafe { ((fp as *const usize).read_volatile(), ((fp + 8) as *const usize).read_volatile()) };
+        let (next, ret) =
+            unsafe { ((fp as *const usize).read_volatile(), ((fp + 8) as *const usize).read_volatile()) };
         if ret == 0 {
             break;
         }
