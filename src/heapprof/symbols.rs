@@ -83,10 +83,13 @@ pub fn exec_maps() -> Vec<Map> {
     out
 }
 
+/// Parsed files by (path, inode).
+type Cache = Mutex<Option<HashMap<(String, u64), Arc<Elf>>>>;
+
 /// The ELF file behind a mapping (cached; an empty description for `[vdso]` and unreadable
 /// files).
 pub fn elf(m: &Map) -> Arc<Elf> {
-    static CACHE: Mutex<Option<HashMap<(String, u64), Arc<Elf>>>> = Mutex::new(None);
+    static CACHE: Cache = Mutex::new(None);
     let key = (m.path.clone(), m.inode);
     let mut c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
     let map = c.get_or_insert_with(HashMap::new);
