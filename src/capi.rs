@@ -173,6 +173,35 @@ pub unsafe extern "C" fn mallocshim_trim(out: *mut MallocshimTrimResult) -> c_in
     0
 }
 
+/// Sets the heap profile's mean sampling gap at run time: one allocation is sampled per
+/// `sample_bytes` bytes allocated, on average (exponentially distributed gaps per thread), as
+/// `MALLOCSHIM_PROF_SAMPLE_BYTES` does at start; 0 turns sampling off (blocks already sampled
+/// stay in the profile until they are freed). Threads see the new rate at their next allocation.
+/// Returns 0; `ENOTSUP` when `MALLOCSHIM_PROFILE=off` (routing only: nothing is recorded);
+/// `ENOMEM` when the profile's tables could not be mapped (sampling stays as it was).
+#[no_mangle]
+pub extern "C" fn mallocshim_heap_profile_set(sample_bytes: u64) -> c_int {
+    let _g = Reentry::enter();
+    crate::init::ensure();
+    if !crate::config::get().profile {
+        return libc::ENOTSUP;
+    }
+    match crate::heapprof::set_rate(sample_bytes) {
+        Ok(()) => {
+            crate::heapprof::nudge_threads();
+            0
+        }
+        Err(e) => e,
+    }
+}
+
+/// The heap profile's mean sampling gap in bytes now; 0 when sampling is off.
+#[no_mangle]
+pub extern "C" fn mallocshim_heap_profile_rate() -> u64 {
+    crate::init::ensure();
+    crate::heapprof::rate()
+}
+
 /// Writes the exit summary line (`MALLOCSHIM_VERBOSE=1`).
 pub fn print_summary() {
     let t = slots::totals();

@@ -47,6 +47,8 @@ pub struct Config {
     pub memlog: [u8; PATH_MAX],
     /// Milliseconds between memlog lines.
     pub memlog_interval_ms: u64,
+    /// Mean bytes between heap-profile samples; 0 = off.
+    pub prof_sample_bytes: u64,
 }
 
 /// Dump format bits for [`Config::dump_formats`].
@@ -54,9 +56,11 @@ pub const FMT_JSON: u8 = 1;
 pub const FMT_PROM: u8 = 2;
 pub const FMT_HDR: u8 = 4;
 pub const FMT_TEXT: u8 = 8;
+/// The heap profile, gzip'ed profile.proto (file extension `pb.gz`).
+pub const FMT_PPROF: u8 = 16;
 /// Format names and bits, in file order.
-pub const FORMATS: [(&str, u8); 4] =
-    [("json", FMT_JSON), ("prom", FMT_PROM), ("hdr", FMT_HDR), ("text", FMT_TEXT)];
+pub const FORMATS: [(&str, u8); 5] =
+    [("json", FMT_JSON), ("prom", FMT_PROM), ("hdr", FMT_HDR), ("text", FMT_TEXT), ("pprof", FMT_PPROF)];
 
 /// One row of the table.
 pub struct Opt {
@@ -72,7 +76,7 @@ pub struct Opt {
 }
 
 /// Every variable the shim reads. The README's table matches this one row for row.
-pub static OPTIONS: [Opt; 17] = [
+pub static OPTIONS: [Opt; 18] = [
     Opt {
         name: "MALLOCSHIM_BACKEND",
         default: "glibc",
@@ -196,12 +200,12 @@ pub static OPTIONS: [Opt; 17] = [
     Opt {
         name: "MALLOCSHIM_DUMP_FORMATS",
         default: "json,prom",
-        doc: "dump formats, comma-separated: json, prom, hdr, text",
+        doc: "dump formats, comma-separated: json, prom, hdr, text, pprof (heap profile, .pb.gz)",
         path: false,
         parse: |v, c| {
             let mut bits = 0;
             for part in v.split(|&b| b == b',') {
-                bits |= FORMATS.iter().find(|f| f.0.as_bytes() == part).map(|f| f.1).ok_or("a comma-separated list of json, prom, hdr, text")?;
+                bits |= FORMATS.iter().find(|f| f.0.as_bytes() == part).map(|f| f.1).ok_or("a comma-separated list of json, prom, hdr, text, pprof")?;
             }
             c.dump_formats = bits;
             Ok(())
@@ -322,6 +326,17 @@ pub static OPTIONS: [Opt; 17] = [
         },
         show: |c, out| put_u64(out, c.memlog_interval_ms),
     },
+    Opt {
+        name: "MALLOCSHIM_PROF_SAMPLE_BYTES",
+        default: "524288",
+        doc: "heap profile: sample one allocation per N bytes on average (exponential gaps); 0 = off",
+        path: false,
+        parse: |v, c| {
+            c.prof_sample_bytes = parse_u64(v, 0, 1 << 40)?;
+            Ok(())
+        },
+        show: |c, out| put_u64(out, c.prof_sample_bytes),
+    },
 ];
 
 /// Stores a path as a NUL-terminated buffer.
@@ -394,6 +409,7 @@ static CONFIG: Cell = Cell(UnsafeCell::new(Config {
     trim_on_pressure: 0,
     memlog: [0; PATH_MAX],
     memlog_interval_ms: 1000,
+    prof_sample_bytes: 0,
 }));
 
 /// The effective configuration (valid once initialisation has run).

@@ -15,7 +15,7 @@
 //! ignored there, see `config`), and no dump is written without a configured directory: dumps
 //! are off (said at start under `MALLOCSHIM_VERBOSE=1`).
 
-use crate::config::{self, FMT_HDR, FMT_JSON, FMT_PROM, FMT_TEXT, FORMATS};
+use crate::config::{self, FMT_HDR, FMT_JSON, FMT_PPROF, FMT_PROM, FMT_TEXT, FORMATS};
 use crate::report;
 use crate::tls::Reentry;
 use std::ffi::{CString, OsString};
@@ -180,8 +180,10 @@ fn write(at_exit: bool) -> Result<Vec<PathBuf>, String> {
             FMT_PROM => report::prom::render(&snap).into_bytes(),
             FMT_HDR => report::hdr::render(&snap),
             FMT_TEXT => report::text::render(&snap).into_bytes(),
+            FMT_PPROF => crate::heapprof::pprof::render(),
             _ => continue,
         };
+        let ext = if bit == FMT_PPROF { "pb.gz" } else { ext };
         let name = mallocshim_format::dump_file_name(snap.pid, seq, ext);
         match publish(&dir, &name, &body) {
             Ok(p) => written.push(p),

@@ -1,9 +1,13 @@
 //! The exported C symbols: one-line forwards to the `route` table (the malloc family: one load
 //! and one indirect jump), `introspect` and
-//! `signals` (the dump signal's interposers).
+//! `signals` (the dump signal's interposers), and C++'s delete family (`heapprof::cxx`; the new
+//! family is exported there, as naked stubs that can tail-jump into libstdc++).
 //! No logic lives here. `__libc_*` names are deliberately not exported.
 
+#![allow(non_snake_case)]
+
 use crate::backend::glibc::{Mallinfo, Mallinfo2};
+use crate::heapprof::cxx;
 use crate::{atfork, introspect, route, signals, worker};
 use core::ffi::{c_char, c_int, c_void};
 
@@ -183,4 +187,86 @@ pub unsafe extern "C" fn pthread_atfork(
 ) -> c_int {
     // SAFETY: forwarded pthread_atfork contract (handlers are plain C functions or NULL).
     unsafe { atfork::pthread_atfork(prepare, parent, child) }
+}
+
+// C++ operator delete, every form (plain, array, sized, nothrow, aligned).
+
+#[no_mangle]
+pub unsafe extern "C" fn _ZdlPv(p: *mut c_void) {
+    // SAFETY: forwarded C++ operator delete contract (`p` is NULL or from operator new).
+    unsafe { cxx::delete(p) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _ZdaPv(p: *mut c_void) {
+    // SAFETY: forwarded C++ operator delete contract (`p` is NULL or from operator new).
+    unsafe { cxx::delete(p) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _ZdlPvm(p: *mut c_void, _size: usize) {
+    // SAFETY: forwarded C++ operator delete contract (`p` is NULL or from operator new).
+    unsafe { cxx::delete(p) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _ZdaPvm(p: *mut c_void, _size: usize) {
+    // SAFETY: forwarded C++ operator delete contract (`p` is NULL or from operator new).
+    unsafe { cxx::delete(p) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _ZdlPvRKSt9nothrow_t(p: *mut c_void, _nt: *const c_void) {
+    // SAFETY: forwarded C++ operator delete contract (`p` is NULL or from operator new).
+    unsafe { cxx::delete(p) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _ZdaPvRKSt9nothrow_t(p: *mut c_void, _nt: *const c_void) {
+    // SAFETY: forwarded C++ operator delete contract (`p` is NULL or from operator new).
+    unsafe { cxx::delete(p) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _ZdlPvSt11align_val_t(p: *mut c_void, _align: usize) {
+    // SAFETY: forwarded C++ operator delete contract (`p` is NULL or from operator new).
+    unsafe { cxx::delete(p) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _ZdaPvSt11align_val_t(p: *mut c_void, _align: usize) {
+    // SAFETY: forwarded C++ operator delete contract (`p` is NULL or from operator new).
+    unsafe { cxx::delete(p) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _ZdlPvmSt11align_val_t(p: *mut c_void, _size: usize, _align: usize) {
+    // SAFETY: forwarded C++ operator delete contract (`p` is NULL or from operator new).
+    unsafe { cxx::delete(p) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _ZdaPvmSt11align_val_t(p: *mut c_void, _size: usize, _align: usize) {
+    // SAFETY: forwarded C++ operator delete contract (`p` is NULL or from operator new).
+    unsafe { cxx::delete(p) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _ZdlPvSt11align_val_tRKSt9nothrow_t(
+    p: *mut c_void,
+    _align: usize,
+    _nt: *const c_void,
+) {
+    // SAFETY: forwarded C++ operator delete contract (`p` is NULL or from operator new).
+    unsafe { cxx::delete(p) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _ZdaPvSt11align_val_tRKSt9nothrow_t(
+    p: *mut c_void,
+    _align: usize,
+    _nt: *const c_void,
+) {
+    // SAFETY: forwarded C++ operator delete contract (`p` is NULL or from operator new).
+    unsafe { cxx::delete(p) }
 }

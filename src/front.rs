@@ -5,12 +5,15 @@
 //! Every function here is generic over the backend `B` and over `P` (profiling on): `route`
 //! puts one monomorphised set per backend and setting in its entry tables, so routing only
 //! (`P = false`) compiles to the C semantics alone, usually a tail call.
+//! Allocations also count their bytes down to the next heap-profile sample (`heapprof`), and
+//! frees test the heap profile's address filter; a sampled allocation and the free of a sampled
+//! block go out of line to `heapprof`, whose module doc gives their exceptions.
 //! Never allocates, locks, panics or makes a syscall other than the clock.
 
 use crate::backend::Raw;
 use crate::classes::{bucket_of, class_of, Op};
 use crate::slots::{self, Entry, Slot, CLASS_HIST, CLASS_MAX};
-use crate::{clock, csem, tls};
+use crate::{clock, csem, heapprof, tls};
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
@@ -51,6 +54,7 @@ fn tally(s: &Slot, shared: bool, op: Op, size: usize) {
 /// unrecorded (the shim's own calls, under the guard). The common case — a non-zero countdown,
 /// which implies an own slot and no guard (see [`tls::ThreadState::countdown`]) — is inline;
 /// the guard, claiming a slot, the shared EXITED sink and sampled calls are out of line.
+/// `block(&result)` gives the allocated block (for a heap-profile sample; never called for free).
 #[inline(always)]
 fn recorded<B: Raw, R: Outcome>(
     e: Entry,
@@ -58,6 +62,7 @@ fn recorded<B: Raw, R: Outcome>(
     size: impl FnOnce() -> usize,
     run: impl FnOnce(usize) -> R,
     plain: impl FnOnce() -> R,
+    block: impl FnOnce(&R) -> *mut c_void,
 ) -> R {
     let st = tls::state();
     // SAFETY: `st` is this thread's TLS block; with a non-zero countdown its slot is claimed
@@ -68,7 +73,7 @@ fn recorded<B: Raw, R: Outcome>(
         let cd = (*st).countdown;
         (*st).countdown = cd.wrapping_sub(1);
         if cd == 0 {
-            return recorded_slow::<B, R>(st, e, op, size, run, plain);
+            return recorded_slow::<B, R>(st, e, op, size, run, plain, block);
         }
         let s = (*st).slot;
         if !derived(e) {
@@ -77,8 +82,25 @@ fn recorded<B: Raw, R: Outcome>(
         let n = size();
         // Counted before the call, so the call itself is a tail call.
         tally(&*s, false, op, n);
+        if op != Op::Free && heapprof::countdown(&*s, n) {
+            return heap_sampled(&*s, n, run, block);
+        }
         run(n)
     }
+}
+
+/// An allocation that ends the thread's heap-profile gap: made, then handed to `heapprof`.
+#[cold]
+#[inline(never)]
+fn heap_sampled<R>(
+    s: &Slot,
+    n: usize,
+    run: impl FnOnce(usize) -> R,
+    block: impl FnOnce(&R) -> *mut c_void,
+) -> R {
+    let out = run(n);
+    heapprof::sampled(s, block(&out), n);
+    out
 }
 
 /// The rest of [`recorded`]: the guard, a thread's first call (claims its slot), sampled calls
@@ -93,6 +115,7 @@ fn recorded_slow<B: Raw, R: Outcome>(
     size: impl FnOnce() -> usize,
     run: impl FnOnce(usize) -> R,
     plain: impl FnOnce() -> R,
+    block: impl FnOnce(&R) -> *mut c_void,
 ) -> R {
     // SAFETY: `st` is this thread's TLS block. The inline path wrapped the countdown below 0:
     // it stays 0 (guard, EXITED sink) unless a sampled call draws a new one below.
@@ -106,6 +129,8 @@ fn recorded_slow<B: Raw, R: Outcome>(
             crate::worker::write_pending();
         }
         let n = size();
+        // Threads without a slot of their own (EXITED) are not heap-sampled.
+        let heap = !shared && op != Op::Free && heapprof::countdown(&*s, n);
         let t0 = clock::ticks();
         let every = SAMPLE_EVERY.load(Relaxed);
         // The next period is drawn from [N/2, 3N/2) with the clock's low bits (mean N), so a
@@ -130,6 +155,9 @@ fn recorded_slow<B: Raw, R: Outcome>(
         tally(&*s, shared, op, n);
         if timed {
             sample(&*s, shared, op as usize, class_of(n), d);
+        }
+        if heap {
+            heapprof::sampled(&*s, block(&out), n);
         }
         out
     }
@@ -211,10 +239,14 @@ fn sample(s: &Slot, shared: bool, o: usize, c: usize, d: u64) {
 }
 
 /// An entry point recorded as `e`/`op` with `size` bytes when profiling is on (`P`).
+/// The allocated block is the result itself unless `$block` says otherwise.
 macro_rules! entry {
     ($P:ident, $e:expr, $op:expr, $size:expr, $call:expr) => {
+        entry!($P, $e, $op, $size, $call, |r: &*mut c_void| *r)
+    };
+    ($P:ident, $e:expr, $op:expr, $size:expr, $call:expr, $block:expr) => {
         if $P {
-            recorded::<B, _>($e, $op, || $size, |_| $call, || $call)
+            recorded::<B, _>($e, $op, || $size, |_| $call, || $call, $block)
         } else {
             $call
         }
@@ -232,6 +264,12 @@ pub unsafe extern "C" fn calloc<B: Raw, const P: bool>(n: usize, size: usize) ->
 }
 
 pub unsafe extern "C" fn realloc<B: Raw, const P: bool>(p: *mut c_void, size: usize) -> *mut c_void {
+    if P && heapprof::maybe_sampled(p) {
+        // SAFETY: forwarded C contract.
+        return realloc_sampled(p, size, || unsafe {
+            entry!(P, Entry::Realloc, Op::Realloc, size, csem::realloc::<B>(p, size))
+        });
+    }
     // SAFETY: forwarded C contract.
     entry!(P, Entry::Realloc, Op::Realloc, size, unsafe { csem::realloc::<B>(p, size) })
 }
@@ -241,10 +279,31 @@ pub unsafe extern "C" fn reallocarray<B: Raw, const P: bool>(
     n: usize,
     size: usize,
 ) -> *mut c_void {
+    let total = n.saturating_mul(size);
+    if P && heapprof::maybe_sampled(p) {
+        // SAFETY: forwarded C contract.
+        return realloc_sampled(p, total, || unsafe {
+            entry!(P, Entry::Reallocarray, Op::Realloc, total, csem::reallocarray::<B>(p, n, size))
+        });
+    }
     // SAFETY: forwarded C contract.
-    entry!(P, Entry::Reallocarray, Op::Realloc, n.saturating_mul(size), unsafe {
-        csem::reallocarray::<B>(p, n, size)
-    })
+    entry!(P, Entry::Reallocarray, Op::Realloc, total, unsafe { csem::reallocarray::<B>(p, n, size) })
+}
+
+/// Realloc of a block that may hold a heap-profile sample: the sample leaves the live set
+/// before the call (the old block may be freed by it) and comes back when the call failed and
+/// kept the block (NULL for a non-zero size).
+#[cold]
+#[inline(never)]
+fn realloc_sampled(p: *mut c_void, size: usize, call: impl FnOnce() -> *mut c_void) -> *mut c_void {
+    let taken = heapprof::forget(p);
+    let q = call();
+    if q.is_null() && size != 0 {
+        if let Some(e) = taken {
+            heapprof::put_back(e);
+        }
+    }
+    q
 }
 
 /// Free and its sized variants: the size class is the block's usable size, read before the
@@ -254,6 +313,10 @@ unsafe fn free_as<B: Raw, const P: bool>(e: Entry, p: *mut c_void) {
     if !P {
         // SAFETY: forwarded C contract.
         return unsafe { csem::free::<B>(p) };
+    }
+    if heapprof::maybe_sampled(p) {
+        // Out of the live set before the backend can hand the address out again.
+        let _ = heapprof::forget(p);
     }
     if p.is_null() || crate::bootstrap::contains(p) {
         return free_unowned::<B>(e, p);
@@ -290,7 +353,7 @@ fn free_unowned<B: Raw>(e: Entry, p: *mut c_void) {
             return;
         }
     }
-    recorded::<B, ()>(e, Op::Free, || n, |_| (), || ())
+    recorded::<B, ()>(e, Op::Free, || n, |_| (), || (), |_| core::ptr::null_mut())
 }
 
 /// A recorded free that reads the block's usable size from the backend first.
@@ -308,6 +371,7 @@ unsafe fn free_looked_up<B: Raw>(e: Entry, p: *mut c_void) {
         |u| unsafe { csem::free_live::<B>(p, u) },
         // SAFETY: as above.
         || unsafe { csem::free::<B>(p) },
+        |_| core::ptr::null_mut(),
     )
 }
 
@@ -381,10 +445,16 @@ pub unsafe extern "C" fn posix_memalign<B: Raw, const P: bool>(
     align: usize,
     size: usize,
 ) -> c_int {
-    // SAFETY: forwarded C contract.
-    entry!(P, Entry::PosixMemalign, Op::Memalign, size, unsafe {
-        csem::posix_memalign::<B>(out, align, size)
-    })
+    entry!(
+        P,
+        Entry::PosixMemalign,
+        Op::Memalign,
+        size,
+        // SAFETY: forwarded C contract.
+        unsafe { csem::posix_memalign::<B>(out, align, size) },
+        // SAFETY: on success the block is in the caller's out-pointer.
+        |r: &c_int| if *r == 0 { unsafe { *out } } else { core::ptr::null_mut() }
+    )
 }
 
 pub unsafe extern "C" fn aligned_alloc<B: Raw, const P: bool>(align: usize, size: usize) -> *mut c_void {

@@ -50,6 +50,7 @@ fn run() {
     slots::init();
     clock::start();
     front::set_sample_every(cfg.sample_every);
+    crate::heapprof::init(cfg.prof_sample_bytes, cfg.profile);
     csem::init_errno();
     crate::report::mark_start();
     backend::publish(b);

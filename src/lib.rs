@@ -18,6 +18,7 @@
 //! - [`introspect`]: mallinfo and friends for the active backend;
 //! - [`account`]: the RSS account (live, allocator free and metadata, non-heap);
 //! - [`worker`], [`trim`], [`memlog`], [`dump`]: the shim's thread and its jobs;
+//! - [`heapprof`]: sampled heap profiles by call site (pprof output);
 //! - [`capi`]: the shim's own C API (`shim/include/mallocshim.h`).
 
 // Every unsafe block states why it is sound (`// SAFETY:`), and clippy holds us to it.
@@ -36,6 +37,7 @@ mod diag;
 mod dump;
 mod exports;
 mod front;
+mod heapprof;
 mod init;
 mod introspect;
 mod memlog;

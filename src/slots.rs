@@ -58,6 +58,8 @@ pub struct Slot {
     /// usable-size lookup (jemalloc's `thread.deallocatedp`); null when the backend keeps none.
     /// Set by the owner when it claims the slot.
     pub freed_counter: AtomicPtr<u64>,
+    /// The owner's heap-profile sampler (byte countdown, stack bounds): `heapprof`.
+    pub prof: crate::heapprof::ThreadProf,
     /// Calls per entry point, for the entry points that share an op with another
     /// (reallocarray, free_sized, free_aligned_sized, the aligned family) and for
     /// malloc_usable_size. malloc, calloc, realloc and free are derived from `tally` by
@@ -108,6 +110,7 @@ impl Slot {
     const fn new() -> Slot {
         Slot {
             freed_counter: AtomicPtr::new(ptr::null_mut()),
+            prof: crate::heapprof::ThreadProf::new(),
             calls: [Z; ENTRIES],
             tally: [ZT; OPS],
             hist: [ZB; OPS],
@@ -296,6 +299,7 @@ fn fold_and_free(s: &Slot) {
     sink.folded_threads.fetch_add(1, Relaxed);
     s.creator_tid.store(0, Relaxed);
     s.start_unix_ms.store(0, Relaxed);
+    s.prof.reset();
     s.tid.store(0, Relaxed);
     s.in_use.store(false, Release);
 }

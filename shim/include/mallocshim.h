@@ -97,6 +97,17 @@ int mallocshim_dump(void);
 // `out` must be NULL or point to writable memory for one `struct mallocshim_trim_result`.
 int mallocshim_trim(struct mallocshim_trim_result *out);
 
+// Sets the heap profile's mean sampling gap at run time: one allocation is sampled per
+// `sample_bytes` bytes allocated, on average (exponentially distributed gaps per thread), as
+// `MALLOCSHIM_PROF_SAMPLE_BYTES` does at start; 0 turns sampling off (blocks already sampled
+// stay in the profile until they are freed). Threads see the new rate at their next allocation.
+// Returns 0; `ENOTSUP` when `MALLOCSHIM_PROFILE=off` (routing only: nothing is recorded);
+// `ENOMEM` when the profile's tables could not be mapped (sampling stays as it was).
+int mallocshim_heap_profile_set(uint64_t sample_bytes);
+
+// The heap profile's mean sampling gap in bytes now; 0 when sampling is off.
+uint64_t mallocshim_heap_profile_rate(void);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus
