@@ -14,10 +14,11 @@
 mod common;
 
 use common::*;
+use mallocshim_mariadb::{read_json, DumpWaiter, Instance, Launch, Options, Sysbench};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -279,7 +280,10 @@ fn ceiling(backend: &str, setting: &str) {
     assert!(under <= Duration::from_secs(2), "RSS under the ceiling only after {under:?}\n{ctx}");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(only_file(&dir, "json")).unwrap()).unwrap();
     let t = &v["trim"];
-    assert!(u(&t["by_reason"], "ceiling") >= 1, "{ctx}\n{t:#}");
+    // A backend that gave the memory back by itself (jemalloc's decay) needs no ceiling trim.
+    if after_free > CEILING {
+        assert!(u(&t["by_reason"], "ceiling") >= 1, "{ctx}\n{t:#}");
+    }
     assert_eq!(u(&t["by_reason"], "periodic"), 0, "{ctx}\n{t:#}");
     assert_eq!(u(t, "above_rss_bytes"), CEILING, "{t:#}");
     assert_eq!(
@@ -326,26 +330,22 @@ fn pressure_option_is_read() {
 /// A real mariadbd: the account adds up and its threads carry routines (connection threads
 /// share one, the tpool's std::threads another), under every backend.
 fn mariadb(backend: &str) {
-    for p in
-        ["bash", "flock", "mariadbd", "mariadb-install-db", "mariadb-admin", "mariadb", "sysbench", "python3"]
-    {
-        require(p);
-    }
     let _h = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
-    let out_dir = fresh_dir(&format!("mariadb-{backend}"));
-    let o = Command::new("bash")
-        .arg(root().join("scripts/account-mariadb.sh"))
-        .args([backend, "5", "4"])
-        .env("MALLOCSHIM_SO", shim())
-        .env("ACCOUNT_OUT", &out_dir)
-        .env_remove("LD_PRELOAD")
-        .output()
-        .expect("run scripts/account-mariadb.sh");
-    let s = stdout(&o);
-    let ctx = describe(&o);
-    assert!(s.lines().any(|l| l == "ok=1") && s.lines().any(|l| l == "mariadbd_exit=0"), "{ctx}");
-    let dump = s.lines().find_map(|l| l.strip_prefix("dump=")).unwrap_or_else(|| panic!("{ctx}"));
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(dump).unwrap()).unwrap();
+    let inst = Instance::create(Options::default()).unwrap_or_else(|e| panic!("{e}"));
+    let dumpdir = inst.subdir("dumps").unwrap();
+    let launch = Launch::shim(shim(), backend)
+        .var("MALLOCSHIM_DUMP_DIR", dumpdir.display().to_string())
+        .var("MALLOCSHIM_DUMP_FORMATS", "json,text");
+    let srv = inst.start(&launch).unwrap_or_else(|e| panic!("mariadbd under the shim ({backend}): {e}"));
+    srv.sysbench_prepare().unwrap_or_else(|e| panic!("{e}"));
+    let sb = srv.sysbench(&Sysbench::new("oltp_read_only", 4).time(5)).unwrap_or_else(|e| panic!("{e}"));
+    let dump = DumpWaiter::after(srv.pid(), &dumpdir, Duration::ZERO, Duration::from_secs(10)).wait();
+    let stopped = srv.shutdown().unwrap_or_else(|e| panic!("{e}"));
+    let ctx = format!("mariadb {backend}: sysbench {sb:?}, mariadbd exit {}", stopped.status);
+    assert_eq!((sb.exit, sb.errors), (0, 0), "{ctx}");
+    assert_eq!(stopped.status, 0, "{ctx}");
+    let (path, _) = dump.unwrap_or_else(|e| panic!("{e}\n{ctx}"));
+    let v: Value = read_json(&path).unwrap_or_else(|e| panic!("{e}\n{ctx}"));
     let ratio = check_sum(&v["memory"], &format!("mariadbd {backend}"));
     // InnoDB's buffer pool is mmap'ed by the server itself: outside the allocator.
     assert!(u(&v["memory"], "non_heap_bytes") > 16 << 20, "{:#}", v["memory"]);
@@ -365,16 +365,8 @@ fn mariadb(backend: &str) {
 }
 
 #[test]
-fn mariadb_glibc() {
-    mariadb("glibc");
-}
-
-#[test]
-fn mariadb_jemalloc() {
-    mariadb("jemalloc");
-}
-
-#[test]
-fn mariadb_tcmalloc() {
-    mariadb("tcmalloc");
+fn mariadb_every_backend() {
+    for b in BACKENDS {
+        mariadb(b);
+    }
 }
