@@ -15,7 +15,7 @@
 //! - [`init`], [`config`]: lazy start-up and the option table;
 //! - [`tls`], [`slots`]: per-thread state and per-thread counters;
 //! - [`introspect`]: mallinfo and friends for the active backend;
-//! - [`worker`], [`trim`], [`memlog`], [`dump`]: the shim's thread and its jobs;
+//! - [`worker`], [`trim`], [`memlog`], [`dump`], [`textfile`]: the shim's thread and its jobs;
 //! - [`capi`]: the shim's own C API (`shim/include/mallocshim.h`).
 
 pub mod backend;
@@ -36,6 +36,7 @@ pub mod report;
 pub mod route;
 pub mod signals;
 pub mod slots;
+pub mod textfile;
 pub mod tls;
 pub mod trim;
 pub mod worker;
@@ -66,6 +67,7 @@ extern "C" fn at_exit() {
     if worker::dump_pending() {
         worker::write_pending();
     }
+    textfile::remove_at_exit();
     if config::get().verbose > 0 {
         capi::print_summary();
     }

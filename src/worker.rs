@@ -2,7 +2,8 @@
 //! runs three jobs: a dump when woken (by the dump signal's handler, which only writes one byte:
 //! async-signal-safe) and every `MALLOCSHIM_DUMP_INTERVAL_S`; a trim every
 //! `MALLOCSHIM_TRIM_INTERVAL_MS` (`trim::periodic`); a memlog line every
-//! `MALLOCSHIM_MEMLOG_INTERVAL_MS`. A burst of wake-ups while a dump runs is drained into one
+//! `MALLOCSHIM_MEMLOG_INTERVAL_MS`; the Prometheus textfile every `MALLOCSHIM_PROM_INTERVAL_S`
+//! (`textfile`). A burst of wake-ups while a dump runs is drained into one
 //! more dump. Its allocations bypass recording (its guard is always set).
 //! The thread starts when the program creates its first thread (the shim interposes
 //! `pthread_create`), never in a single-threaded process: a second thread would make glibc's
@@ -80,6 +81,7 @@ fn wanted() -> bool {
         || c.dump_interval_s != 0
         || c.trim_interval_ms != 0
         || !crate::config::cstr_bytes(&c.memlog).is_empty()
+        || crate::textfile::active()
 }
 
 /// From the library constructor, after initialisation: arms the worker, which starts with the
@@ -128,6 +130,7 @@ extern "C" fn after_fork_child() {
     }
     crate::memlog::after_fork_child();
     crate::dump::after_fork_child();
+    crate::textfile::after_fork_child();
     if STARTED.load(Relaxed) {
         spawn(true);
     }
@@ -178,6 +181,11 @@ fn run() {
     if memlog.every != 0 {
         crate::memlog::sample();
     }
+    let mut textfile =
+        Job::new(if crate::textfile::active() { cfg.prom_interval_s.saturating_mul(1000) } else { 0 }, now);
+    if textfile.every != 0 {
+        crate::textfile::write();
+    }
     // A request made before this thread existed.
     if PENDING.swap(false, Relaxed) {
         let _ = crate::dump::write_all();
@@ -188,7 +196,7 @@ fn run() {
             return;
         }
         let now = now_ms();
-        let timeout = [dump.wait(now), trim.wait(now), memlog.wait(now)]
+        let timeout = [dump.wait(now), trim.wait(now), memlog.wait(now), textfile.wait(now)]
             .into_iter()
             .flatten()
             .min()
@@ -213,6 +221,9 @@ fn run() {
         }
         if memlog.due(now_ms()) {
             crate::memlog::sample();
+        }
+        if textfile.due(now_ms()) {
+            crate::textfile::write();
         }
         if dump.due(now_ms()) || want_dump {
             let _ = crate::dump::write_all();
