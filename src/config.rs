@@ -49,7 +49,18 @@ pub struct Config {
     pub memlog_interval_ms: u64,
     /// Mean bytes between heap-profile samples; 0 = off.
     pub prof_sample_bytes: u64,
+    /// NUL-terminated Prometheus textfile directory; empty = off.
+    pub prom_textfile_dir: [u8; PATH_MAX],
+    /// Seconds between textfile writes.
+    pub prom_interval_s: u64,
+    /// Permission bits of the textfile (a subset of 0666).
+    pub prom_file_mode: u32,
+    /// NUL-terminated `instance` label value; empty = the pid.
+    pub instance: [u8; INSTANCE_MAX],
 }
+
+/// Longest `MALLOCSHIM_INSTANCE` accepted, in bytes (plus the NUL).
+pub const INSTANCE_MAX: usize = 65;
 
 /// Dump format bits for [`Config::dump_formats`].
 pub const FMT_JSON: u8 = 1;
@@ -76,7 +87,7 @@ pub struct Opt {
 }
 
 /// Every variable the shim reads. The README's table matches this one row for row.
-pub static OPTIONS: [Opt; 18] = [
+pub static OPTIONS: [Opt; 22] = [
     Opt {
         name: "MALLOCSHIM_BACKEND",
         default: "glibc",
@@ -337,6 +348,80 @@ pub static OPTIONS: [Opt; 18] = [
         },
         show: |c, out| put_u64(out, c.prof_sample_bytes),
     },
+    Opt {
+        name: "MALLOCSHIM_PROM_TEXTFILE_DIR",
+        default: "off",
+        doc: "write DIR/mallocshim_<instance>.prom for node_exporter's textfile collector every PROM_INTERVAL_S",
+        path: true,
+        parse: |v, c| {
+            if v == b"off" {
+                c.prom_textfile_dir = [0; PATH_MAX];
+                return Ok(());
+            }
+            set_path(&mut c.prom_textfile_dir, v)
+        },
+        show: |c, out| match cstr_bytes(&c.prom_textfile_dir) {
+            b"" => out.put(b"off"),
+            d => out.put(d),
+        },
+    },
+    Opt {
+        name: "MALLOCSHIM_PROM_INTERVAL_S",
+        default: "15",
+        doc: "seconds between rewrites of the textfile (1 to 86400)",
+        path: false,
+        parse: |v, c| {
+            c.prom_interval_s = parse_u64(v, 1, 86_400).map_err(|_| "a whole number of seconds from 1 to 86400")?;
+            Ok(())
+        },
+        show: |c, out| put_u64(out, c.prom_interval_s),
+    },
+    Opt {
+        name: "MALLOCSHIM_PROM_FILE_MODE",
+        default: "0644",
+        doc: "permission bits of the textfile, octal, at most 0666 (0644: node_exporter's user can read it)",
+        path: false,
+        parse: |v, c| {
+            const ERR: &str = "octal permission bits from 0 to 0666, e.g. 0644 or 0640";
+            if v.is_empty() || v.len() > 4 || !v.iter().all(|d| (b'0'..=b'7').contains(d)) {
+                return Err(ERR);
+            }
+            let m = v.iter().fold(0u32, |a, &d| a * 8 + (d - b'0') as u32);
+            if m & !0o666 != 0 {
+                return Err(ERR);
+            }
+            c.prom_file_mode = m;
+            Ok(())
+        },
+        show: |c, out| {
+            let _ = core::fmt::Write::write_fmt(out, format_args!("{:04o}", c.prom_file_mode));
+        },
+    },
+    Opt {
+        name: "MALLOCSHIM_INSTANCE",
+        default: "the pid",
+        doc: "value of the instance label and name of the textfile: letters, digits, . _ - (1 to 64)",
+        path: false,
+        parse: |v, c| {
+            if v == b"the pid" {
+                c.instance = [0; INSTANCE_MAX];
+                return Ok(());
+            }
+            if v.is_empty()
+                || v.len() >= INSTANCE_MAX
+                || !v.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+            {
+                return Err("1 to 64 letters, digits, '.', '_' or '-'");
+            }
+            c.instance = [0; INSTANCE_MAX];
+            c.instance[..v.len()].copy_from_slice(v);
+            Ok(())
+        },
+        show: |c, out| match cstr_bytes(&c.instance) {
+            b"" => out.put(b"the pid"),
+            d => out.put(d),
+        },
+    },
 ];
 
 /// Stores a path as a NUL-terminated buffer.
@@ -410,6 +495,10 @@ static CONFIG: Cell = Cell(UnsafeCell::new(Config {
     memlog: [0; PATH_MAX],
     memlog_interval_ms: 1000,
     prof_sample_bytes: 0,
+    prom_textfile_dir: [0; PATH_MAX],
+    prom_interval_s: 15,
+    prom_file_mode: 0o644,
+    instance: [0; INSTANCE_MAX],
 }));
 
 /// The effective configuration (valid once initialisation has run).

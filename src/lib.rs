@@ -17,7 +17,7 @@
 //! - [`tls`], [`slots`]: per-thread state and per-thread counters;
 //! - [`introspect`]: mallinfo and friends for the active backend;
 //! - [`account`]: the RSS account (live, allocator free and metadata, non-heap);
-//! - [`worker`], [`trim`], [`memlog`], [`dump`]: the shim's thread and its jobs;
+//! - [`worker`], [`trim`], [`memlog`], [`dump`], [`textfile`]: the shim's thread and its jobs;
 //! - [`heapprof`]: sampled heap profiles by call site (pprof output);
 //! - [`capi`]: the shim's own C API (`shim/include/mallocshim.h`).
 
@@ -45,6 +45,7 @@ mod report;
 mod route;
 mod signals;
 mod slots;
+mod textfile;
 mod tls;
 mod trim;
 mod worker;
@@ -77,6 +78,7 @@ extern "C" fn at_exit() {
         worker::clear_pending();
         let _ = dump::write_at_exit();
     }
+    textfile::remove_at_exit();
     if config::get().verbose > 0 {
         capi::print_summary();
     }

@@ -3,7 +3,9 @@
 //! async-signal-safe) and every `MALLOCSHIM_DUMP_INTERVAL_S`; a trim every
 //! `MALLOCSHIM_TRIM_INTERVAL_MS` (`trim::periodic`); a memlog line every
 //! `MALLOCSHIM_MEMLOG_INTERVAL_MS`; the ceiling and pressure checks (`trim::watch`) every
-//! `trim::WATCH_MS` when `MALLOCSHIM_TRIM_ABOVE_RSS` or `MALLOCSHIM_TRIM_ON_PRESSURE` is set. A burst of wake-ups while a dump runs is drained into one
+//! `trim::WATCH_MS` when `MALLOCSHIM_TRIM_ABOVE_RSS` or `MALLOCSHIM_TRIM_ON_PRESSURE` is set; the
+//! Prometheus textfile every `MALLOCSHIM_PROM_INTERVAL_S` (`textfile`). A burst of wake-ups while
+//! a dump runs is drained into one
 //! more dump. Its allocations bypass recording (its guard is always set).
 //! The thread starts when the program creates its first thread (the shim interposes
 //! `pthread_create`), never in a single-threaded process: a second thread would make glibc's
@@ -83,6 +85,7 @@ fn wanted() -> bool {
         || c.trim_above_rss != 0
         || c.trim_on_pressure != 0
         || !crate::config::cstr_bytes(&c.memlog).is_empty()
+        || crate::textfile::active()
 }
 
 /// From the library constructor, after initialisation: arms the worker, which starts with the
@@ -131,6 +134,7 @@ unsafe extern "C" fn after_fork_child() {
     }
     crate::memlog::after_fork_child();
     crate::dump::after_fork_child();
+    crate::textfile::after_fork_child();
     if STARTED.load(Relaxed) {
         spawn(true);
     }
@@ -184,6 +188,11 @@ fn run() {
     if memlog.every != 0 {
         crate::memlog::sample();
     }
+    let mut textfile =
+        Job::new(if crate::textfile::active() { cfg.prom_interval_s.saturating_mul(1000) } else { 0 }, now);
+    if textfile.every != 0 {
+        crate::textfile::write();
+    }
     // A request made before this thread existed.
     if PENDING.swap(false, Relaxed) {
         let _ = crate::dump::write_all();
@@ -194,7 +203,7 @@ fn run() {
             return;
         }
         let now = now_ms();
-        let timeout = [dump.wait(now), trim.wait(now), memlog.wait(now), watch.wait(now)]
+        let timeout = [dump.wait(now), trim.wait(now), memlog.wait(now), watch.wait(now), textfile.wait(now)]
             .into_iter()
             .flatten()
             .min()
@@ -223,6 +232,9 @@ fn run() {
         }
         if memlog.due(now_ms()) {
             crate::memlog::sample();
+        }
+        if textfile.due(now_ms()) {
+            crate::textfile::write();
         }
         if dump.due(now_ms()) || want_dump {
             let _ = crate::dump::write_all();
