@@ -284,6 +284,7 @@ fn print_dump(b: &str, json: &Path, took: Duration) {
             for (op, label, n, p50, p99) in &s.busiest {
                 println!("  {op:<8} {label:<18} {n:>12} {p50:>8} {p99:>8}");
             }
+            print_account(&d["memory"]);
         }
         Err(e) => println!("(cannot read: {e})"),
     }
@@ -292,4 +293,31 @@ fn print_dump(b: &str, json: &Path, took: Duration) {
         Ok(t) => print!("\n{t}"),
         Err(e) => println!("(no text dump {}: {e})", text.display()),
     }
+}
+
+/// The RSS account of the dump (docs/memory-account.md): its parts, in MiB, and their sum
+/// against RSS.
+fn print_account(m: &serde_json::Value) {
+    let mib = |k: &str| m[k].as_u64().map(|v| format!("{:.1}", v as f64 / 1048576.0));
+    let parts = [
+        ("live", "live_bytes"),
+        ("allocator free", "allocator_free_bytes"),
+        ("allocator metadata", "allocator_metadata_bytes"),
+        ("outside malloc", "non_heap_bytes"),
+        ("file-backed", "rss_file_bytes"),
+        ("shared memory", "rss_shmem_bytes"),
+    ];
+    let Some(rss) = m["rss_bytes"].as_u64() else {
+        println!("RSS account: (not in this dump)");
+        return;
+    };
+    let sum: u64 = parts.iter().filter_map(|(_, k)| m[*k].as_u64()).sum();
+    let shown: Vec<String> =
+        parts.iter().map(|(n, k)| format!("{n} {} MiB", mib(k).unwrap_or_else(|| "n/a".into()))).collect();
+    println!(
+        "RSS account: RSS {:.1} MiB = {} (parts sum to {:.1}% of RSS)",
+        rss as f64 / 1048576.0,
+        shown.join(" + "),
+        100.0 * sum as f64 / rss.max(1) as f64
+    );
 }
