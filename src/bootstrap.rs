@@ -49,7 +49,7 @@ pub fn alloc(size: usize, align: usize) -> *mut libc::c_void {
         let end = match start.checked_add(size.max(1)) {
             Some(e) if e - base() <= POOL_BYTES => e - base(),
             _ => {
-                crate::csem::set_errno(libc::ENOMEM);
+                crate::sys::set_errno(libc::ENOMEM);
                 return core::ptr::null_mut();
             }
         };
@@ -134,7 +134,7 @@ unsafe extern "C" fn boot_calloc(n: usize, size: usize) -> *mut c_void {
     match n.checked_mul(size) {
         Some(t) => alloc(t, csem::MIN_ALIGN),
         None => {
-            csem::set_errno(libc::ENOMEM);
+            crate::sys::set_errno(libc::ENOMEM);
             core::ptr::null_mut()
         }
     }
@@ -147,7 +147,7 @@ unsafe extern "C" fn boot_realloc(p: *mut c_void, size: usize) -> *mut c_void {
     }
     if !p.is_null() && !contains(p) {
         // Not a block of the shim's: leave it intact.
-        csem::set_errno(libc::ENOMEM);
+        crate::sys::set_errno(libc::ENOMEM);
         return core::ptr::null_mut();
     }
     if size == 0 {
@@ -170,7 +170,7 @@ unsafe extern "C" fn boot_reallocarray(p: *mut c_void, n: usize, size: usize) ->
         // SAFETY: forwarded C contract.
         Some(t) => unsafe { boot_realloc(p, t) },
         None => {
-            csem::set_errno(libc::ENOMEM);
+            crate::sys::set_errno(libc::ENOMEM);
             core::ptr::null_mut()
         }
     }

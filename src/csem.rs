@@ -7,6 +7,7 @@
 
 use crate::backend::Raw;
 use crate::bootstrap;
+use crate::sys::{errno_slot, set_errno};
 use core::ffi::{c_int, c_void};
 use core::ptr;
 use core::sync::atomic::{AtomicUsize, Ordering};
@@ -27,49 +28,6 @@ pub fn set_page_size(p: usize) {
 
 fn page() -> usize {
     PAGE.load(Ordering::Relaxed)
-}
-
-#[inline(always)]
-pub fn errno() -> c_int {
-    // SAFETY: __errno_location returns this thread's errno slot.
-    unsafe { *libc::__errno_location() }
-}
-
-#[inline(always)]
-pub fn set_errno(e: c_int) {
-    // SAFETY: as above.
-    unsafe { *libc::__errno_location() = e }
-}
-
-/// Offset of glibc's `errno` from the thread pointer. libc's TLS block is in the static TLS
-/// area, at the same offset from the thread pointer in every thread (what initial-exec TLS relies
-/// on), so one reading at start-up gives every thread's errno without a call.
-#[cfg(target_arch = "x86_64")]
-static ERRNO_TPOFF: core::sync::atomic::AtomicIsize = core::sync::atomic::AtomicIsize::new(0);
-
-/// Records errno's offset from the thread pointer (initialisation, before any backend runs).
-pub fn init_errno() {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: __errno_location returns this thread's errno slot.
-        let e = unsafe { libc::__errno_location() } as isize;
-        ERRNO_TPOFF.store(e.wrapping_sub(crate::tls::thread_pointer() as isize), Ordering::Relaxed);
-    }
-}
-
-/// This thread's errno slot, without a call (x86-64; `__errno_location` elsewhere).
-#[inline(always)]
-fn errno_slot() -> *mut c_int {
-    #[cfg(target_arch = "x86_64")]
-    {
-        (crate::tls::thread_pointer() as isize).wrapping_add(ERRNO_TPOFF.load(Ordering::Relaxed))
-            as *mut c_int
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    // SAFETY: __errno_location returns this thread's errno slot.
-    unsafe {
-        libc::__errno_location()
-    }
 }
 
 #[cold]

@@ -158,14 +158,14 @@ pub fn write_at_exit() -> Result<Vec<PathBuf>, String> {
 fn write(at_exit: bool) -> Result<Vec<PathBuf>, String> {
     let _g = Reentry::enter();
     if off() {
-        crate::worker::clear_pending();
+        clear_pending();
         return Err("dumps are off in a secure-execution process".into());
     }
     let Some(_l) = Serial::take(at_exit.then_some(5000)) else {
         return Err("a dump is already being written by this thread".into());
     };
     // This dump answers any request still waiting for a thread to write it.
-    crate::worker::clear_pending();
+    clear_pending();
     let formats = config::get().dump_formats;
     let snap = report::snapshot();
     let seq = SEQ.fetch_add(1, Ordering::Relaxed);
@@ -262,4 +262,62 @@ fn publish_named(dir: &std::path::Path, name: &str, body: &[u8]) -> std::io::Res
         return Err(e);
     }
     Ok(dst)
+}
+
+// The dump-request mailbox: the dump signal's handler (or the C API) posts a request here; the
+// shim's thread is woken through its pipe (registered with `set_waker`), or, before that thread
+// exists, the request waits for the next sampled call of any thread or for exit.
+
+/// The write end of the worker's wake-up pipe; -1 without a worker.
+static WAKER: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(-1);
+/// A dump was requested while there was no worker.
+static PENDING: AtomicBool = AtomicBool::new(false);
+
+/// The worker's wake-up pipe (`-1`: none, e.g. in a forked child before its worker starts).
+pub fn set_waker(fd: i32) {
+    WAKER.store(fd, Ordering::Relaxed);
+}
+
+/// Asks for a dump. Async-signal-safe: one non-blocking write(2) to the worker's pipe; without a
+/// worker, two stores (the request and this thread's sample countdown, so that its next recorded
+/// call takes the out-of-line path and sees the request).
+pub fn request() {
+    let fd = WAKER.load(Ordering::Relaxed);
+    if fd >= 0 {
+        // SAFETY: writing one byte from a static buffer; a full pipe already holds a request.
+        unsafe { libc::write(fd, b"d".as_ptr().cast(), 1) };
+    } else {
+        PENDING.store(true, Ordering::Relaxed);
+        // SAFETY: this thread's TLS block.
+        unsafe { (*crate::tls::state()).countdown = 0 };
+    }
+}
+
+/// True when a dump request waits for a thread to write it.
+#[inline(always)]
+pub fn pending() -> bool {
+    PENDING.load(Ordering::Relaxed)
+}
+
+/// A dump is being written: a pending request is answered by it.
+pub fn clear_pending() {
+    PENDING.store(false, Ordering::Relaxed);
+}
+
+/// Writes a pending dump on the calling thread (a sampled call outside the shim, the worker's
+/// start, or exit).
+#[cold]
+#[inline(never)]
+pub fn write_pending() {
+    if PENDING.swap(false, Ordering::Relaxed) {
+        let _g = Reentry::enter();
+        let _ = write_all();
+    }
+}
+
+/// In a forked child whose worker has just started: a request still pending goes to it.
+pub fn repost_pending() {
+    if WAKER.load(Ordering::Relaxed) >= 0 && PENDING.swap(false, Ordering::Relaxed) {
+        request();
+    }
 }

@@ -8,7 +8,13 @@
 //! Allocations also count their bytes down to the next heap-profile sample (`heapprof`), and
 //! frees test the heap profile's address filter; a sampled allocation and the free of a sampled
 //! block go out of line to `heapprof`, whose module doc gives their exceptions.
-//! Never allocates, locks, panics or makes a syscall other than the clock.
+//! The inline path never allocates, locks, panics or makes a syscall other than the clock. The
+//! out-of-line path has three exceptions, each rare and each under the reentrancy guard: a
+//! thread's first recorded call claims a slot (`slots::claim`: an mmap when the pool grows); under
+//! jemalloc, the thread's first served allocation reads its freed-bytes counter (a mallctl); and
+//! in a process without the shim's thread (single-threaded so far), a pending dump request is
+//! written by the next sampled call (`dump::write_pending`: a whole dump, which allocates and
+//! writes files), because no other thread exists to write it.
 
 use crate::backend::Raw;
 use crate::classes::{bucket_of, class_of, Op};
@@ -125,8 +131,8 @@ fn recorded_slow<B: Raw, R: Outcome>(
     };
     // SAFETY: as in `recorded`; the slot is this thread's or EXITED.
     unsafe {
-        if crate::worker::dump_pending() {
-            crate::worker::write_pending();
+        if crate::dump::pending() {
+            crate::dump::write_pending();
         }
         let n = size();
         // Threads without a slot of their own (EXITED) are not heap-sampled.

@@ -39,7 +39,7 @@ fn run() {
     let _g = Reentry::enter();
     // The caller's errno survives initialisation (mimalloc's constructor, run by dlopen, leaves
     // ENOENT from probing files).
-    let saved_errno = csem::errno();
+    let saved_errno = crate::sys::errno();
     // SAFETY: getauxval does not allocate.
     csem::set_page_size(unsafe { libc::getauxval(libc::AT_PAGESZ) } as usize);
     // SAFETY: this thread won the UNINIT->BUSY race: it is the only initialiser.
@@ -51,7 +51,7 @@ fn run() {
     clock::start();
     front::set_sample_every(cfg.sample_every);
     crate::heapprof::init(cfg.prof_sample_bytes, cfg.profile);
-    csem::init_errno();
+    crate::sys::init_errno();
     crate::report::mark_start();
     backend::publish(b);
     crate::route::publish(b, cfg.profile);
@@ -59,7 +59,7 @@ fn run() {
     if cfg.verbose > 0 {
         config::print_table();
     }
-    csem::set_errno(saved_errno);
+    crate::sys::set_errno(saved_errno);
     #[cfg(feature = "semantics-floor")]
     crate::shim_warn!(
         "built with the semantics-floor feature, for measurement only: free does not recognise bootstrap-pool blocks; under jemalloc, tcmalloc and mimalloc it does not keep errno and small blocks are 8-byte aligned"

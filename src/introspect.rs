@@ -104,7 +104,7 @@ pub fn malloc_stats() {
 /// `fp` must be a valid open `FILE *`.
 pub unsafe fn malloc_info(options: c_int, fp: *mut libc::FILE) -> c_int {
     if options != 0 {
-        crate::csem::set_errno(libc::EINVAL);
+        crate::sys::set_errno(libc::EINVAL);
         return -1;
     }
     let _g = Reentry::enter();

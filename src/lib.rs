@@ -15,7 +15,9 @@
 //! - [`init`], [`config`]: lazy start-up and the option table;
 //! - [`atfork`]: the backend's fork handlers, under glibc's fork rules;
 //! - [`tls`], [`slots`]: per-thread state and per-thread counters;
+//! - [`sys`]: errno and dlsym(RTLD_NEXT) helpers (a leaf);
 //! - [`introspect`]: mallinfo and friends for the active backend;
+//! - [`latency`], [`procfs`]: sampled latencies and /proc readings shared by reporting and trims;
 //! - [`account`]: the RSS account (live, allocator free and metadata, non-heap);
 //! - [`worker`], [`trim`], [`memlog`], [`dump`], [`textfile`]: the shim's thread and its jobs;
 //! - [`heapprof`]: sampled heap profiles by call site (pprof output);
@@ -40,11 +42,14 @@ mod front;
 mod heapprof;
 mod init;
 mod introspect;
+mod latency;
 mod memlog;
+mod procfs;
 mod report;
 mod route;
 mod signals;
 mod slots;
+mod sys;
 mod textfile;
 mod tls;
 mod trim;
@@ -74,8 +79,8 @@ extern "C" fn at_exit() {
     dump::finish_at_exit();
     // A dump requested by signal that no thread has written yet (single-threaded program) is
     // answered by the exit dump.
-    if config::get().dump_at_exit || worker::dump_pending() {
-        worker::clear_pending();
+    if config::get().dump_at_exit || dump::pending() {
+        dump::clear_pending();
         let _ = dump::write_at_exit();
     }
     textfile::remove_at_exit();

@@ -96,8 +96,8 @@ pub fn sample() {
     }
     // The line's time is its start: reading the backend's figures can take milliseconds (glibc's
     // mallinfo2 walks every free chunk), and a late stamp could equal the next line's.
-    let ms = crate::report::unix_ms();
-    let (_, vsz) = crate::report::statm();
+    let ms = crate::procfs::unix_ms();
+    let (_, vsz) = crate::procfs::statm();
     let (a, m) = crate::account::measure();
     let (trims, released) = crate::trim::totals();
     let r = crate::trim::by_reason();

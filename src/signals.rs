@@ -9,9 +9,7 @@
 //! the signal gets a dump instead of dying; SIG_IGN stays ignored (and still dumps).
 //! The handler is async-signal-safe: it writes one byte to the worker's pipe.
 
-use crate::tls::Reentry;
-use crate::worker;
-use core::ffi::{c_int, c_void, CStr};
+use core::ffi::{c_int, c_void};
 use core::ptr;
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering::*};
 use libc::{sigaction as Sigaction, siginfo_t, sigset_t, timespec};
@@ -34,23 +32,10 @@ type SignalFn = unsafe extern "C" fn(c_int, libc::sighandler_t) -> libc::sighand
 static REAL_SIGACTION: AtomicUsize = AtomicUsize::new(0);
 static REAL_SIGNAL: AtomicUsize = AtomicUsize::new(0);
 
-/// glibc's definition of `name`, looked up once with dlsym(RTLD_NEXT) under the guard.
-pub(crate) fn next(cache: &AtomicUsize, name: &CStr) -> usize {
-    let v = cache.load(Relaxed);
-    if v != 0 {
-        return v;
-    }
-    let _g = Reentry::enter();
-    // SAFETY: dlsym with a valid NUL-terminated name.
-    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
-    cache.store(p, Relaxed);
-    p
-}
-
 unsafe fn real_sigaction(sig: c_int, act: *const Sigaction, old: *mut Sigaction) -> c_int {
-    let f = next(&REAL_SIGACTION, c"sigaction");
+    let f = crate::sys::next(&REAL_SIGACTION, c"sigaction");
     if f == 0 {
-        crate::csem::set_errno(libc::ENOSYS);
+        crate::sys::set_errno(libc::ENOSYS);
         return -1;
     }
     // SAFETY: glibc's sigaction, resolved by name, with the caller's arguments.
@@ -128,13 +113,13 @@ fn is_dump_request(sig: c_int, info: *const siginfo_t) -> bool {
 }
 
 extern "C" fn handler(sig: c_int, info: *mut siginfo_t, ctx: *mut c_void) {
-    let e = crate::csem::errno();
+    let e = crate::sys::errno();
     if is_dump_request(sig, info) {
-        worker::request_dump();
+        crate::dump::request();
     }
     let h = APP_HANDLER.load(Relaxed);
     let flags = APP_FLAGS.load(Relaxed);
-    crate::csem::set_errno(e);
+    crate::sys::set_errno(e);
     if h == libc::SIG_DFL || h == libc::SIG_IGN {
         return;
     }
@@ -193,7 +178,7 @@ pub unsafe fn sigaction(sig: c_int, act: *const Sigaction, old: *mut Sigaction) 
 pub unsafe fn signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
     crate::init::ensure();
     if !INSTALLED.load(Acquire) || sig != DUMP_SIG.load(Relaxed) {
-        let f = next(&REAL_SIGNAL, c"signal");
+        let f = crate::sys::next(&REAL_SIGNAL, c"signal");
         if f == 0 {
             return libc::SIG_ERR;
         }
@@ -229,7 +214,7 @@ pub unsafe fn sigtimedwait(set: *const sigset_t, info: *mut siginfo_t, timeout: 
         let r = libc::syscall(libc::SYS_rt_sigtimedwait, set, ip, timeout, 8usize) as c_int;
         if r > 0 {
             if is_dump_request(r, ip) {
-                worker::request_dump();
+                crate::dump::request();
             }
             if (*ip).si_code == SI_TKILL {
                 (*ip).si_code = SI_USER;
@@ -254,7 +239,7 @@ pub unsafe fn sigwait(set: *const sigset_t, sig: *mut c_int) -> c_int {
             unsafe { *sig = r };
             return 0;
         }
-        let e = crate::csem::errno();
+        let e = crate::sys::errno();
         if e != libc::EINTR {
             return e;
         }

@@ -9,7 +9,7 @@
 
 use crate::backend::{self, MemStats};
 use crate::classes::{bucket_of, BUCKETS};
-use crate::report::Latency;
+use crate::latency::Latency;
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// What one trim did. Sizes in bytes, time in ns.
@@ -90,11 +90,11 @@ pub fn run(reason: Reason) -> Outcome {
 }
 
 fn run_with(before: MemStats, reason: Reason) -> Outcome {
-    let (rss_before, _) = crate::report::statm();
+    let (rss_before, _) = crate::procfs::statm();
     let t0 = crate::clock::mono_ns();
     backend::release(0, crate::config::get().release);
     let duration_ns = crate::clock::mono_ns().saturating_sub(t0);
-    let (rss_after, _) = crate::report::statm();
+    let (rss_after, _) = crate::procfs::statm();
     let o = Outcome {
         free_before: before.free,
         rss_before,
@@ -105,7 +105,7 @@ fn run_with(before: MemStats, reason: Reason) -> Outcome {
     RUNS.fetch_add(1, Relaxed);
     BY_REASON[reason as usize].fetch_add(1, Relaxed);
     RELEASED.fetch_add(o.released, Relaxed);
-    LAST_UNIX_MS.store(crate::report::unix_ms(), Relaxed);
+    LAST_UNIX_MS.store(crate::procfs::unix_ms(), Relaxed);
     DUR_HIST[bucket_of(duration_ns)].fetch_add(1, Relaxed);
     DUR_MAX_NS.fetch_max(duration_ns, Relaxed);
     if crate::config::get().verbose >= 2 {
@@ -187,7 +187,7 @@ pub struct Watch {
 pub fn watch(w: &mut Watch, now: u64) {
     let cfg = crate::config::get();
     if cfg.trim_above_rss != 0 {
-        let (rss, _) = crate::report::statm();
+        let (rss, _) = crate::procfs::statm();
         if rss <= cfg.trim_above_rss {
             w.ceiling.gap = 0;
         } else if w.ceiling.open(now, CEILING_GAP_MS, rss) {

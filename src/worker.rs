@@ -10,9 +10,10 @@
 //! The thread starts when the program creates its first thread (the shim interposes
 //! `pthread_create`), never in a single-threaded process: a second thread would make glibc's
 //! fork take every arena lock, and a fork from a signal handler that interrupted malloc would
-//! then deadlock. Until then a dump request is left pending and written by the requesting
-//! thread at its next sampled allocator call (or at exit); trims and memlog lines start with
-//! the worker.
+//! then deadlock. Until then a dump request waits in `dump`'s mailbox and is written by the
+//! requesting thread at its next sampled allocator call (or at exit); trims and memlog lines
+//! start with the worker. The worker registers its pipe with `dump::set_waker`, so `dump` never
+//! calls back into this module.
 //! Fork: the child closes the inherited pipe and memlog (a signal to the child must not dump the
 //! parent), resets the dump flag, and, if the parent had a worker, starts one of its own, so a
 //! child that keeps running is trimmed and dumps itself. The worker holds no lock across fork and
@@ -26,45 +27,6 @@ static WAKE_RD: AtomicI32 = AtomicI32::new(-1);
 static WAKE_WR: AtomicI32 = AtomicI32::new(-1);
 static STARTED: AtomicBool = AtomicBool::new(false);
 static ATFORK: AtomicBool = AtomicBool::new(false);
-/// A dump was requested while there was no worker.
-static PENDING: AtomicBool = AtomicBool::new(false);
-
-/// Asks the worker for a dump. Async-signal-safe: one non-blocking write(2); without a worker,
-/// two stores (the request and this thread's sample countdown, so that its next recorded call
-/// takes the sampled path and sees the request).
-pub fn request_dump() {
-    let fd = WAKE_WR.load(Relaxed);
-    if fd >= 0 {
-        // SAFETY: writing one byte from a static buffer; a full pipe already holds a request.
-        unsafe { libc::write(fd, b"d".as_ptr().cast(), 1) };
-    } else {
-        PENDING.store(true, Relaxed);
-        // SAFETY: this thread's TLS block.
-        unsafe { (*tls::state()).countdown = 0 };
-    }
-}
-
-/// True when a dump request waits for a thread to write it.
-#[inline(always)]
-pub fn dump_pending() -> bool {
-    PENDING.load(Relaxed)
-}
-
-/// A dump is being written: a pending request is answered by it.
-pub fn clear_pending() {
-    PENDING.store(false, Relaxed);
-}
-
-/// Writes a pending dump on the calling thread (a sampled call outside the shim, or exit).
-#[cold]
-#[inline(never)]
-pub fn write_pending() {
-    if PENDING.swap(false, Relaxed) {
-        let _g = Reentry::enter();
-        let _ = crate::dump::write_all();
-    }
-}
-
 /// The program is creating a thread (`pthread_create`): start the worker first.
 pub fn on_thread_create() {
     if STARTED.load(Relaxed) || !LOADED.load(Relaxed) || !wanted() || STARTED.swap(true, AcqRel) {
@@ -109,6 +71,7 @@ fn spawn(child: bool) {
     }
     WAKE_RD.store(fds[0], Relaxed);
     WAKE_WR.store(fds[1], Relaxed);
+    crate::dump::set_waker(fds[1]);
     crate::memlog::open(child);
     // SAFETY: sigset operations on local, initialised sets; the old mask is restored below.
     unsafe {
@@ -125,6 +88,7 @@ fn spawn(child: bool) {
 }
 
 unsafe extern "C" fn after_fork_child() {
+    crate::dump::set_waker(-1);
     for a in [&WAKE_RD, &WAKE_WR] {
         let fd = a.swap(-1, Relaxed);
         if fd >= 0 {
@@ -138,10 +102,8 @@ unsafe extern "C" fn after_fork_child() {
     if STARTED.load(Relaxed) {
         spawn(true);
     }
-    if PENDING.load(Relaxed) && WAKE_WR.load(Relaxed) >= 0 {
-        PENDING.store(false, Relaxed);
-        request_dump();
-    }
+    // A request the parent had not answered yet is the child's to answer too.
+    crate::dump::repost_pending();
 }
 
 /// One periodic job: its period (0 = off) and next deadline, in ms of CLOCK_MONOTONIC.
@@ -194,9 +156,7 @@ fn run() {
         crate::textfile::write();
     }
     // A request made before this thread existed.
-    if PENDING.swap(false, Relaxed) {
-        let _ = crate::dump::write_all();
-    }
+    crate::dump::write_pending();
     loop {
         let rd = WAKE_RD.load(Relaxed);
         if rd < 0 {
@@ -310,7 +270,7 @@ pub unsafe fn pthread_create(
     arg: *mut c_void,
 ) -> c_int {
     on_thread_create();
-    let f = crate::signals::next(&REAL_PTHREAD_CREATE, c"pthread_create");
+    let f = crate::sys::next(&REAL_PTHREAD_CREATE, c"pthread_create");
     if f == 0 {
         return libc::EAGAIN;
     }
@@ -321,7 +281,7 @@ pub unsafe fn pthread_create(
         let _g = Reentry::enter();
         // SAFETY: gettid has no preconditions.
         let creator_tid = unsafe { libc::gettid() } as u32;
-        let s = Start { start, arg, creator_tid, unix_ms: crate::report::unix_ms(), own };
+        let s = Start { start, arg, creator_tid, unix_ms: crate::procfs::unix_ms(), own };
         // SAFETY: a fresh block of the size of `Start` (malloc aligns to 16), written once.
         unsafe {
             let b = libc::malloc(core::mem::size_of::<Start>()) as *mut Start;
