@@ -22,6 +22,14 @@
 //! - [`worker`], [`trim`], [`memlog`], [`dump`], [`textfile`]: the shim's thread and its jobs;
 //! - [`heapprof`]: sampled heap profiles by call site (pprof output);
 //! - [`capi`]: the shim's own C API (`shim/include/mallocshim.h`).
+//!
+//! Dependencies run one way — `exports` → `route` → `front` → `csem` → `backend`; on the cold
+//! path `worker` → `dump` → `report` → `latency`, `procfs`, `sys` — except where the mutual
+//! reference is inherent: lazy start-up (`init` installs the dump signal's handler, and `signals`
+//! initialises the shim when a signal call comes first); the hot path's tables (`route` names
+//! every backend's functions, the bootstrap pool is itself a pseudo-backend with its own table,
+//! and `csem` recognises its blocks); and a thread's slot, which holds `heapprof`'s sampler state
+//! and is reached through `tls`.
 
 // Every unsafe block states why it is sound (`// SAFETY:`), and clippy holds us to it.
 #![deny(clippy::undocumented_unsafe_blocks)]
