@@ -57,12 +57,12 @@ impl Proc {
         self.child.try_wait().ok().flatten().is_none()
     }
 
-    /// Waits (at most `limit`) for the process to end; its exit code.
-    fn wait(&mut self, limit: Duration) -> Option<i32> {
+    /// Waits (at most `limit`) for the process to end; its exit status.
+    fn wait(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
         let t0 = Instant::now();
         while t0.elapsed() < limit {
             if let Some(st) = self.child.try_wait().ok().flatten() {
-                return st.code();
+                return Some(st);
             }
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -216,9 +216,9 @@ fn promtool_check(promtool: &Path, file: &Path) -> (bool, String) {
 }
 
 fn sysbench_ok(mut p: Proc, log: &Path) {
-    let code = p.wait(Duration::from_secs(PHASE_S * 3));
+    let code = p.wait(Duration::from_secs(PHASE_S * 3)).map(|st| st.code());
     let text = std::fs::read_to_string(log).unwrap_or_default();
-    assert_eq!(code, Some(0), "sysbench failed ({code:?}):\n{text}");
+    assert_eq!(code, Some(Some(0)), "sysbench failed ({code:?}):\n{text}");
     assert!(text.contains("queries:"), "no sysbench report:\n{text}");
 }
 
@@ -337,6 +337,8 @@ fn prometheus_node_exporter_two_servers_across_a_restart() {
         .flat_map(|s| s["values"].as_array().cloned().unwrap_or_default())
         .map(|p| p[1].as_str().and_then(|v| v.parse().ok()).unwrap_or(f64::NAN))
         .collect();
+    let up = prom.query(&format!("min_over_time(up[{window}s])"));
+    assert!(up.len() == 1 && val(&up[0]) == 1.0, "a failed scrape of node_exporter: {up:?}");
     let scrapes = prom.query(&format!("count_over_time(node_textfile_scrape_error[{window}s])"));
     let scrapes = scrapes.first().map(val).unwrap_or(0.0);
     assert!(
