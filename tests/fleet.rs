@@ -355,8 +355,10 @@ fn prometheus_node_exporter_two_servers_across_a_restart() {
     let ts: Vec<f64> = points.iter().map(|p| p.0).collect();
     // A scrape that times out (scrape_timeout = the 2 s interval) on 2 loaded cores is the
     // machine's, not the shim's: at most one in ten, and never a textfile error.
-    let failed = points.iter().filter(|p| !p.1).count();
-    assert!(failed * 10 <= points.len(), "{failed} of {} scrapes of node_exporter failed", points.len());
+    let failed_at: Vec<String> =
+        points.iter().filter(|p| !p.1).map(|p| format!("+{:.0} s", p.0 - t_start)).collect();
+    let failed = failed_at.len();
+    assert!(failed * 10 <= points.len(), "{failed} of {} scrapes failed: {failed_at:?}", points.len());
     let span = ts.last().zip(ts.first()).map(|(l, f)| l - f).unwrap_or(0.0);
     let gap = ts.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max);
     let scrapes = ts.len();
@@ -421,7 +423,7 @@ fn prometheus_node_exporter_two_servers_across_a_restart() {
     let left: Vec<_> = std::fs::read_dir(&textdir).unwrap().flatten().map(|e| e.file_name()).collect();
     assert!(left.is_empty(), "files left in the textfile directory: {left:?}");
     eprintln!(
-        "fleet: {span:.1} s of scraping, {scrapes} node_exporter scrapes ({failed} failed, largest gap {gap:.1} s), 0 textfile errors, a's file absent {:.1} s across the restart, {checked} dashboard queries:\n  {}",
+        "fleet: {span:.1} s of scraping, {scrapes} node_exporter scrapes ({failed} failed, at {failed_at:?}; largest gap {gap:.1} s), 0 textfile errors, a's file absent {:.1} s across the restart, {checked} dashboard queries:\n  {}",
         t_up - t_down,
         report.join("\n  ")
     );
