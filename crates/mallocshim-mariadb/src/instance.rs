@@ -1,7 +1,8 @@
 //! The throwaway instance: the machine-wide lock, a temporary directory (under /tmp: the unix
 //! socket's path must stay under 108 bytes) with a datadir made by `mariadb-install-db` (root with
 //! an empty password), and mariadbd's options (private socket, free loopback port). Servers are
-//! started from it one after the other; the directory goes when the instance is dropped (kept,
+//! started from it one after the other ([`Instance::sibling`] gives a second instance, with its
+//! own directory and port, under the same lock); the directory goes when the instance is dropped (kept,
 //! and printed, with `MDB_KEEP=1`).
 
 use crate::error::{fail, tail};
@@ -60,8 +61,20 @@ pub struct Instance {
 impl Instance {
     /// Takes the machine-wide lock, creates the directory and the datadir.
     pub fn create(options: Options) -> Result<Instance> {
-        let tools = Tools::find()?;
+        Tools::find()?;
         let lock = lock::take()?;
+        Instance::with_lock(options, lock)
+    }
+
+    /// A second instance under the lock this one holds (a duplicate of its descriptor, so the
+    /// lock stays held while either lives): two servers at once, for the fleet test.
+    pub fn sibling(&self, options: Options) -> Result<Instance> {
+        let lock = self._lock.try_clone().map_err(|e| format!("cannot duplicate the lock: {e}"))?;
+        Instance::with_lock(options, lock)
+    }
+
+    fn with_lock(options: Options, lock: File) -> Result<Instance> {
+        let tools = Tools::find()?;
         let tmp = tempfile::Builder::new()
             .prefix("mallocshim-mdb.")
             .tempdir_in("/tmp")
