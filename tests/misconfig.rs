@@ -33,3 +33,52 @@ fn rjem_malloc_conf_wins_over_malloc_conf() {
     let out = narenas(&[("_RJEM_MALLOC_CONF", "narenas:5")]);
     assert!(out.contains("rc=0 narenas=5\n"), "{out}");
 }
+
+/// Files named after this process's pid left in the dump directory (by an earlier process with
+/// the same pid) are skipped, never overwritten, and do not cost the dump: the exit dump takes
+/// the next free sequence number. Under every backend.
+#[test]
+fn stale_dump_files_with_our_pid_do_not_cost_a_dump() {
+    use std::io::{BufRead, BufReader};
+    let bin = cc("wait_stdin.c", "wait_stdin", &[]);
+    for backend in BACKENDS {
+        let dir = work_dir().join(format!("stale-{backend}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut c = preloaded(&bin, backend);
+        c.env("MALLOCSHIM_DUMP_DIR", &dir).env("MALLOCSHIM_DUMP_AT_EXIT", "1");
+        c.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped());
+        c.stderr(std::process::Stdio::piped());
+        let mut child = c.spawn().expect("start wait_stdin");
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+        let pid: u32 = line.trim().strip_prefix("pid=").and_then(|p| p.parse().ok()).expect(&line);
+        // Sequence 0 and 1 fully taken, 2 taken for the second format only.
+        let planted = [
+            format!("{pid}.0.json"),
+            format!("{pid}.0.prom"),
+            format!("{pid}.1.json"),
+            format!("{pid}.2.prom"),
+        ];
+        for p in &planted {
+            std::fs::write(dir.join(format!("mallocshim.{p}")), "stale\n").unwrap();
+        }
+        drop(child.stdin.take());
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "{backend}: {}", describe(&o));
+        assert!(shim_lines(&o).is_empty(), "{backend}: no shim line expected: {}", describe(&o));
+        for p in &planted {
+            let body = std::fs::read_to_string(dir.join(format!("mallocshim.{p}"))).unwrap();
+            assert_eq!(body, "stale\n", "{backend}: planted {p} overwritten");
+        }
+        for ext in ["json", "prom"] {
+            let p = dir.join(format!("mallocshim.{pid}.3.{ext}"));
+            let body =
+                std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{backend}: {}: {e}", p.display()));
+            assert!(body.len() > 100 && body != "stale\n", "{backend}: {ext} dump empty");
+        }
+        let json = std::fs::read_to_string(dir.join(format!("mallocshim.{pid}.3.json"))).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&json).expect("the dump parses as JSON");
+        assert_eq!(v["pid"].as_u64(), Some(pid as u64), "{backend}: {json:.200}");
+    }
+}
