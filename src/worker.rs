@@ -209,12 +209,19 @@ fn run() {
             return;
         }
         let now = now_ms();
-        let timeout = [dump.wait(now), trim.wait(now), memlog.wait(now), watch.wait(now), textfile.wait(now), restderr.wait(now)]
-            .into_iter()
-            .flatten()
-            .min()
-            .map(|w| w.min(i32::MAX as u64) as i32)
-            .unwrap_or(-1);
+        let timeout = [
+            dump.wait(now),
+            trim.wait(now),
+            memlog.wait(now),
+            watch.wait(now),
+            textfile.wait(now),
+            restderr.wait(now),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .map(|w| w.min(i32::MAX as u64) as i32)
+        .unwrap_or(-1);
         let mut p = libc::pollfd { fd: rd, events: libc::POLLIN, revents: 0 };
         // SAFETY: one valid pollfd.
         let n = unsafe { libc::poll(&mut p, 1, timeout) };

@@ -82,3 +82,41 @@ fn stale_dump_files_with_our_pid_do_not_cost_a_dump() {
         assert_eq!(v["pid"].as_u64(), Some(pid as u64), "{backend}: {json:.200}");
     }
 }
+
+/// mariadbd reopens stderr onto its error log (`--log-error`, freopen on fd 2) after the shim
+/// has started, so a start-up line such as the backend fallback first goes to the old stderr
+/// (here /dev/null, set by a static wrapper the shim does not load into). The shim's worker
+/// notices fd 2 is another file and writes its start-up lines again, once: the fallback line is
+/// in the error log, exactly once.
+#[test]
+fn fallback_line_reaches_mariadbd_error_log() {
+    use mallocshim_mariadb::{ErrorLog, Instance, Launch, Options};
+    let wrapper = cc("stderr_null_exec.c", "stderr_null_exec", &["-static"]);
+    let so = shim();
+    let inst = Instance::create(Options::default()).unwrap_or_else(|e| panic!("{e}"));
+    let launch = Launch::shim(&so, "tcmalloc")
+        .var("MALLOCSHIM_TCMALLOC_LIB", "/nonexistent.so")
+        .wrapper([wrapper.as_os_str().to_owned()]);
+    let srv = inst.start(&launch).unwrap_or_else(|e| panic!("mariadbd did not start: {e}"));
+    let errlog = srv.errlog().to_path_buf();
+    // The worker looks at fd 2 once a second; wait (bounded) for the line before shutting down.
+    let want = "continuing with glibc";
+    for _ in 0..300 {
+        if std::fs::read_to_string(&errlog).unwrap_or_default().contains(want) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let stopped = srv.shutdown().unwrap_or_else(|e| panic!("{e}"));
+    let log = ErrorLog::read(&stopped.errlog);
+    let lines: Vec<&str> = log.text.lines().filter(|l| l.contains(want)).collect();
+    assert_eq!(lines.len(), 1, "the fallback line once in the error log:\n{}", log.text);
+    assert!(
+        lines[0].starts_with("mallocshim: backend tcmalloc could not be loaded")
+            && lines[0].contains("/nonexistent.so"),
+        "{}",
+        lines[0]
+    );
+    assert!(log.text.contains("before stderr was reopened"), "{}", log.text);
+    assert_eq!(stopped.status, 0, "mariadbd exit status\n{}", log.text);
+}
