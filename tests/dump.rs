@@ -180,6 +180,8 @@ fn check_invariants(d: &Value, pid: u32, backend: &str, what: &str) {
 // ---------------------------------------------------------------------------------------------
 // 1. Named threads: exact counts, per-thread rows, size classes, percentiles.
 
+/// Profiling on at the default sampling or at `sample`: the settings of `SETTINGS` whose dumps
+/// hold per-class and per-thread figures (`MALLOCSHIM_PROFILE=off` records none to check).
 fn named_threads_dump(backend: &str, sample: Option<&str>) -> (Value, u32) {
     let bin = prog("named_threads");
     let tag = if sample.is_some() { "named1" } else { "named" };
