@@ -120,3 +120,85 @@ fn fallback_line_reaches_mariadbd_error_log() {
     assert!(log.text.contains("before stderr was reopened"), "{}", log.text);
     assert_eq!(stopped.status, 0, "mariadbd exit status\n{}", log.text);
 }
+
+/// Removes a file when dropped, so a test's system-wide copy goes even when the test fails.
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The secure-execution rule: a setuid-root program run by `nobody` (AT_SECURE) under the shim
+/// writes no dump on SIGUSR1 (nor at exit) when no dump directory was configured by the
+/// owner's environment; `MALLOCSHIM_DUMP_DIR` and `TMPDIR` from the caller are ignored, and the
+/// verbose table says dumps are off. ld.so preloads a library for a setuid program only by a
+/// name without a slash, from a system directory, and only when the library is itself setuid:
+/// the test installs a copy so (removed afterwards, even on failure). Under every backend.
+#[test]
+fn secure_execution_writes_no_dump() {
+    use std::os::unix::fs::PermissionsExt;
+    let setpriv = require("setpriv");
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this test installs a setuid library: run it as root");
+    let name = format!("libmallocshim-securetest-{}.so", std::process::id());
+    let lib = std::path::PathBuf::from("/usr/lib/x86_64-linux-gnu").join(&name);
+    let _lib_guard = RemoveOnDrop(lib.clone());
+    std::fs::copy(shim(), &lib).expect("copy the shim into /usr/lib/x86_64-linux-gnu");
+    std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o4755)).unwrap();
+
+    let built = cc("secure_dump.c", "secure_dump", &[]);
+    let dir = std::path::PathBuf::from(format!("/tmp/mallocshim-secure.{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("dumps")).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(dir.join("dumps"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let prog = dir.join("secure_dump");
+    std::fs::copy(&built, &prog).unwrap();
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o4755)).unwrap();
+
+    for backend in BACKENDS {
+        let mut c = std::process::Command::new(&setpriv);
+        c.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"]).arg(&prog);
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("MALLOCSHIM_") {
+                c.env_remove(k);
+            }
+        }
+        c.env("LD_PRELOAD", &name)
+            .env("MALLOCSHIM_BACKEND", backend)
+            .env("MALLOCSHIM_VERBOSE", "1")
+            .env("MALLOCSHIM_DUMP_AT_EXIT", "1")
+            .env("MALLOCSHIM_DUMP_DIR", dir.join("dumps"))
+            .env("TMPDIR", dir.join("dumps"))
+            .stdin(std::process::Stdio::null());
+        let o = c.output().expect("run setpriv");
+        let what = format!("setuid secure_dump under {backend}: {}", describe(&o));
+        assert!(o.status.success(), "{what}");
+        let out = stdout(&o);
+        assert!(out.contains("ok"), "{what}");
+        let pid: u32 =
+            out.lines().find_map(|l| l.strip_prefix("pid=")).and_then(|p| p.parse().ok()).expect(&what);
+        let lines = shim_lines(&o);
+        // The shim was loaded, knew it was in secure execution, and said so.
+        assert!(lines.iter().any(|l| l.contains("dumps are off")), "{what}");
+        assert!(
+            lines.iter().any(|l| l.contains("MALLOCSHIM_DUMP_DIR ignored in a secure-execution")),
+            "{what}"
+        );
+        let summary = lines.iter().find(|l| l.starts_with("mallocshim: summary ")).expect(&what);
+        assert!(summary.contains(&format!("backend={backend} ")), "{what}");
+        let prefix = format!("mallocshim.{pid}.");
+        for d in [std::path::PathBuf::from("/tmp"), dir.join("dumps")] {
+            let found: Vec<String> = std::fs::read_dir(&d)
+                .unwrap()
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains(&prefix))
+                .collect();
+            assert!(found.is_empty(), "{backend}: dump files in {}: {found:?}\n{what}", d.display());
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
