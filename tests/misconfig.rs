@@ -36,16 +36,19 @@ fn rjem_malloc_conf_wins_over_malloc_conf() {
 
 /// Files named after this process's pid left in the dump directory (by an earlier process with
 /// the same pid) are skipped, never overwritten, and do not cost the dump: the exit dump takes
-/// the next free sequence number. Under every backend.
+/// the next free sequence number. Under every backend and setting.
 #[test]
 fn stale_dump_files_with_our_pid_do_not_cost_a_dump() {
     use std::io::{BufRead, BufReader};
     let bin = cc("wait_stdin.c", "wait_stdin", &[]);
-    for backend in BACKENDS {
-        let dir = work_dir().join(format!("stale-{backend}"));
+    for (backend, setting, env) in matrix() {
+        let backend = &format!("{backend} ({setting})")[..];
+        let (name, _) = backend.split_once(' ').unwrap();
+        let dir = work_dir().join(format!("stale-{name}-{}", setting.replace([' ', '='], "_")));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let mut c = preloaded(&bin, backend);
+        let mut c = preloaded(&bin, name);
+        c.envs(env.iter().copied());
         c.env("MALLOCSHIM_DUMP_DIR", &dir).env("MALLOCSHIM_DUMP_AT_EXIT", "1");
         c.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped());
         c.stderr(std::process::Stdio::piped());
@@ -135,7 +138,8 @@ impl Drop for RemoveOnDrop {
 /// owner's environment; `MALLOCSHIM_DUMP_DIR` and `TMPDIR` from the caller are ignored, and the
 /// verbose table says dumps are off. ld.so preloads a library for a setuid program only by a
 /// name without a slash, from a system directory, and only when the library is itself setuid:
-/// the test installs a copy so (removed afterwards, even on failure). Under every backend.
+/// the test installs a copy so (removed afterwards, even on failure). Under every backend and
+/// setting.
 #[test]
 fn secure_execution_writes_no_dump() {
     use std::os::unix::fs::PermissionsExt;
@@ -158,7 +162,7 @@ fn secure_execution_writes_no_dump() {
     std::fs::copy(&built, &prog).unwrap();
     std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o4755)).unwrap();
 
-    for backend in BACKENDS {
+    for (backend, setting, env) in matrix() {
         let mut c = std::process::Command::new(&setpriv);
         c.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"]).arg(&prog);
         for (k, _) in std::env::vars_os() {
@@ -166,6 +170,7 @@ fn secure_execution_writes_no_dump() {
                 c.env_remove(k);
             }
         }
+        c.envs(env.iter().copied());
         c.env("LD_PRELOAD", &name)
             .env("MALLOCSHIM_BACKEND", backend)
             .env("MALLOCSHIM_VERBOSE", "1")
@@ -174,7 +179,7 @@ fn secure_execution_writes_no_dump() {
             .env("TMPDIR", dir.join("dumps"))
             .stdin(std::process::Stdio::null());
         let o = c.output().expect("run setpriv");
-        let what = format!("setuid secure_dump under {backend}: {}", describe(&o));
+        let what = format!("setuid secure_dump under {backend}, {setting}: {}", describe(&o));
         assert!(o.status.success(), "{what}");
         let out = stdout(&o);
         assert!(out.contains("ok"), "{what}");
