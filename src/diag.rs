@@ -2,9 +2,10 @@
 //! written to fd 2 with a single `write(2)`. Used during start-up and from the allocator paths, so
 //! it must never call malloc, take a lock or panic; a line longer than the buffer is truncated.
 //!
-//! Start-up lines (those written before initialisation ends, such as a backend fallback) are
+//! Start-up lines (those written until the library constructor ends, such as a backend fallback
+//! or an unusable dump directory) are
 //! also kept in a static buffer (bounded: [`SAVED_MAX`] bytes, whole lines only), with the
-//! identity (st_dev, st_ino) of fd 2 at the end of initialisation. A server that reopens stderr
+//! identity (st_dev, st_ino) of fd 2 at that point. A server that reopens stderr
 //! onto its error log later (mariadbd's `--log-error` does `freopen` on fd 2) would otherwise
 //! never show them there: the worker calls [`replay_if_stderr_moved`], which writes them again,
 //! once, when fd 2 has become another file.
@@ -113,7 +114,8 @@ fn stderr_id() -> Option<(u64, u64)> {
     }
 }
 
-/// End of initialisation: stops keeping lines and notes which file fd 2 is.
+/// End of start-up (the library constructor, after initialisation and the dump directory
+/// check): stops keeping lines and notes which file fd 2 is.
 pub fn startup_done() {
     if let Some((dev, ino)) = stderr_id() {
         STDERR_DEV.store(dev, Ordering::Relaxed);

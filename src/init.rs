@@ -59,7 +59,6 @@ fn run() {
     if cfg.verbose > 0 {
         config::print_table();
     }
-    crate::diag::startup_done();
     csem::set_errno(saved_errno);
     #[cfg(feature = "semantics-floor")]
     crate::shim_warn!(
