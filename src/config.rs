@@ -9,6 +9,14 @@ use crate::backend::{Backend, Release};
 use crate::diag::LineBuf;
 use core::cell::UnsafeCell;
 
+/// `range!(v, MIN, MAX)`: [`parse_u64`] whose error names the range, "a whole number from MIN to
+/// MAX" (integer literals, so the message is a static string).
+macro_rules! range {
+    ($v:expr, $min:literal, $max:literal) => {
+        parse_u64($v, $min, $max).map_err(|_| concat!("a whole number from ", $min, " to ", $max))
+    };
+}
+
 /// Longest path accepted for path-valued variables, in bytes.
 pub const PATH_MAX: usize = 512;
 
@@ -140,7 +148,7 @@ pub static OPTIONS: [Opt; 22] = [
         doc: "time 1 call in N per thread with the cycle counter (1 times every call)",
         path: false,
         parse: |v, c| {
-            c.sample_every = parse_u64(v, 1, 1 << 30)? as u32;
+            c.sample_every = range!(v, 1, 1073741824)? as u32;
             Ok(())
         },
         show: |c, out| put_u64(out, c.sample_every as u64),
@@ -157,7 +165,7 @@ pub static OPTIONS: [Opt; 22] = [
                 b"SIGUSR2" | b"USR2" => libc::SIGUSR2,
                 _ => match parse_u64(v, 1, 64) {
                     Ok(n) if n != libc::SIGKILL as u64 && n != libc::SIGSTOP as u64 => n as i32,
-                    _ => return Err("SIGUSR1, SIGUSR2, a signal number or none"),
+                    _ => return Err("SIGUSR1, SIGUSR2, a signal number from 1 to 64 (not 9 or 19) or none"),
                 },
             };
             Ok(())
@@ -175,7 +183,7 @@ pub static OPTIONS: [Opt; 22] = [
         doc: "also write a dump every N seconds (0 = off)",
         path: false,
         parse: |v, c| {
-            c.dump_interval_s = parse_u64(v, 0, 86_400 * 365)?;
+            c.dump_interval_s = range!(v, 0, 31536000)?;
             Ok(())
         },
         show: |c, out| put_u64(out, c.dump_interval_s),
@@ -240,7 +248,7 @@ pub static OPTIONS: [Opt; 22] = [
         doc: "give free memory back to the OS every N ms (glibc malloc_trim, jemalloc purge, tcmalloc release, mimalloc mi_collect); 0 = off",
         path: false,
         parse: |v, c| {
-            c.trim_interval_ms = parse_u64(v, 0, 86_400_000)?;
+            c.trim_interval_ms = range!(v, 0, 86400000)?;
             Ok(())
         },
         show: |c, out| put_u64(out, c.trim_interval_ms),
@@ -251,7 +259,7 @@ pub static OPTIONS: [Opt; 22] = [
         doc: "skip a periodic trim while the backend holds fewer free bytes than this",
         path: false,
         parse: |v, c| {
-            c.trim_min_bytes = parse_u64(v, 0, u64::MAX >> 1)?;
+            c.trim_min_bytes = range!(v, 0, 9223372036854775807)?;
             Ok(())
         },
         show: |c, out| put_u64(out, c.trim_min_bytes),
@@ -280,8 +288,8 @@ pub static OPTIONS: [Opt; 22] = [
                 b"0" | b"off" => 0,
                 b"1" | b"on" => 10,
                 _ => match v.strip_suffix(b"%") {
-                    Some(n) => parse_u64(n, 1, 100).map_err(|_| "0, 1 or a percentage N% (1..100)")? as u32,
-                    None => return Err("0, 1 or a percentage N% (1..100)"),
+                    Some(n) => parse_u64(n, 1, 100).map_err(|_| "0, 1 or a percentage N% from 1 to 100")? as u32,
+                    None => return Err("0, 1 or a percentage N% from 1 to 100"),
                 },
             };
             Ok(())
@@ -332,7 +340,7 @@ pub static OPTIONS: [Opt; 22] = [
         doc: "milliseconds between memlog lines",
         path: false,
         parse: |v, c| {
-            c.memlog_interval_ms = parse_u64(v, 10, 86_400_000)?;
+            c.memlog_interval_ms = range!(v, 10, 86400000)?;
             Ok(())
         },
         show: |c, out| put_u64(out, c.memlog_interval_ms),
@@ -343,7 +351,7 @@ pub static OPTIONS: [Opt; 22] = [
         doc: "heap profile: sample one allocation per N bytes on average (exponential gaps); 0 = off",
         path: false,
         parse: |v, c| {
-            c.prof_sample_bytes = parse_u64(v, 0, 1 << 40)?;
+            c.prof_sample_bytes = range!(v, 0, 1099511627776)?;
             Ok(())
         },
         show: |c, out| put_u64(out, c.prof_sample_bytes),
@@ -434,8 +442,9 @@ fn set_path(dst: &mut [u8; PATH_MAX], v: &[u8]) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// A decimal whole number in [min, max]; callers name the range in their error (see `range!`).
 fn parse_u64(v: &[u8], min: u64, max: u64) -> Result<u64, &'static str> {
-    const ERR: &str = "a whole number in range";
+    const ERR: &str = "a whole number";
     if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
         return Err(ERR);
     }
@@ -446,9 +455,9 @@ fn parse_u64(v: &[u8], min: u64, max: u64) -> Result<u64, &'static str> {
     Ok(n)
 }
 
-/// A byte count with an optional K, M or G suffix (powers of 1024).
+/// A byte count in [1, 2^62) with an optional K, M or G suffix (powers of 1024).
 fn parse_size(v: &[u8]) -> Result<u64, &'static str> {
-    const ERR: &str = "a size in bytes, or with a K, M or G suffix";
+    const ERR: &str = "a size from 1 to 4611686018427387903 bytes (under 4 EiB), or with a K, M or G suffix";
     let (num, shift) = match v.last() {
         Some(b'K' | b'k') => (&v[..v.len() - 1], 10),
         Some(b'M' | b'm') => (&v[..v.len() - 1], 20),
@@ -578,6 +587,36 @@ pub unsafe fn load() {
                     }
                 }
             }
+        }
+    }
+}
+
+/// The value of environment variable `name` as the NUL-terminated string inside `environ` (valid
+/// for the process's life unless the program rewrites its environment); None when unset or, as
+/// `secure_getenv` does, in a secure-execution process. No allocation, no lock.
+pub fn env_raw(name: &[u8]) -> Option<*const libc::c_char> {
+    // SAFETY: getauxval does not allocate.
+    if unsafe { libc::getauxval(libc::AT_SECURE) } != 0 {
+        return None;
+    }
+    // SAFETY: `environ` is the NUL-terminated array libc set up before any constructor ran.
+    let mut ep = unsafe { environ };
+    if ep.is_null() {
+        return None;
+    }
+    loop {
+        // SAFETY: `ep` walks the array until its NULL terminator.
+        let e = unsafe { *ep };
+        if e.is_null() {
+            return None;
+        }
+        // SAFETY: `e` was not the terminator, so the next element is still in the array.
+        ep = unsafe { ep.add(1) };
+        // SAFETY: each entry is a NUL-terminated C string.
+        let entry = unsafe { core::ffi::CStr::from_ptr(e) }.to_bytes();
+        if entry.len() > name.len() && entry.starts_with(name) && entry[name.len()] == b'=' {
+            // SAFETY: the value starts after `name=`, inside the same C string.
+            return Some(unsafe { e.add(name.len() + 1) });
         }
     }
 }

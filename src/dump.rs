@@ -2,7 +2,9 @@
 //! `MALLOCSHIM_DUMP_DIR/mallocshim.<pid>.<seq>.<ext>`. Each file is written to an unnamed
 //! O_TMPFILE file (0600) linked into place when complete, or, on a filesystem without
 //! O_TMPFILE, under a temporary name created 0600 with O_CREAT|O_EXCL|O_NOFOLLOW, then renamed with RENAME_NOREPLACE, so a
-//! planted symlink or another user's file is never followed or overwritten. Failures give one
+//! planted symlink or another user's file is never followed or overwritten; a name already taken (a
+//! file left by an earlier process with the same pid) moves the dump to the next free sequence
+//! number ([`free_seq`]), so it never costs a dump. Failures give one
 //! `mallocshim:` line and are otherwise ignored. Runs under the reentrancy guard; dumps are
 //! serialised by an atomic flag (never taken on the hot path) that a forked child resets, so a
 //! dump in progress in the parent at fork time can never leave the child's dumps locked.
@@ -168,8 +170,8 @@ fn write(at_exit: bool) -> Result<Vec<PathBuf>, String> {
     clear_pending();
     let formats = config::get().dump_formats;
     let snap = report::snapshot();
-    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
     let dir = dir();
+    let seq = free_seq(&dir, snap.pid, formats);
     let mut written = Vec::new();
     for (ext, bit) in FORMATS {
         if formats & bit == 0 {
@@ -184,8 +186,17 @@ fn write(at_exit: bool) -> Result<Vec<PathBuf>, String> {
             _ => continue,
         };
         let ext = if bit == FMT_PPROF { "pb.gz" } else { ext };
-        let name = mallocshim_format::dump_file_name(snap.pid, seq, ext);
-        match publish(&dir, &name, &body) {
+        let mut name = mallocshim_format::dump_file_name(snap.pid, seq, ext);
+        let mut r = publish(&dir, &name, &body);
+        // A file created under this name since `free_seq` looked: the next free number.
+        for _ in 0..SEQ_TRIES {
+            if !matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists) {
+                break;
+            }
+            name = mallocshim_format::dump_file_name(snap.pid, free_seq(&dir, snap.pid, bit), ext);
+            r = publish(&dir, &name, &body);
+        }
+        match r {
             Ok(p) => written.push(p),
             Err(e) => {
                 let msg = format!("cannot write dump {}/{}: {}", dir.display(), name, e);
@@ -197,6 +208,29 @@ fn write(at_exit: bool) -> Result<Vec<PathBuf>, String> {
         }
     }
     Ok(written)
+}
+
+/// Sequence numbers tried past files that already exist before a dump gives up with EEXIST.
+const SEQ_TRIES: u32 = 64;
+
+/// The next sequence number under which no file of the `formats` exists in `dir`. A file of
+/// this pid's name can predate the process (an earlier process with the same pid, a copied
+/// directory): it is skipped, never overwritten, and does not cost the dump. Bounded: after
+/// [`SEQ_TRIES`] taken numbers, the next one is returned and the link reports EEXIST.
+fn free_seq(dir: &std::path::Path, pid: u32, formats: u8) -> u64 {
+    for _ in 0..SEQ_TRIES {
+        let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+        let taken = FORMATS.iter().any(|&(ext, bit)| {
+            let ext = if bit == FMT_PPROF { "pb.gz" } else { ext };
+            formats & bit != 0
+                && std::fs::symlink_metadata(dir.join(mallocshim_format::dump_file_name(pid, seq, ext)))
+                    .is_ok()
+        });
+        if !taken {
+            return seq;
+        }
+    }
+    SEQ.fetch_add(1, Ordering::Relaxed)
 }
 
 /// Writes `body` to `dir/name`: through an unnamed O_TMPFILE file linked into place (nothing

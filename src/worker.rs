@@ -4,7 +4,9 @@
 //! `MALLOCSHIM_TRIM_INTERVAL_MS` (`trim::periodic`); a memlog line every
 //! `MALLOCSHIM_MEMLOG_INTERVAL_MS`; the ceiling and pressure checks (`trim::watch`) every
 //! `trim::WATCH_MS` when `MALLOCSHIM_TRIM_ABOVE_RSS` or `MALLOCSHIM_TRIM_ON_PRESSURE` is set; the
-//! Prometheus textfile every `MALLOCSHIM_PROM_INTERVAL_S` (`textfile`). A burst of wake-ups while
+//! Prometheus textfile every `MALLOCSHIM_PROM_INTERVAL_S` (`textfile`); each second, until fd 2
+//! is seen reopened onto another file, the check that writes the start-up lines again there
+//! (`diag::replay_if_stderr_moved`). A burst of wake-ups while
 //! a dump runs is drained into one
 //! more dump. Its allocations bypass recording (its guard is always set).
 //! The thread starts when the program creates its first thread (the shim interposes
@@ -48,6 +50,7 @@ fn wanted() -> bool {
         || c.trim_on_pressure != 0
         || !crate::config::cstr_bytes(&c.memlog).is_empty()
         || crate::textfile::active()
+        || crate::diag::replay_pending()
 }
 
 /// From the library constructor, after initialisation: arms the worker, which starts with the
@@ -155,6 +158,9 @@ fn run() {
     if textfile.every != 0 {
         crate::textfile::write();
     }
+    // Start-up lines written again once fd 2 is reopened elsewhere (a server's error log).
+    let mut restderr = Job::new(if crate::diag::replay_pending() { 1000 } else { 0 }, now);
+    crate::diag::replay_if_stderr_moved();
     // A request made before this thread existed.
     crate::dump::write_pending();
     loop {
@@ -163,12 +169,19 @@ fn run() {
             return;
         }
         let now = now_ms();
-        let timeout = [dump.wait(now), trim.wait(now), memlog.wait(now), watch.wait(now), textfile.wait(now)]
-            .into_iter()
-            .flatten()
-            .min()
-            .map(|w| w.min(i32::MAX as u64) as i32)
-            .unwrap_or(-1);
+        let timeout = [
+            dump.wait(now),
+            trim.wait(now),
+            memlog.wait(now),
+            watch.wait(now),
+            textfile.wait(now),
+            restderr.wait(now),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .map(|w| w.min(i32::MAX as u64) as i32)
+        .unwrap_or(-1);
         let mut p = libc::pollfd { fd: rd, events: libc::POLLIN, revents: 0 };
         // SAFETY: one valid pollfd.
         let n = unsafe { libc::poll(&mut p, 1, timeout) };
@@ -195,6 +208,12 @@ fn run() {
         }
         if textfile.due(now_ms()) {
             crate::textfile::write();
+        }
+        if restderr.due(now_ms()) {
+            crate::diag::replay_if_stderr_moved();
+            if !crate::diag::replay_pending() {
+                restderr.every = 0;
+            }
         }
         if dump.due(now_ms()) || want_dump {
             let _ = crate::dump::write_all();

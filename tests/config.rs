@@ -105,3 +105,29 @@ fn readme_env_table_matches_the_shim_table() {
         .collect();
     assert_eq!(shim_vars, readme_vars, "README env table and the shim's table differ");
 }
+
+/// A number out of range (or not a number) names the accepted range in its line, one line per
+/// bad variable even when several are bad at once.
+#[test]
+fn range_errors_name_the_range() {
+    let cases: [(&str, &str, &str); 6] = [
+        ("MALLOCSHIM_SAMPLE", "0", "a whole number from 1 to 1073741824"),
+        ("MALLOCSHIM_MEMLOG_INTERVAL_MS", "5", "a whole number from 10 to 86400000"),
+        ("MALLOCSHIM_DUMP_INTERVAL_S", "soon", "a whole number from 0 to 31536000"),
+        ("MALLOCSHIM_TRIM_ON_PRESSURE", "200%", "a percentage N% from 1 to 100"),
+        ("MALLOCSHIM_PROM_INTERVAL_S", "0", "from 1 to 86400"),
+        ("MALLOCSHIM_TRIM_ABOVE_RSS", "0K", "a size from 1 to 4611686018427387903 bytes"),
+    ];
+    let env: Vec<(&str, &str)> = cases.iter().map(|&(k, v, _)| (k, v)).collect();
+    let (out, lines) = run(&env);
+    assert!(out.contains("ok"), "program output {out}");
+    assert_eq!(lines.len(), cases.len(), "one line per bad variable: {lines:?}");
+    for (var, bad, range) in cases {
+        let l = lines
+            .iter()
+            .find(|l| l.contains(&format!("{var}={bad} ")))
+            .unwrap_or_else(|| panic!("{var}: {lines:?}"));
+        assert!(l.contains(range), "{var}={bad}: line must name the range `{range}`: {l}");
+        assert!(!l.contains("in range"), "{l}");
+    }
+}

@@ -1,8 +1,9 @@
 //! The fork canaries of issue 6 (`tests/c/fork_stdio.c`: fork while threads use stdio;
 //! `tests/c/fork_signal.c`: fork from a signal handler that interrupted malloc). Asserts what the
-//! issue requires: both pass under plain glibc and under the shim with the glibc backend and
-//! profiling on (`MALLOCSHIM_PROFILE=1`, also with `MALLOCSHIM_SAMPLE=1`). Runs them too under
-//! every other backend preloaded directly and under the shim over it (`common::BACKENDS`), and only
+//! issue requires: both pass under plain glibc and under the shim with the glibc backend in every
+//! setting of `common::SETTINGS` (profiling on, off, `MALLOCSHIM_SAMPLE=1`). Runs them too under
+//! every other backend preloaded directly and under the shim over every cell of
+//! `common::matrix()`, and only
 //! reports those outcomes (printed, and written to target/fork-canaries.md). A hang under an
 //! asserted configuration comes with gdb backtraces of every thread of the stuck process.
 
@@ -51,25 +52,18 @@ fn command(name: &str, config: &str) -> Command {
             c.env("LD_PRELOAD", common::require_file(lib));
             c
         }
-        "shim->glibc PROFILE=1" => {
-            let mut c = common::preloaded(&prog, "glibc");
-            c.env("MALLOCSHIM_PROFILE", "1");
-            c
-        }
-        "shim->glibc PROFILE=1 SAMPLE=1" => {
-            let mut c = common::preloaded(&prog, "glibc");
-            c.env("MALLOCSHIM_PROFILE", "1").env("MALLOCSHIM_SAMPLE", "1");
-            c
-        }
         "shim->glibc DUMP_SIGNAL=none" => {
             let mut c = common::preloaded(&prog, "glibc");
             c.env("MALLOCSHIM_PROFILE", "1").env("MALLOCSHIM_DUMP_SIGNAL", "none");
             c
         }
-        shim if shim.starts_with("shim->") && shim.ends_with(" PROFILE=1") => {
-            let b = &shim["shim->".len()..shim.len() - " PROFILE=1".len()];
+        // `shim-><backend> <setting>`: one cell of `common::matrix()`.
+        shim if shim.starts_with("shim->") => {
+            let (b, _, env) = common::matrix()
+                .find(|(b, s, _)| shim == format!("shim->{b} {s}"))
+                .unwrap_or_else(|| panic!("unknown configuration {shim}"));
             let mut c = common::preloaded(&prog, b);
-            c.env("MALLOCSHIM_PROFILE", "1");
+            c.envs(env.iter().copied());
             c
         }
         other => panic!("unknown configuration {other}"),
@@ -136,14 +130,16 @@ fn fork_signal_plain_glibc() {
 
 #[test]
 fn fork_stdio_shim_glibc_profiled() {
-    assert_passes("fork_stdio", "shim->glibc PROFILE=1");
-    assert_passes("fork_stdio", "shim->glibc PROFILE=1 SAMPLE=1");
+    for (setting, _) in common::SETTINGS {
+        assert_passes("fork_stdio", &format!("shim->glibc {setting}"));
+    }
 }
 
 #[test]
 fn fork_signal_shim_glibc_profiled() {
-    assert_passes("fork_signal", "shim->glibc PROFILE=1");
-    assert_passes("fork_signal", "shim->glibc PROFILE=1 SAMPLE=1");
+    for (setting, _) in common::SETTINGS {
+        assert_passes("fork_signal", &format!("shim->glibc {setting}"));
+    }
 }
 
 /// Report only: every canary under every configuration, in parallel (a hang costs the canary's
@@ -155,9 +151,9 @@ fn fork_canaries_report() {
     for b in common::BACKENDS.into_iter().filter(|b| common::direct_lib(b).is_some()) {
         configs.push(String::leak(format!("LD_PRELOAD {b}")));
     }
-    configs.extend(["shim->glibc PROFILE=1", "shim->glibc DUMP_SIGNAL=none"]);
-    for b in common::BACKENDS.into_iter().filter(|b| *b != "glibc") {
-        configs.push(String::leak(format!("shim->{b} PROFILE=1")));
+    configs.push("shim->glibc DUMP_SIGNAL=none");
+    for (b, setting, _) in common::matrix() {
+        configs.push(String::leak(format!("shim->{b} {setting}")));
     }
     let mut handles = Vec::new();
     for name in CANARIES {

@@ -106,6 +106,8 @@ fn expected(out: &str) -> Vec<(u64, u64, u64, bool)> {
 fn frees_are_classed_by_usable_size_on_every_path() {
     let bin = cc("free_classes.c", "free_classes", &[]);
     for b in BACKENDS {
+        // Two of `SETTINGS` on purpose: the figures checked are the dump's per-class frees,
+        // which `MALLOCSHIM_PROFILE=off` does not record; 64 is the default sampling.
         for sample in ["64", "1"] {
             let what = format!("free_classes under {b}, MALLOCSHIM_SAMPLE={sample}");
             let (out, d) = run_with_exit_dump(&bin, b, sample, "free-classes");

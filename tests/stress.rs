@@ -113,6 +113,8 @@ fn run_stressed(prog: &str, backend: &str, work: u32, more: &[&str], signals_on:
     let mut c = preloaded(bin(prog), backend);
     c.arg(work.to_string())
         .args(more)
+        // One cell of `SETTINGS` on purpose: the counts asserted exact come from the dumps,
+        // which profiling off does not record, and SAMPLE=1 is the heaviest recording path.
         .env("MALLOCSHIM_PROFILE", "1")
         .env("MALLOCSHIM_SAMPLE", "1")
         .env("MALLOCSHIM_VERBOSE", "1")

@@ -1,6 +1,7 @@
 //! The jemalloc backend: jemalloc 5 statically linked from tikv-jemalloc-sys with its `_rjem_`
 //! prefix, so it never captures `malloc` or `__libc_*` for anyone else. Its run-time options come
-//! from `_RJEM_MALLOC_CONF` (not `MALLOC_CONF`). Statistics go through tikv-jemalloc-ctl's typed
+//! from `_RJEM_MALLOC_CONF`, or, when that is unset, from `MALLOC_CONF` (passed to jemalloc as its
+//! `malloc_conf` global before it initialises: see [`load`]). Statistics go through tikv-jemalloc-ctl's typed
 //! mallctl wrappers; the one name those refuse to write (`arena.<all>.purge`) is called raw.
 
 use super::{MemStats, Release};
@@ -13,12 +14,29 @@ const PURGE_ALL: &core::ffi::CStr = c"arena.4096.purge";
 /// muzzy_decay_ms) says is due.
 const DECAY_ALL: &core::ffi::CStr = c"arena.4096.decay";
 
+extern "C" {
+    /// jemalloc's `malloc_conf` global (prefixed): an options string read once, when jemalloc
+    /// initialises, before `/etc/malloc.conf` and `_RJEM_MALLOC_CONF` (which override it).
+    #[link_name = "_rjem_malloc_conf"]
+    static mut RJEM_MALLOC_CONF: *const core::ffi::c_char;
+}
+
 /// Initialises jemalloc now (one allocation) so that a failure shows at start (statically
-/// linked: `_lib` is unused).
+/// linked: `_lib` is unused). The prefixed jemalloc reads `_RJEM_MALLOC_CONF`, not the
+/// `MALLOC_CONF` users set for a jemalloc-linked mysqld: when only `MALLOC_CONF` is set, its
+/// value becomes jemalloc's `malloc_conf` global first (jemalloc has no load-time constructor
+/// here, see build.rs, so this runs before it reads its options).
 ///
 /// # Safety
 /// Initialisation only.
 pub(super) unsafe fn load(_lib: &core::ffi::CStr, why: &mut crate::diag::LineBuf) -> bool {
+    if crate::config::env_raw(b"_RJEM_MALLOC_CONF").is_none() {
+        if let Some(conf) = crate::config::env_raw(b"MALLOC_CONF") {
+            // SAFETY: jemalloc has not initialised (this is the only path that first calls it) and
+            // `conf` points into `environ`, which lives as long as the process.
+            unsafe { core::ptr::addr_of_mut!(RJEM_MALLOC_CONF).write(conf) };
+        }
+    }
     // SAFETY: plain jemalloc calls with valid arguments.
     unsafe {
         let p = je::malloc(16);
