@@ -12,9 +12,13 @@ use std::path::PathBuf;
 #[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
 #[allow(clippy::enum_variant_names)]
 pub enum Index {
+    #[value(name = "inuse_space")]
     InuseSpace,
+    #[value(name = "alloc_space")]
     AllocSpace,
+    #[value(name = "inuse_objects")]
     InuseObjects,
+    #[value(name = "alloc_objects")]
     AllocObjects,
 }
 
