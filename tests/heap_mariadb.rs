@@ -81,7 +81,7 @@ fn check(backend: &str) {
     let mid = waiter.wait().unwrap_or_else(|e| panic!("{backend}: no dump under load: {e}"));
     let base = srv.dump_now(&dir, Duration::from_secs(10)).unwrap_or_else(|e| panic!("{e}"));
     srv.sql(
-        "SET SESSION max_heap_table_size = 512*1024*1024; \
+        "SET SESSION max_heap_table_size = 512*1024*1024, max_recursive_iterations = 1000000; \
          CREATE DATABASE IF NOT EXISTS heapgrow; \
          CREATE TABLE heapgrow.t (id INT, v VARCHAR(255)) ENGINE=MEMORY; \
          INSERT INTO heapgrow.t WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s \
