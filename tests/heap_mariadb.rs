@@ -111,7 +111,8 @@ fn check(backend: &str) {
             .unwrap_or_else(|| panic!("{what}: {}: no mariadbd mapping", p.display()));
         assert_eq!(prof.str(m.build_id), want_id, "{what}: {}: mariadbd's build ID", p.display());
     }
-    let (mid, base, late) = (pprof_of(&dir, pid, &mid.0), pprof_of(&dir, pid, &base.0), pprof_of(&dir, pid, &late.0));
+    let (mid, base, late) =
+        (pprof_of(&dir, pid, &mid.0), pprof_of(&dir, pid, &base.0), pprof_of(&dir, pid, &late.0));
     let raw = go_pprof(&["-raw"], &[&mid]);
     let named: Vec<&str> = SYMBOLS.iter().copied().filter(|s| raw.contains(&format!(" {s} "))).collect();
     assert!(!named.is_empty(), "{what}: none of {SYMBOLS:?} in the profile under load\n{raw}");

@@ -151,7 +151,11 @@ fn heap_leader(out: &str, head: &str) -> String {
     let mut lines = out.lines().skip_while(|l| !l.starts_with(head));
     lines.next();
     lines.next();
-    lines.next().and_then(|l| l.split("  ").map(str::trim).filter(|x| !x.is_empty()).last()).unwrap_or("").to_string()
+    lines
+        .next()
+        .and_then(|l| l.split("  ").map(str::trim).filter(|x| !x.is_empty()).last())
+        .unwrap_or("")
+        .to_string()
 }
 
 #[test]
@@ -173,7 +177,10 @@ fn heap_command_names_sites_and_growth() {
         assert_eq!(heap_leader(&late, "by inuse_space"), "site_a", "{what}\n{late}");
         assert_eq!(heap_leader(&late, "by alloc_space"), "site_c", "{what}\n{late}");
         let objects = heap_cmd(&[p[1].as_os_str(), "--sample-index".as_ref(), "alloc_objects".as_ref()]);
-        assert!(objects.contains("by alloc_objects") && !objects.contains("by inuse_space"), "{what}\n{objects}");
+        assert!(
+            objects.contains("by alloc_objects") && !objects.contains("by inuse_space"),
+            "{what}\n{objects}"
+        );
         let grow = heap_cmd(&[p[1].as_os_str(), p[0].as_os_str(), "--top".as_ref(), "3".as_ref()]);
         assert_eq!(heap_leader(&grow, "growth by inuse_space"), "site_b", "{what}\n{grow}");
         let first = grow.lines().skip_while(|l| !l.starts_with("growth by")).nth(2).unwrap_or("");

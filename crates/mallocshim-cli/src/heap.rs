@@ -128,7 +128,8 @@ fn bytes(v: i64) -> String {
 /// One table: the top `n` sites by `index` (space or objects) with their bytes, objects and %.
 fn table(s: &Sites, index: &str, n: usize) -> Result<String, String> {
     let kind = index.split('_').next().unwrap_or("inuse");
-    let (i, ib, io) = (col(s, index)?, col(s, &format!("{kind}_space"))?, col(s, &format!("{kind}_objects"))?);
+    let (i, ib, io) =
+        (col(s, index)?, col(s, &format!("{kind}_space"))?, col(s, &format!("{kind}_objects"))?);
     let total: i64 = s.by_site.values().map(|v| v[i]).sum();
     let mut rows: Vec<(&String, &Vec<i64>)> = s.by_site.iter().filter(|(_, v)| v[i] != 0).collect();
     rows.sort_by(|a, b| b.1[i].cmp(&a.1[i]).then_with(|| a.0.cmp(b.0)));
@@ -156,7 +157,8 @@ fn growth(base: &Sites, cur: &Sites, index: &str, n: usize) -> Result<String, St
     let mut rows: Vec<_> = all.into_iter().filter(|(_, (b, c))| b != c).collect();
     rows.sort_by(|a, b| (b.1 .1 - b.1 .0).cmp(&(a.1 .1 - a.1 .0)).then_with(|| a.0.cmp(b.0)));
     let fmt = |v: i64| if index.ends_with("space") { bytes(v) } else { v.to_string() };
-    let mut o = format!("growth by {index} from base (total {}, {} call sites changed):\n", fmt(total), rows.len());
+    let mut o =
+        format!("growth by {index} from base (total {}, {} call sites changed):\n", fmt(total), rows.len());
     o += &format!("{:>12} {:>12} {:>12}  call site\n", "growth", "base", "profile");
     for (name, (b, c)) in rows.into_iter().take(n) {
         o += &format!("{:>12} {:>12} {:>12}  {name}\n", fmt(c - b), fmt(b), fmt(c));
