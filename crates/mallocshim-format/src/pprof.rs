@@ -187,3 +187,34 @@ impl Profile {
         self.sample_type.iter().position(|t| self.str(t.r#type) == name)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_profile() -> Profile {
+        Profile {
+            sample_type: vec![ValueType { r#type: 1, unit: 2 }],
+            sample: vec![Sample { location_id: vec![1], value: vec![4096], label: vec![] }],
+            string_table: vec!["".into(), "inuse_space".into(), "bytes".into()],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn gzip_and_raw_round_trip() {
+        let p = sample_profile();
+        assert_eq!(Profile::from_bytes(&p.to_gz()).unwrap(), p);
+        assert_eq!(Profile::from_bytes(&p.encode_to_vec()).unwrap(), p);
+        assert_eq!(p.sample_index("inuse_space"), Some(0));
+        assert_eq!(p.sample_index("alloc_space"), None);
+        assert_eq!(p.str(99), "");
+    }
+
+    #[test]
+    fn garbage_is_an_error() {
+        assert!(matches!(Profile::from_bytes(&[0x1f, 0x8b, 0, 1]), Err(ProfileError::Io(_))));
+        assert!(matches!(Profile::from_bytes(&[0xff; 8]), Err(ProfileError::Decode(_))));
+        assert!(matches!(Profile::read("/nonexistent/x.pb.gz"), Err(ProfileError::Io(_))));
+    }
+}
