@@ -6,6 +6,9 @@
 //!   Per backend, at `MALLOCSHIM_SAMPLE` 64 and 1: inuse_space gives A 75% ±10% and B 25% ±10%
 //!   by their own function names (not malloc, not operator new), C absent; alloc_space is led
 //!   by C. Sampled at a mean of 64 KiB, so the ±10% holds by many standard deviations.
+//! - `mallocshim heap` (crates/mallocshim-cli) on the same profiles, glibc: site_a leads by
+//!   inuse_space, site_c by alloc_space; between the two dumps of `heap_sites grow` (site_a and
+//!   site_c, dump, site_b, dump) the growth against the first names site_b alone, about 16 MiB.
 //! - toggle: sampling off at start, turned on by `mallocshim_heap_profile_set`: A absent, B in.
 //! - profiling off (`MALLOCSHIM_PROFILE=off`): the set call answers ENOTSUP, the profile parses
 //!   and holds no sample.
@@ -133,6 +136,57 @@ fn sites_by_backend() {
                 check_sites(backend, cxx, sample);
             }
         }
+    }
+}
+
+/// `mallocshim heap ARGS...`: its stdout (fails on a non-zero exit).
+fn heap_cmd(args: &[&std::ffi::OsStr]) -> String {
+    let o = Command::new(common::cli_bin()).arg("heap").args(args).output().expect("run mallocshim heap");
+    assert!(o.status.success(), "mallocshim heap {args:?}: {}", common::describe(&o));
+    common::stdout(&o)
+}
+
+/// The call site on the first row of the table headed `by INDEX` (or `growth by`).
+fn heap_leader(out: &str, head: &str) -> String {
+    let mut lines = out.lines().skip_while(|l| !l.starts_with(head));
+    lines.next();
+    lines.next();
+    lines
+        .next()
+        .and_then(|l| l.split("  ").map(str::trim).filter(|x| !x.is_empty()).last())
+        .unwrap_or("")
+        .to_string()
+}
+
+#[test]
+fn heap_command_names_sites_and_growth() {
+    for cxx in [false, true] {
+        let what = format!("mallocshim heap on heap_sites {}", if cxx { "C++" } else { "C" });
+        let dir = dump_dir(&format!("cli-{cxx}"));
+        let mut cmd = common::preloaded(sites_bin(cxx), "glibc");
+        cmd.arg("grow")
+            .env("MALLOCSHIM_DUMP_DIR", &dir)
+            .env("MALLOCSHIM_DUMP_FORMATS", "pprof")
+            .env("MALLOCSHIM_PROF_SAMPLE_BYTES", "65536");
+        let o = run_limited(cmd, 120, &what);
+        assert_eq!(common::stdout(&o).matches("api_rc=0").count(), 2, "{what}: {}", common::describe(&o));
+        let mut p = profiles(&dir);
+        p.sort_by_key(|f| f.to_string_lossy().rsplit('.').nth(2).and_then(|s| s.parse::<u32>().ok()));
+        assert_eq!(p.len(), 2, "{what}: two profiles expected, found {p:?}");
+        let late = heap_cmd(&[p[1].as_os_str()]);
+        assert_eq!(heap_leader(&late, "by inuse_space"), "site_a", "{what}\n{late}");
+        assert_eq!(heap_leader(&late, "by alloc_space"), "site_c", "{what}\n{late}");
+        let objects = heap_cmd(&[p[1].as_os_str(), "--sample-index".as_ref(), "alloc_objects".as_ref()]);
+        assert!(
+            objects.contains("by alloc_objects") && !objects.contains("by inuse_space"),
+            "{what}\n{objects}"
+        );
+        let grow = heap_cmd(&[p[1].as_os_str(), p[0].as_os_str(), "--top".as_ref(), "3".as_ref()]);
+        assert_eq!(heap_leader(&grow, "growth by inuse_space"), "site_b", "{what}\n{grow}");
+        let first = grow.lines().skip_while(|l| !l.starts_with("growth by")).nth(2).unwrap_or("");
+        let mib: f64 = first.split_whitespace().next().and_then(|x| x.parse().ok()).unwrap_or(0.0);
+        assert!(first.contains("MiB") && (12.0..=20.0).contains(&mib), "{what}: site_b grew {first}\n{grow}");
+        assert!(!grow.contains("site_a") && !grow.contains("site_c"), "{what}: only site_b changed\n{grow}");
     }
 }
 

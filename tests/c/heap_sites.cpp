@@ -6,6 +6,8 @@
  * Then writes one dump through mallocshim_dump() (dlsym) and prints api_rc=N.
  * argv[1] = "toggle": sampling starts off (MALLOCSHIM_PROF_SAMPLE_BYTES=0); site_a runs, then
  * mallocshim_heap_profile_set(65536) (prints set_rc=N), then site_b, site_c and the dump.
+ * argv[1] = "grow": site_a and site_c, a dump, then site_b and a second dump (prints
+ * api_rc=N for each): site_b is what grew between the two.
  * argv[1] = "cxx" (C++ only): operator new's C++ semantics through the shim, then exit; prints
  * one ok line per check. */
 #include <dlfcn.h>
@@ -110,10 +112,18 @@ int main(int argc, char **argv) {
     printf("api_rc=%d\n", dump ? dump() : -1);
     return 0;
   }
+  int (*dump)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "mallocshim_dump");
+  if (argc > 1 && !strcmp(argv[1], "grow")) {
+    site_a();
+    site_c();
+    printf("api_rc=%d\n", dump ? dump() : -1);
+    site_b();
+    printf("api_rc=%d\n", dump ? dump() : -1);
+    return 0;
+  }
   site_a();
   site_b();
   site_c();
-  int (*dump)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "mallocshim_dump");
   printf("api_rc=%d\n", dump ? dump() : -1);
   for (int i = 0; i < NA; i++) free(a[i]);
 #ifdef __cplusplus

@@ -1,11 +1,13 @@
 //! `mallocshim`: the command for the files `libmallocshim.so` writes and for comparing
-//! allocators under it. Subcommands: `report` (one dump), `diff` (two dumps), `plot` (memlog
+//! allocators under it. Subcommands: `report` (one dump), `diff` (two dumps), `heap` (heap
+//! profiles' top call sites and growth), `plot` (memlog
 //! CSVs), `compare` (the MariaDB comparison runner); the hidden `generate DIR` writes the man
 //! pages and shell completions. Every dump and memlog is read through the format crate
 //! (`mallocshim_format`); the command never links the shim (a cdylib exporting malloc).
 
 mod compare;
 mod diff;
+mod heap;
 mod plot;
 mod plot_cmd;
 mod report;
@@ -23,7 +25,7 @@ use std::process::ExitCode;
     name = "mallocshim",
     version,
     about = "Read mallocshim's dumps and memlogs, and compare allocators under mysqld",
-    long_about = "Read the files libmallocshim.so writes (JSON dumps, memlog CSVs) and compare \
+    long_about = "Read the files libmallocshim.so writes (JSON dumps, heap profiles, memlog CSVs) and compare \
                   allocators under mariadbd/mysqld. The shim library is found at $MALLOCSHIM_LIB, \
                   else /usr/lib/x86_64-linux-gnu/libmallocshim.so, else next to this program.\n\n\
                   Exit status: 0 on success, 2 on bad arguments or unreadable input (one line on \
@@ -41,6 +43,7 @@ struct Cli {
 enum Cmd {
     Report(report::Args),
     Diff(diff::Args),
+    Heap(heap::Args),
     Plot(plot_cmd::Args),
     Compare(compare::cli::Args),
     /// Write the man pages (man1/*.1) and shell completions (bash, zsh, fish) into DIR.
@@ -124,6 +127,7 @@ fn main() -> ExitCode {
         }
         Cmd::Report(a) => ("report", report::run(a)),
         Cmd::Diff(a) => ("diff", diff::run(a)),
+        Cmd::Heap(a) => ("heap", heap::run(a)),
         Cmd::Plot(a) => ("plot", plot_cmd::run(a)),
         Cmd::Generate { dir } => ("generate", generate(dir)),
     };

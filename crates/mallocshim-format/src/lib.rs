@@ -5,6 +5,8 @@
 //! - [`dump`]: the JSON dump `mallocshim.<pid>.<seq>.json` ([`Dump`], [`FORMAT`], [`VERSION`]),
 //!   reading with format and version checks, and the dump files of a process ([`newest_dump`]);
 //! - [`memlog`]: the memory time series CSV (`MALLOCSHIM_MEMLOG`), its header and rows;
+//! - [`pprof`]: the heap profile `mallocshim.<pid>.<seq>.pb.gz`, gzip'ed profile.proto
+//!   ([`pprof::Profile`], read with [`pprof::Profile::read`]);
 //! - [`classes`]: the size classes (bounds, labels) and the ops and entry points they count;
 //! - [`BACKENDS`]: the backend names `MALLOCSHIM_BACKEND` accepts and dumps carry.
 //!
@@ -13,12 +15,14 @@
 //! names and meanings documented in docs/dump-format.md stay. A change that breaks that bumps
 //! [`VERSION`].
 //!
-//! This crate must stay cheap for the shim, which links it: serde derive and serde_json only,
+//! This crate must stay cheap for the shim, which links it: serde derive, serde_json, and
+//! prost and flate2 (default features off) for the heap profile only,
 //! no I/O on its own but the reading functions, no global state.
 
 pub mod classes;
 pub mod dump;
 pub mod memlog;
+pub mod pprof;
 
 pub use classes::{ENTRY_NAMES, OP_NAMES};
 pub use dump::{

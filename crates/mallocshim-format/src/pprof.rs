@@ -1,0 +1,220 @@
+//! The heap profile file, `mallocshim.<pid>.<seq>.pb.gz`: a gzip'ed profile.proto
+//! (google/pprof's proto/profile.proto; the messages below are its prost derivation, field tags
+//! as in the .proto). The shim writes it through [`Profile::to_gz`]; the `mallocshim heap`
+//! command, the tests and benches read it through [`Profile::read`]. Strings are indices into
+//! `string_table` (0 is the empty string), as in the .proto; [`Profile::str`] looks them up.
+//! No global state; I/O only in [`Profile::read`].
+
+use prost::Message;
+use std::io::{Read, Write};
+use std::path::Path;
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Profile {
+    #[prost(message, repeated, tag = "1")]
+    pub sample_type: Vec<ValueType>,
+    #[prost(message, repeated, tag = "2")]
+    pub sample: Vec<Sample>,
+    #[prost(message, repeated, tag = "3")]
+    pub mapping: Vec<Mapping>,
+    #[prost(message, repeated, tag = "4")]
+    pub location: Vec<Location>,
+    #[prost(message, repeated, tag = "5")]
+    pub function: Vec<Function>,
+    #[prost(string, repeated, tag = "6")]
+    pub string_table: Vec<String>,
+    #[prost(int64, tag = "7")]
+    pub drop_frames: i64,
+    #[prost(int64, tag = "8")]
+    pub keep_frames: i64,
+    #[prost(int64, tag = "9")]
+    pub time_nanos: i64,
+    #[prost(int64, tag = "10")]
+    pub duration_nanos: i64,
+    #[prost(message, optional, tag = "11")]
+    pub period_type: Option<ValueType>,
+    #[prost(int64, tag = "12")]
+    pub period: i64,
+    #[prost(int64, repeated, tag = "13")]
+    pub comment: Vec<i64>,
+    #[prost(int64, tag = "14")]
+    pub default_sample_type: i64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ValueType {
+    #[prost(int64, tag = "1")]
+    pub r#type: i64,
+    #[prost(int64, tag = "2")]
+    pub unit: i64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Sample {
+    #[prost(uint64, repeated, tag = "1")]
+    pub location_id: Vec<u64>,
+    #[prost(int64, repeated, tag = "2")]
+    pub value: Vec<i64>,
+    #[prost(message, repeated, tag = "3")]
+    pub label: Vec<Label>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Label {
+    #[prost(int64, tag = "1")]
+    pub key: i64,
+    #[prost(int64, tag = "2")]
+    pub str: i64,
+    #[prost(int64, tag = "3")]
+    pub num: i64,
+    #[prost(int64, tag = "4")]
+    pub num_unit: i64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Mapping {
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    #[prost(uint64, tag = "2")]
+    pub memory_start: u64,
+    #[prost(uint64, tag = "3")]
+    pub memory_limit: u64,
+    #[prost(uint64, tag = "4")]
+    pub file_offset: u64,
+    #[prost(int64, tag = "5")]
+    pub filename: i64,
+    #[prost(int64, tag = "6")]
+    pub build_id: i64,
+    #[prost(bool, tag = "7")]
+    pub has_functions: bool,
+    #[prost(bool, tag = "8")]
+    pub has_filenames: bool,
+    #[prost(bool, tag = "9")]
+    pub has_line_numbers: bool,
+    #[prost(bool, tag = "10")]
+    pub has_inline_frames: bool,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Location {
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    #[prost(uint64, tag = "2")]
+    pub mapping_id: u64,
+    #[prost(uint64, tag = "3")]
+    pub address: u64,
+    #[prost(message, repeated, tag = "4")]
+    pub line: Vec<Line>,
+    #[prost(bool, tag = "5")]
+    pub is_folded: bool,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Line {
+    #[prost(uint64, tag = "1")]
+    pub function_id: u64,
+    #[prost(int64, tag = "2")]
+    pub line: i64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Function {
+    #[prost(uint64, tag = "1")]
+    pub id: u64,
+    #[prost(int64, tag = "2")]
+    pub name: i64,
+    #[prost(int64, tag = "3")]
+    pub system_name: i64,
+    #[prost(int64, tag = "4")]
+    pub filename: i64,
+    #[prost(int64, tag = "5")]
+    pub start_line: i64,
+}
+
+/// Why a profile could not be read.
+#[derive(Debug)]
+pub enum ProfileError {
+    /// The file could not be opened or gunzipped (the I/O error).
+    Io(std::io::Error),
+    /// The gunzipped bytes are not a profile.proto message.
+    Decode(prost::DecodeError),
+}
+
+impl std::fmt::Display for ProfileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProfileError::Io(e) => write!(f, "{e}"),
+            ProfileError::Decode(e) => write!(f, "not a profile.proto: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ProfileError {}
+
+impl Profile {
+    /// Reads a profile file: gzip'ed (as the shim and Go write it) or raw profile.proto.
+    pub fn read(path: impl AsRef<Path>) -> Result<Profile, ProfileError> {
+        let bytes = std::fs::read(path).map_err(ProfileError::Io)?;
+        Profile::from_bytes(&bytes)
+    }
+
+    /// Decodes a profile from its file bytes, gunzipping them when they start with gzip's magic.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Profile, ProfileError> {
+        if bytes.starts_with(&[0x1f, 0x8b]) {
+            let mut raw = Vec::new();
+            flate2::read::MultiGzDecoder::new(bytes).read_to_end(&mut raw).map_err(ProfileError::Io)?;
+            Profile::decode(raw.as_slice()).map_err(ProfileError::Decode)
+        } else {
+            Profile::decode(bytes).map_err(ProfileError::Decode)
+        }
+    }
+
+    /// The gzip'ed encoding, as written to `mallocshim.<pid>.<seq>.pb.gz`.
+    pub fn to_gz(&self) -> Vec<u8> {
+        let raw = self.encode_to_vec();
+        let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        let _ = z.write_all(&raw);
+        z.finish().unwrap_or_default()
+    }
+
+    /// The string at index `i` of the string table ("" when out of range).
+    pub fn str(&self, i: i64) -> &str {
+        usize::try_from(i).ok().and_then(|i| self.string_table.get(i)).map(String::as_str).unwrap_or("")
+    }
+
+    /// The index of the sample type named `name` (for example `inuse_space`).
+    pub fn sample_index(&self, name: &str) -> Option<usize> {
+        self.sample_type.iter().position(|t| self.str(t.r#type) == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample_profile() -> Profile {
+        Profile {
+            sample_type: vec![ValueType { r#type: 1, unit: 2 }],
+            sample: vec![Sample { location_id: vec![1], value: vec![4096], label: vec![] }],
+            string_table: vec!["".into(), "inuse_space".into(), "bytes".into()],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn gzip_and_raw_round_trip() {
+        let p = sample_profile();
+        assert_eq!(Profile::from_bytes(&p.to_gz()).unwrap(), p);
+        assert_eq!(Profile::from_bytes(&p.encode_to_vec()).unwrap(), p);
+        assert_eq!(p.sample_index("inuse_space"), Some(0));
+        assert_eq!(p.sample_index("alloc_space"), None);
+        assert_eq!(p.str(99), "");
+    }
+
+    #[test]
+    fn garbage_is_an_error() {
+        assert!(matches!(Profile::from_bytes(&[0x1f, 0x8b, 0, 1]), Err(ProfileError::Io(_))));
+        assert!(matches!(Profile::from_bytes(&[0xff; 8]), Err(ProfileError::Decode(_))));
+        assert!(matches!(Profile::read("/nonexistent/x.pb.gz"), Err(ProfileError::Io(_))));
+    }
+}
