@@ -96,9 +96,7 @@ pub fn fit(xs: &[f64], ys: &[u64]) -> Fit {
 }
 
 fn grows(f: &Fit, threshold: u64) -> bool {
-    f.rise_bytes > threshold as f64
-        && f.r2 >= GROWTH_MIN_R2
-        && f.last.saturating_sub(f.first) > threshold / 2
+    f.rise_bytes > threshold as f64 && f.r2 >= GROWTH_MIN_R2 && f.last.saturating_sub(f.first) > threshold / 2
 }
 
 /// The verdict for a memlog's rows. Errors (one line) when fewer than [`MIN_ROWS`] rows carry
@@ -106,9 +104,7 @@ fn grows(f: &Fit, threshold: u64) -> bool {
 pub fn diagnose(rows: &[MemRow]) -> Result<Verdict, String> {
     let rows: Vec<&MemRow> = rows
         .iter()
-        .filter(|r| {
-            r.live_bytes.is_some() && r.allocator_free_bytes.is_some() && r.non_heap_bytes.is_some()
-        })
+        .filter(|r| r.live_bytes.is_some() && r.allocator_free_bytes.is_some() && r.non_heap_bytes.is_some())
         .collect();
     if rows.len() < MIN_ROWS {
         return Err(format!(
@@ -125,8 +121,7 @@ pub fn diagnose(rows: &[MemRow]) -> Result<Verdict, String> {
     let peak_rss = rows.iter().map(|r| r.rss_bytes).max().unwrap_or(0);
     let last = (*rows.last().unwrap()).clone();
     let growth_threshold = ((GROWTH_FRAC * peak_rss as f64) as u64).max(GROWTH_MIN_BYTES);
-    let retained_threshold =
-        ((RETAINED_FRAC * last.rss_bytes as f64) as u64).max(RETAINED_MIN_BYTES);
+    let retained_threshold = ((RETAINED_FRAC * last.rss_bytes as f64) as u64).max(RETAINED_MIN_BYTES);
 
     let mut found = Vec::new();
     let live_grows = grows(&live, growth_threshold);
@@ -245,9 +240,8 @@ mod tests {
 
     #[test]
     fn retained_when_live_falls_and_free_is_large() {
-        let rows: Vec<_> = (0..10)
-            .map(|s| if s < 3 { row(s, 220, 200, 5, 10) } else { row(s, 215, 20, 180, 10) })
-            .collect();
+        let rows: Vec<_> =
+            (0..10).map(|s| if s < 3 { row(s, 220, 200, 5, 10) } else { row(s, 215, 20, 180, 10) }).collect();
         let v = diagnose(&rows).unwrap();
         assert_eq!(v.kind, Kind::Retained, "{v:?}");
     }

@@ -1,0 +1,84 @@
+//! `mallocshim diagnose`, black-box: tests/c/diagnose.c creates each situation on purpose under
+//! the shim (glibc backend, memlog every 100 ms, periodic trims off) and the command must print
+//! that verdict with its numbers and exit 0; bad input exits 2 with one line.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn memlog_of(mode: &str) -> PathBuf {
+    let prog = common::cc("diagnose.c", "diagnose_prog", &[]);
+    let dir = common::work_dir().join("diagnose");
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join(format!("{mode}.memlog.csv"));
+    let _ = std::fs::remove_file(&log);
+    let mut c = common::preloaded(&prog, "glibc");
+    c.arg(mode)
+        .env("MALLOCSHIM_MEMLOG", &log)
+        .env("MALLOCSHIM_MEMLOG_INTERVAL_MS", "100")
+        .env("MALLOCSHIM_TRIM_INTERVAL_MS", "0");
+    let o = common::run_ok(c, mode);
+    assert!(common::stdout(&o).contains(&format!("done {mode}")), "{}", common::describe(&o));
+    log
+}
+
+fn diagnose(log: &PathBuf) -> (String, std::process::Output) {
+    let o = Command::new(common::cli_bin()).arg("diagnose").arg(log).output().unwrap();
+    (common::stdout(&o), o)
+}
+
+fn check(mode: &str, verdict: &str) -> String {
+    let log = memlog_of(mode);
+    let (out, o) = diagnose(&log);
+    let memlog = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(o.status.success(), "{}\n--- memlog\n{memlog}", common::describe(&o));
+    let first = out.lines().next().unwrap_or("");
+    assert_eq!(first, format!("verdict: {verdict}"), "{out}\n--- memlog\n{memlog}");
+    assert!(out.contains("thresholds: growth = fitted rise >"), "{out}");
+    eprintln!("{mode}:\n{out}");
+    out
+}
+
+#[test]
+fn retained_by_the_allocator_glibc() {
+    let out = check("retained", "retained by the allocator");
+    let line = out.lines().find(|l| l.starts_with("a trim would return now:")).expect(&out);
+    let mib: f64 = line.split_whitespace().nth(5).unwrap().parse().unwrap();
+    assert!(mib >= 100.0, "~180 MiB freed but kept by glibc, yet: {line}");
+    assert!(
+        out.contains("MALLOCSHIM_TRIM_INTERVAL_MS=") && out.contains("MALLOCSHIM_TRIM_ABOVE_RSS="),
+        "{out}"
+    );
+}
+
+#[test]
+fn live_heap_growth() {
+    let out = check("growth", "live heap growth");
+    assert!(out.contains("why: live bytes grow at"), "{out}");
+}
+
+#[test]
+fn outside_malloc() {
+    check("outside", "outside malloc");
+}
+
+#[test]
+fn steady() {
+    check("steady", "steady");
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    let dir = common::work_dir().join("diagnose");
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.csv");
+    std::fs::write(&bad, "not,a,memlog\n1,2\n").unwrap();
+    for p in [bad, dir.join("missing.csv")] {
+        let (_, o) = diagnose(&p);
+        assert_eq!(o.status.code(), Some(2), "{}", common::describe(&o));
+        let err = common::stderr(&o);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with("mallocshim diagnose:"), "{err}");
+    }
+}
