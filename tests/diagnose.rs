@@ -82,3 +82,25 @@ fn bad_input_is_one_line_and_exit_2() {
         assert!(err.starts_with("mallocshim diagnose:"), "{err}");
     }
 }
+
+/// A real mariadbd under glibc with trimming off: the harness's FULLTEXT load (300,000
+/// documents, 4 phrase searches for 20 s, 10 s idle) with a memlog; the verdict must be
+/// *retained by the allocator* (glibc keeps what the searches freed).
+#[test]
+fn mariadb_fulltext_trim_off_is_retained() {
+    use mallocshim_mariadb::fulltext::{self, RunConfig, Settings};
+    let dir = common::work_dir().join("diagnose-mariadb");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut settings = Settings::new(common::shim());
+    settings.memlog_dir = Some(dir.clone());
+    let configs = vec![RunConfig::parse("off", settings.trim_ms).unwrap()];
+    let res = fulltext::run(&settings, &configs).unwrap_or_else(|e| panic!("{e}"));
+    assert!(res.ok, "the FULLTEXT load reported a failed check\n{res:#?}");
+    let log = dir.join("off.csv");
+    let (out, o) = diagnose(&log);
+    let memlog = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(o.status.success(), "{}\n--- memlog\n{memlog}", common::describe(&o));
+    assert_eq!(out.lines().next(), Some("verdict: retained by the allocator"), "{out}\n--- memlog\n{memlog}");
+    eprintln!("mariadbd FULLTEXT, glibc, trim off:\n{out}");
+}
