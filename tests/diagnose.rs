@@ -8,6 +8,10 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn memlog_of(mode: &str) -> PathBuf {
+    memlog_env(mode, &[])
+}
+
+fn memlog_env(mode: &str, env: &[(&str, &PathBuf)]) -> PathBuf {
     let prog = common::cc("diagnose.c", "diagnose_prog", &[]);
     let dir = common::work_dir().join("diagnose");
     std::fs::create_dir_all(&dir).unwrap();
@@ -18,6 +22,9 @@ fn memlog_of(mode: &str) -> PathBuf {
         .env("MALLOCSHIM_MEMLOG", &log)
         .env("MALLOCSHIM_MEMLOG_INTERVAL_MS", "100")
         .env("MALLOCSHIM_TRIM_INTERVAL_MS", "0");
+    for (k, v) in env {
+        c.env(k, v);
+    }
     let o = common::run_ok(c, mode);
     assert!(common::stdout(&o).contains(&format!("done {mode}")), "{}", common::describe(&o));
     log
@@ -56,6 +63,48 @@ fn retained_by_the_allocator_glibc() {
 fn live_heap_growth() {
     let out = check("growth", "live heap growth");
     assert!(out.contains("why: live bytes grow at"), "{out}");
+}
+
+/// With the first and last of the dumps written every second, the [2049, 4096] B class is named.
+#[test]
+fn live_heap_growth_names_the_size_class_from_two_dumps() {
+    let dir = common::work_dir().join("diagnose-dumps");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let one = PathBuf::from("1");
+    let json = PathBuf::from("json");
+    let log = memlog_env(
+        "growth",
+        &[
+            ("MALLOCSHIM_DUMP_DIR", &dir),
+            ("MALLOCSHIM_DUMP_INTERVAL_S", &one),
+            ("MALLOCSHIM_DUMP_FORMATS", &json),
+        ],
+    );
+    let mut dumps: Vec<(u64, PathBuf)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| {
+            let p = e.ok()?.path();
+            let name = p.file_name()?.to_str()?.to_string();
+            let (_, seq, ext) = mallocshim_format::dump::parse_dump_file_name(&name)?;
+            (ext == "json").then_some((seq, p))
+        })
+        .collect();
+    dumps.sort();
+    assert!(dumps.len() >= 2, "fewer than two dumps in {}", dir.display());
+    let o = Command::new(common::cli_bin())
+        .arg("diagnose")
+        .arg(&log)
+        .arg(&dumps[0].1)
+        .arg(&dumps[dumps.len() - 1].1)
+        .output()
+        .unwrap();
+    let out = common::stdout(&o);
+    assert!(o.status.success(), "{}", common::describe(&o));
+    assert_eq!(out.lines().next(), Some("verdict: live heap growth"), "{out}");
+    let grew = out.lines().skip_while(|l| !l.contains("size classes whose held bytes grew")).nth(1);
+    assert!(grew.is_some_and(|l| l.trim_start().starts_with("[2049, 4096] B:")), "{out}");
+    eprintln!("{out}");
 }
 
 #[test]

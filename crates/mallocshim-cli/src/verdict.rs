@@ -160,8 +160,8 @@ fn class_held(d: &Dump) -> BTreeMap<String, (i128, i128)> {
     let mut m: BTreeMap<String, (i128, i128)> = BTreeMap::new();
     for c in &d.size_classes {
         let key = match c.max_bytes {
-            Some(max) => format!("({}, {}] B", c.min_bytes, max),
-            None => format!("> {} B", c.min_bytes),
+            Some(max) => format!("[{}, {}] B", c.min_bytes, max),
+            None => format!(">= {} B", c.min_bytes),
         };
         let e = m.entry(key).or_default();
         if c.op == "free" {
