@@ -1,11 +1,12 @@
 //! `mallocshim`: the command for the files `libmallocshim.so` writes and for comparing
 //! allocators under it. Subcommands: `report` (one dump), `diff` (two dumps), `heap` (heap
-//! profiles' top call sites and growth), `plot` (memlog
-//! CSVs), `compare` (the MariaDB comparison runner); the hidden `generate DIR` writes the man
+//! profiles' top call sites and growth), `plot` (memlog CSVs), `diagnose` (a memlog's verdict),
+//! `compare` (the MariaDB comparison runner); the hidden `generate DIR` writes the man
 //! pages and shell completions. Every dump and memlog is read through the format crate
 //! (`mallocshim_format`); the command never links the shim (a cdylib exporting malloc).
 
 mod compare;
+mod diagnose;
 mod diff;
 mod heap;
 mod plot;
@@ -14,6 +15,7 @@ mod report;
 mod secure_write;
 mod shim_lib;
 mod table;
+mod verdict;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use std::io::Write;
@@ -45,6 +47,7 @@ enum Cmd {
     Diff(diff::Args),
     Heap(heap::Args),
     Plot(plot_cmd::Args),
+    Diagnose(diagnose::Args),
     Compare(compare::cli::Args),
     /// Write the man pages (man1/*.1) and shell completions (bash, zsh, fish) into DIR.
     #[command(hide = true)]
@@ -129,6 +132,7 @@ fn main() -> ExitCode {
         Cmd::Diff(a) => ("diff", diff::run(a)),
         Cmd::Heap(a) => ("heap", heap::run(a)),
         Cmd::Plot(a) => ("plot", plot_cmd::run(a)),
+        Cmd::Diagnose(a) => ("diagnose", diagnose::run(a)),
         Cmd::Generate { dir } => ("generate", generate(dir)),
     };
     match res.and_then(|text| print(&text)) {

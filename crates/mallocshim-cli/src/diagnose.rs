@@ -1,0 +1,159 @@
+//! `mallocshim diagnose MEMLOG.csv [DUMP.json ...]`: reads a memlog (and dumps) through the
+//! format crate, asks `verdict` for the verdict and prints it with its numbers, thresholds and
+//! what to set. Reading and printing only; the logic is in `verdict`.
+
+use crate::verdict::{self, Growth, Kind, Verdict};
+use mallocshim_format::{memlog, Dump};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug)]
+#[command(
+    about = "Say where the memory went: retained by the allocator, live heap growth, outside malloc, or steady",
+    long_about = "Read a memlog (MALLOCSHIM_MEMLOG=PATH) and print one verdict with the numbers \
+                  behind it: \"live heap growth\" (live bytes rise steadily), \"retained by the \
+                  allocator\" (live bytes flat or falling, allocator-free bytes large: a trim \
+                  would return them), \"outside malloc\" (non-heap RSS grows) or \"steady\". \
+                  Growth means a least-squares rise over the window above 5% of the peak RSS and \
+                  above 16 MiB, with R² >= 0.6; allocator-free bytes are large at >= 10% of RSS \
+                  and >= 16 MiB. With two or more dumps of the process, the first and last are \
+                  compared: the size classes and thread start routines whose held bytes \
+                  (allocated minus freed) grew are named.\n\n\
+                  Exit status: 0 with a verdict, 2 on bad input (one line, prefixed \
+                  \"mallocshim diagnose:\").",
+    after_help = "Example:\n  mallocshim diagnose /var/tmp/mysqld.memlog.csv \
+                  mallocshim.1234.0.json mallocshim.1234.5.json"
+)]
+pub struct Args {
+    /// The memlog CSV.
+    #[arg(value_name = "MEMLOG.csv")]
+    pub memlog: PathBuf,
+    /// Dumps of the same process (JSON), oldest first.
+    #[arg(value_name = "DUMP.json")]
+    pub dumps: Vec<PathBuf>,
+}
+
+fn mib(b: f64) -> String {
+    format!("{:.1} MiB", b / (1u64 << 20) as f64)
+}
+
+fn mibu(b: u64) -> String {
+    mib(b as f64)
+}
+
+pub fn run(a: &Args) -> Result<String, String> {
+    let rows = memlog::read(&a.memlog)?;
+    let v = verdict::diagnose(&rows).map_err(|e| format!("{}: {e}", a.memlog.display()))?;
+    let mut dumps = Vec::new();
+    for p in &a.dumps {
+        dumps.push(Dump::read(p).map_err(|e| e.to_string())?);
+    }
+    Ok(render(&v, &dumps))
+}
+
+fn growth_lines(out: &mut String, what: &str, g: &Growth) {
+    if g.is_empty() {
+        let _ = writeln!(out, "  no {what} held more bytes in the later dump");
+        return;
+    }
+    let _ = writeln!(out, "  {what} whose held bytes grew (allocated minus freed):");
+    for (k, h0, h1, n) in g.iter().take(8) {
+        let _ = writeln!(
+            out,
+            "    {k}: {} -> {} (+{}), {n} allocations in between",
+            mib(*h0 as f64),
+            mib(*h1 as f64),
+            mib((h1 - h0) as f64)
+        );
+    }
+}
+
+/// The verdict as text.
+pub fn render(v: &Verdict, dumps: &[Dump]) -> String {
+    let mut o = String::new();
+    let l = &v.last;
+    let _ = writeln!(o, "verdict: {}", v.kind.name());
+    let _ = writeln!(
+        o,
+        "window: {} rows over {:.1} s; RSS now {} (peak {}), live {}, allocator free {}, non-heap {}",
+        v.rows,
+        v.window_s,
+        mibu(l.rss_bytes),
+        mibu(v.peak_rss),
+        mibu(l.live_bytes.unwrap_or(0)),
+        mibu(l.allocator_free_bytes.unwrap_or(0)),
+        mibu(l.non_heap_bytes.unwrap_or(0))
+    );
+    for (name, f) in [("live bytes", &v.live), ("non-heap bytes", &v.non_heap), ("RSS", &v.rss)] {
+        let _ = writeln!(
+            o,
+            "trend: {name} {} -> {}, fitted {}/s ({} over the window, R²={:.2})",
+            mibu(f.first),
+            mibu(f.last),
+            mib(f.bytes_per_s),
+            mib(f.rise_bytes),
+            f.r2
+        );
+    }
+    let _ = writeln!(
+        o,
+        "thresholds: growth = fitted rise > {} (max of {:.0}% of peak RSS and {}) with R² >= {}; allocator free large >= {} (max of {:.0}% of RSS and {})",
+        mibu(v.growth_threshold),
+        verdict::GROWTH_FRAC * 100.0,
+        mibu(verdict::GROWTH_MIN_BYTES),
+        verdict::GROWTH_MIN_R2,
+        mibu(v.retained_threshold),
+        verdict::RETAINED_FRAC * 100.0,
+        mibu(verdict::RETAINED_MIN_BYTES)
+    );
+    match v.kind {
+        Kind::Retained => {
+            let free = l.allocator_free_bytes.unwrap_or(0);
+            // Ceiling: what RSS would be after a trim, plus a quarter, in whole MiB.
+            let after = l.rss_bytes.saturating_sub(free);
+            let ceiling_mib = (after + after / 4).div_ceil(1 << 20).max(1);
+            let _ = writeln!(
+                o,
+                "why: live bytes did not grow while the allocator keeps {} resident that the program does not use",
+                mibu(free)
+            );
+            let _ = writeln!(o, "a trim would return now: {} (allocator_free_bytes)", mibu(free));
+            let _ = writeln!(
+                o,
+                "what to set: MALLOCSHIM_TRIM_INTERVAL_MS=1000 (periodic trim), or MALLOCSHIM_TRIM_ABOVE_RSS={ceiling_mib}M (trim above an RSS ceiling), or MALLOCSHIM_BACKEND=jemalloc (a backend that purges on its own)"
+            );
+        }
+        Kind::LiveHeapGrowth => {
+            let _ = writeln!(
+                o,
+                "why: live bytes grow at {}/s ({} over the window): the program holds more and more",
+                mib(v.live.bytes_per_s),
+                mib(v.live.rise_bytes)
+            );
+            let _ = writeln!(o, "what to do: find the holder (a trim cannot return live memory); give two dumps to name the size classes and threads");
+        }
+        Kind::OutsideMalloc => {
+            let _ = writeln!(
+                o,
+                "why: non-heap RSS grows at {}/s ({} over the window): memory not from malloc (buffer pool, thread stacks, other mmaps)",
+                mib(v.non_heap.bytes_per_s),
+                mib(v.non_heap.rise_bytes)
+            );
+            let _ = writeln!(o, "what to do: no allocator setting helps; look at the server's own buffers (innodb_buffer_pool_size, thread count x stack size) and /proc/PID/smaps");
+        }
+        Kind::Steady => {
+            let _ = writeln!(o, "why: no growth above the threshold and no large allocator-free memory");
+        }
+    }
+    for k in &v.also {
+        let _ = writeln!(o, "also: {}", k.name());
+    }
+    if let (Some(a), Some(b)) = (dumps.first(), dumps.last()) {
+        if dumps.len() >= 2 {
+            let _ = writeln!(o, "dumps: pid {} at {} ms -> at {} ms", b.pid, a.unix_time_ms, b.unix_time_ms);
+            growth_lines(&mut o, "size classes", &verdict::class_growth(a, b));
+            growth_lines(&mut o, "thread start routines", &verdict::thread_growth(a, b));
+        }
+    }
+    o
+}

@@ -1,0 +1,85 @@
+/* One situation per mode, for `mallocshim diagnose` (tests/diagnose.rs):
+ *   retained: allocate 200 MiB in 1 KiB blocks, free 90% scattered (keep every 10th), idle 2.5 s;
+ *   growth:   every 50 ms allocate and hold 4 MiB more in 4 KiB blocks, for 3 s;
+ *   outside:  every 50 ms mmap and touch 4 MiB more of anonymous memory, for 3 s;
+ *   steady:   hold 8 MiB, malloc/free 1 KiB blocks in a loop for 2.5 s.
+ * An idle thread starts first: the shim's worker (memlog) starts with the program's first thread. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+static void nap_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void *idle(void *a) {
+    (void)a;
+    for (;;) pause();
+    return NULL;
+}
+
+static char *volatile sink;
+
+int main(int argc, char **argv) {
+    pthread_t t;
+    pthread_create(&t, NULL, idle, NULL);
+    const char *mode = argc > 1 ? argv[1] : "";
+    nap_ms(300);
+    if (!strcmp(mode, "retained")) {
+        size_t n = (200u << 20) / 1024;
+        char **p = malloc(n * sizeof *p);
+        for (size_t i = 0; i < n; i++) {
+            p[i] = malloc(1024);
+            memset(p[i], 1, 1024);
+        }
+        for (size_t i = 0; i < n; i++)
+            if (i % 10) { free(p[i]); p[i] = NULL; }
+        nap_ms(2500);
+    } else if (!strcmp(mode, "growth")) {
+        for (int step = 0; step < 60; step++) {
+            for (int i = 0; i < 1024; i++) {
+                char *b = malloc(4096);
+                memset(b, 1, 4096);
+            }
+            nap_ms(50);
+        }
+        nap_ms(300);
+    } else if (!strcmp(mode, "outside")) {
+        for (int step = 0; step < 60; step++) {
+            char *m = mmap(NULL, 4u << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (m == MAP_FAILED) { perror("mmap"); return 1; }
+            memset(m, 1, 4u << 20);
+            nap_ms(50);
+        }
+        nap_ms(300);
+    } else if (!strcmp(mode, "steady")) {
+        char *hold = malloc(8u << 20);
+        memset(hold, 1, 8u << 20);
+        double end = now_s() + 2.5;
+        while (now_s() < end) {
+            for (int i = 0; i < 1000; i++) {
+                sink = malloc(1024);
+                sink[0] = (char)i;
+                free(sink);
+            }
+            nap_ms(5);
+        }
+        free(hold);
+    } else {
+        fprintf(stderr, "usage: diagnose retained|growth|outside|steady\n");
+        return 2;
+    }
+    printf("done %s\n", mode);
+    return 0;
+}
