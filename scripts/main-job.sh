@@ -3,8 +3,9 @@
 # builds the shim and the harness in release, and runs mallocshim-main-job
 # (crates/mallocshim-mariadb/src/bin/mallocshim-main-job.rs): a throwaway mariadbd under the shim
 # for each backend, sysbench oltp_read_only, a dump with kill -USR1 half-way, a clean shutdown,
-# and what it tells (qps, errors, exit status, the shim's summary, the dump). Exits non-zero when
-# anything went wrong. Environment: MAIN_BACKENDS ("glibc jemalloc tcmalloc"), MAIN_SECONDS (8),
+# and what it tells (qps, errors, exit status, the shim's summary, the dump, the RSS account and
+# the memory verdict of `mallocshim diagnose`). Exits non-zero when
+# anything went wrong. Environment: MAIN_BACKENDS ("glibc jemalloc tcmalloc mimalloc"), MAIN_SECONDS (8),
 # MAIN_THREADS (4), MAIN_SKIP_BUILD=1 (use the existing build), MALLOCSHIM_ALLOW_NO_SUMMARY=1,
 # MDB_KEEP=1 (keep the instance directory and its logs).
 set -euo pipefail
@@ -13,6 +14,7 @@ bash scripts/install-deps.sh
 if [[ ${MAIN_SKIP_BUILD:-0} != 1 ]]; then
     cargo build --release
     cargo build --release -p mallocshim-mariadb --bin mallocshim-main-job
+    cargo build --release -p mallocshim-cli
 fi
 target=${CARGO_TARGET_DIR:-target}
 exec "$target/release/mallocshim-main-job" --shim "$target/release/libmallocshim.so"

@@ -6,7 +6,7 @@
 //! CPU time, the shim's summary line, and a summary of the dump with its latency table.
 //!
 //! Usage: `mallocshim-main-job --shim /abs/libmallocshim.so`. Environment: MAIN_BACKENDS
-//! ("glibc jemalloc tcmalloc"), MAIN_SECONDS, MAIN_THREADS, MALLOCSHIM_ALLOW_NO_SUMMARY=1 (a
+//! ("glibc jemalloc tcmalloc mimalloc"), MAIN_SECONDS, MAIN_THREADS, MALLOCSHIM_ALLOW_NO_SUMMARY=1 (a
 //! missing summary line only warns), MDB_KEEP=1 (keep the instance directory).
 //! Exit status 1 when anything went wrong: mariadbd start or exit status, a crash report, sysbench
 //! errors, no dump, the shim not mapped, a missing summary line, or a summary naming another
@@ -71,7 +71,7 @@ fn run() -> Result<bool, Error> {
     };
     let so = so.canonicalize().unwrap_or_else(|e| usage(&format!("{}: {e}", so.display())));
     let backends: Vec<String> = std::env::var("MAIN_BACKENDS")
-        .unwrap_or_else(|_| "glibc jemalloc tcmalloc".into())
+        .unwrap_or_else(|_| "glibc jemalloc tcmalloc mimalloc".into())
         .split_whitespace()
         .map(String::from)
         .collect();
@@ -100,7 +100,9 @@ fn run() -> Result<bool, Error> {
         let launch = Launch::shim(&so, b)
             .var("MALLOCSHIM_VERBOSE", "1")
             .var("MALLOCSHIM_DUMP_DIR", dumpdir.display().to_string())
-            .var("MALLOCSHIM_DUMP_FORMATS", "json,text");
+            .var("MALLOCSHIM_DUMP_FORMATS", "json,text")
+            .var("MALLOCSHIM_MEMLOG", dumpdir.join("memlog.csv").display().to_string())
+            .var("MALLOCSHIM_MEMLOG_INTERVAL_MS", "500");
         let srv = match inst.start(&launch) {
             Ok(s) => s,
             Err(e) => {
@@ -292,6 +294,31 @@ fn print_dump(b: &str, json: &Path, took: Duration) {
     match std::fs::read_to_string(&text) {
         Ok(t) => print!("\n{t}"),
         Err(e) => println!("(no text dump {}: {e})", text.display()),
+    }
+    print_verdict(b, json);
+}
+
+/// The memory verdict of the run: `mallocshim diagnose` (built beside this program) on the
+/// server's memlog and the dump.
+fn print_verdict(b: &str, json: &Path) {
+    let memlog = json.with_file_name("memlog.csv");
+    let cli = std::env::current_exe().map(|p| p.with_file_name("mallocshim")).unwrap_or_default();
+    println!(
+        "\n=== {b}: the memory verdict (mallocshim diagnose {} {}) ===",
+        memlog.display(),
+        json.display()
+    );
+    match std::process::Command::new(&cli).arg("diagnose").arg(&memlog).arg(json).output() {
+        Ok(o) => {
+            print!("{}", String::from_utf8_lossy(&o.stdout));
+            if !o.status.success() {
+                println!("(diagnose exited {}: {})", o.status, String::from_utf8_lossy(&o.stderr).trim());
+            }
+        }
+        Err(e) => println!(
+            "(cannot run {}: {e}; build it with cargo build --release -p mallocshim-cli)",
+            cli.display()
+        ),
     }
 }
 
