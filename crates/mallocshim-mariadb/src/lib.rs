@@ -34,7 +34,7 @@ pub mod procfs;
 pub mod query_instr;
 
 pub use cleanup::on_interrupt;
-pub use dump::{dumps, json_dumps, newest_json_dump, read_json, DumpSummary, DumpWaiter};
+pub use dump::{dumps, json_dumps, newest_json_dump, read_dump, DumpSummary, DumpWaiter};
 pub use errlog::{ErrorLog, Summary, SHIM_COUNTS};
 pub use error::{Error, Result};
 pub use instance::{Instance, Options};
