@@ -4,6 +4,7 @@
 //! for it, stopping it (SIGTERM = clean shutdown, SIGKILL after a timeout), and running any child
 //! so that Ctrl-C (the INTERRUPTED flag) kills it at once. The logic follows the harness crate (crates/mallocshim-mariadb).
 
+use mallocshim_mariadb::clean_env;
 use std::fs::File;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -352,21 +353,6 @@ impl Instance {
 
 fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
-}
-
-/// Removes LD_PRELOAD and MALLOCSHIM_* (the runner's own environment must not leak in).
-pub fn clean_env(c: &mut Command) {
-    for (k, _) in std::env::vars_os() {
-        let ks = k.to_string_lossy();
-        if ks.starts_with("MALLOCSHIM_")
-            || ks == "LD_PRELOAD"
-            || ks.starts_with("_RJEM_")
-            || ks.starts_with("TCMALLOC_")
-            || ks.starts_with("MIMALLOC_")
-        {
-            c.env_remove(&k);
-        }
-    }
 }
 
 /// A running server; dropping it kills it (the Ctrl-C and error paths).
