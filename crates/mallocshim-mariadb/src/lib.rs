@@ -39,6 +39,7 @@ pub use errlog::{ErrorLog, Summary, SHIM_COUNTS};
 pub use error::{Error, Result};
 pub use instance::{Instance, Options};
 pub use launch::{clean_env, Launch};
+pub use lock::take_unless as take_lock_unless;
 pub use server::{Server, Stopped};
 pub use sysbench::{Sysbench, SysbenchReport};
 pub use tools::{require, require_file, Tools};

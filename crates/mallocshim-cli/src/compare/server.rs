@@ -15,8 +15,6 @@ use std::time::{Duration, Instant};
 /// Set by the Ctrl-C / SIGTERM handler.
 pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
-pub const LOCK: &str = "/tmp/mallocshim-mariadb.lock";
-
 #[derive(Debug)]
 pub enum Error {
     Interrupted,
@@ -97,44 +95,12 @@ pub fn tail(path: &Path, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-/// Takes the machine-wide MariaDB lock (blocking; says so when it has to wait). Held until
-/// the returned file is dropped (or the process exits).
+/// Takes the machine-wide MariaDB lock through the harness (blocking; says so when it has to
+/// wait; Ctrl-C ends the wait). Held until the returned file is dropped (or the process exits).
 pub fn take_lock() -> Res<File> {
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(LOCK)
-        .map_err(|e| format!("cannot open {LOCK}: {e}"))?;
-    use std::os::fd::AsRawFd;
-    let fd = f.as_raw_fd();
-    // SAFETY: flock on our own open descriptor.
-    if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-        return Ok(f);
-    }
-    eprintln!("mallocshim compare: waiting for {LOCK} (another MariaDB test or run holds it)");
-    // A blocking flock queues us like `flock(1)` waiters (polling with LOCK_NB would lose every
-    // hand-over to them); it runs on its own thread so Ctrl-C still ends the wait at once.
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        // SAFETY: flock on a descriptor that stays open (the file is leaked if we stop waiting).
-        let r = unsafe { libc::flock(fd, libc::LOCK_EX) };
-        let _ = tx.send(if r == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) });
-    });
-    loop {
-        match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(Ok(())) => return Ok(f),
-            Ok(Err(e)) => return Err(Error::Failed(format!("flock {LOCK}: {e}"))),
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) if interrupted() => {
-                std::mem::forget(f);
-                return Err(Error::Interrupted);
-            }
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                return Err(Error::Failed(format!("flock {LOCK} failed")))
-            }
-        }
-    }
+    mallocshim_mariadb::take_lock_unless(interrupted)
+        .map_err(|e| Error::Failed(e.to_string()))?
+        .ok_or(Error::Interrupted)
 }
 
 /// Which kind of server, and the programs that go with it.
