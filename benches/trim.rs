@@ -34,7 +34,7 @@ mod common;
 use common::{env_u64, median};
 
 use mallocshim_mariadb::fulltext::{self, RunConfig, Settings};
-use mallocshim_mariadb::{newest_json_dump, read_json, Instance, Launch, Options, Sysbench};
+use mallocshim_mariadb::{newest_json_dump, read_dump, Instance, Launch, Options, Sysbench};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
@@ -210,7 +210,7 @@ fn section_fulltext(md: &mut String) {
     for r in &res.runs {
         let mut d: Vec<f64> = r.trim_durations_us.iter().map(|&u| u as f64).collect();
         d.sort_by(|a, b| a.total_cmp(b));
-        let dump = r.dump_trim.clone().unwrap_or_default();
+        let dump = r.dump_trim.as_ref();
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
@@ -221,9 +221,9 @@ fn section_fulltext(md: &mut String) {
             mb(r.rss_peak),
             mb(r.rss_end_load),
             mb(r.rss_final),
-            dump["runs"].as_u64().map(|v| v.to_string()).unwrap_or("-".into()),
-            dump["skipped"].as_u64().map(|v| v.to_string()).unwrap_or("-".into()),
-            dump["released_bytes"].as_u64().map(|v| format!("{:.1}", v as f64 / MIB)).unwrap_or("-".into()),
+            dump.map(|t| t.runs.to_string()).unwrap_or("-".into()),
+            dump.map(|t| t.skipped.to_string()).unwrap_or("-".into()),
+            dump.map(|t| format!("{:.1}", t.released_bytes as f64 / MIB)).unwrap_or("-".into()),
             if d.is_empty() { "-".into() } else { format!("{:.3}", pct(&d, 0.5) / 1000.0) },
             if d.is_empty() { "-".into() } else { format!("{:.3}", d[d.len() - 1] / 1000.0) },
         );
@@ -280,12 +280,9 @@ fn trim_qps(
                 .sysbench(&Sysbench::new("oltp_read_only", threads).time(secs))
                 .unwrap_or_else(|e| panic!("{e}"));
             let st = srv.shutdown().unwrap_or_else(|e| panic!("{e}"));
-            let trim =
-                newest_json_dump(&dumpdir, pid).and_then(|p| read_json(&p).ok()).map(|d| d["trim"].clone());
-            let trims = trim
-                .as_ref()
-                .map(|t| format!("{}/{}", t["runs"], t["skipped"]))
-                .unwrap_or_else(|| "?/?".into());
+            let trim = newest_json_dump(&dumpdir, pid).and_then(|p| read_dump(&p).ok()).map(|d| d.trim);
+            let trims =
+                trim.as_ref().map(|t| format!("{}/{}", t.runs, t.skipped)).unwrap_or_else(|| "?/?".into());
             eprintln!(
                 "trim-qps: round {r} {name}: qps {} errors {} trims {trims} mariadbd exit {}",
                 sb.qps_text(),

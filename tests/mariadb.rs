@@ -15,7 +15,7 @@
 mod common;
 
 use mallocshim_mariadb::{
-    procfs, read_json, DumpSummary, DumpWaiter, ErrorLog, Instance, Launch, Options, Sysbench,
+    procfs, read_dump, DumpSummary, DumpWaiter, ErrorLog, Instance, Launch, Options, Sysbench,
 };
 use std::time::Duration;
 
@@ -80,7 +80,7 @@ fn check(backend: &str) {
     let (path, took) = dump.unwrap_or_else(|e| panic!("{e}\n{report}"));
     let dump_ms = took.as_millis();
     assert!(dump_ms <= 2000, "the dump took {dump_ms} ms after kill -USR1 (goal: 2 s)\n{report}");
-    let d = DumpSummary::of(&read_json(&path).unwrap_or_else(|e| panic!("{e}\n{report}")));
+    let d = DumpSummary::of(&read_dump(&path).unwrap_or_else(|e| panic!("{e}\n{report}")));
     assert!(
         d.live_threads_with_calls >= 8,
         "fewer than 8 live threads with counts in the dump: {d:?}\n{report}"

@@ -40,17 +40,17 @@ fn fulltext_rss_trim_on_vs_off_glibc() {
 
     let (off, on) = (run("off"), run("on"));
     let dump_off = off.dump_trim.as_ref().unwrap();
-    assert_eq!(dump_off["interval_ms"].as_u64(), Some(0), "{dump_off}\n{report}");
-    assert_eq!(dump_off["runs"].as_u64(), Some(0), "trimming off, yet runs: {dump_off}\n{report}");
+    assert_eq!(dump_off.interval_ms, 0, "{dump_off:?}\n{report}");
+    assert_eq!(dump_off.runs, 0, "trimming off, yet runs: {dump_off:?}\n{report}");
     assert_eq!(off.trim_lines, 0, "{report}");
     let dump_on = on.dump_trim.as_ref().unwrap();
-    assert_eq!(dump_on["interval_ms"].as_u64(), Some(1000), "{dump_on}\n{report}");
-    let runs = dump_on["runs"].as_u64().unwrap_or(0);
-    assert!(runs >= 1, "trimming on, yet no run: {dump_on}\n{report}");
-    assert_eq!(runs, on.trim_lines, "one verbose line per run: {dump_on}\n{report}");
-    assert_eq!(dump_on["skipped"].as_u64(), Some(on.skip_lines), "{dump_on}\n{report}");
-    assert_eq!(dump_on["released_bytes"].as_u64(), Some(on.trim_released), "{dump_on}\n{report}");
-    assert!(on.trim_released > 0, "no trim released anything: {dump_on}\n{report}");
+    assert_eq!(dump_on.interval_ms, 1000, "{dump_on:?}\n{report}");
+    let runs = dump_on.runs;
+    assert!(runs >= 1, "trimming on, yet no run: {dump_on:?}\n{report}");
+    assert_eq!(runs, on.trim_lines, "one verbose line per run: {dump_on:?}\n{report}");
+    assert_eq!(dump_on.skipped, on.skip_lines, "{dump_on:?}\n{report}");
+    assert_eq!(dump_on.released_bytes, on.trim_released, "{dump_on:?}\n{report}");
+    assert!(on.trim_released > 0, "no trim released anything: {dump_on:?}\n{report}");
 
     let (fin_off, fin_on) = (off.rss_final, on.rss_final);
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
@@ -70,9 +70,9 @@ fn fulltext_rss_trim_on_vs_off_glibc() {
         100.0 * fin_on as f64 / fin_off as f64,
         on.sysbench.qps_text(),
         runs,
-        dump_on["skipped"],
-        mib(dump_on["released_bytes"].as_u64().unwrap_or(0)),
-        dump_on["duration_us"]["p50"],
-        dump_on["duration_us"]["max"]
+        dump_on.skipped,
+        mib(dump_on.released_bytes),
+        dump_on.duration_us.p50,
+        dump_on.duration_us.max
     );
 }

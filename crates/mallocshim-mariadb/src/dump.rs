@@ -1,10 +1,11 @@
 //! The shim's dump files in a directory (`mallocshim.<pid>.<seq>.<ext>`, complete once they have
 //! their name: the shim renames them into place), asking for one with SIGUSR1, and a summary of a
-//! JSON dump. Dumps are read as untyped JSON here until the typed schema crate is in.
+//! JSON dump. Dumps are read through the typed schema (`mallocshim_format::Dump`), never as
+//! untyped JSON.
 
 use crate::error::fail;
 use crate::Result;
-use serde_json::Value;
+use mallocshim_format::Dump;
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -37,10 +38,9 @@ pub fn newest_json_dump(dir: &Path, pid: u32) -> Option<PathBuf> {
     json_dumps(dir, pid).pop()
 }
 
-/// Reads and parses a JSON dump.
-pub fn read_json(path: &Path) -> Result<Value> {
-    let t = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    Ok(serde_json::from_str(&t).map_err(|e| format!("{}: not valid JSON: {e}", path.display()))?)
+/// Reads a JSON dump through the typed schema (format and version checked first).
+pub fn read_dump(path: &Path) -> Result<Dump> {
+    Ok(Dump::read(path).map_err(|e| e.to_string())?)
 }
 
 /// Sends SIGUSR1 to a server after a delay, on its own thread, and waits for the new JSON dump.
@@ -94,64 +94,41 @@ pub struct DumpSummary {
     pub totals: Vec<(String, u64, u64)>,
     /// (op, size class label, calls, p50 ns, p99 ns) of the size classes with the most calls.
     pub busiest: Vec<(String, String, u64, u64, u64)>,
-    /// `memory.backend_allocated_bytes` and `memory.rss_bytes` when present.
-    pub allocated_bytes: Option<u64>,
-    pub rss_bytes: Option<u64>,
+    /// `memory.backend_allocated_bytes` and `memory.rss_bytes` (0 in a dump without `memory`).
+    pub allocated_bytes: u64,
+    pub rss_bytes: u64,
 }
 
 impl DumpSummary {
-    pub fn of(d: &Value) -> DumpSummary {
-        let threads = d["threads"].as_array().cloned().unwrap_or_default();
-        let live: Vec<&Value> = threads.iter().filter(|t| t["state"] == "live").collect();
-        let calls = |t: &Value| -> u64 {
-            t["ops"].as_object().map(|o| o.values().filter_map(|v| v["count"].as_u64()).sum()).unwrap_or(0)
-        };
-        let mut totals: Vec<(String, u64, u64)> = d["totals"]
-            .as_object()
-            .map(|o| {
-                o.iter()
-                    .map(|(k, v)| {
-                        (k.clone(), v["count"].as_u64().unwrap_or(0), v["bytes"].as_u64().unwrap_or(0))
-                    })
-                    .filter(|t| t.1 > 0)
-                    .collect()
-            })
-            .unwrap_or_default();
+    pub fn of(d: &Dump) -> DumpSummary {
+        let live: Vec<_> = d.live_threads().collect();
+        let mut totals: Vec<(String, u64, u64)> = d
+            .totals
+            .iter()
+            .filter(|(_, t)| t.count > 0)
+            .map(|(k, t)| (k.clone(), t.count, t.bytes))
+            .collect();
         totals.sort_by_key(|t| std::cmp::Reverse(t.1));
-        let mut busiest: Vec<(String, String, u64, u64, u64)> = d["size_classes"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|c| {
-                        let label = format!(
-                            "{}..{}",
-                            human(c["min_bytes"].as_u64().unwrap_or(0)),
-                            c["max_bytes"].as_u64().map(human).unwrap_or_else(|| "".into())
-                        );
-                        let n = |k: &str| c[k].as_u64().unwrap_or(0);
-                        (
-                            c["op"].as_str().unwrap_or("?").to_string(),
-                            label,
-                            n("count"),
-                            n("p50_ns"),
-                            n("p99_ns"),
-                        )
-                    })
-                    .filter(|c| c.2 > 0)
-                    .collect()
+        let mut busiest: Vec<(String, String, u64, u64, u64)> = d
+            .size_classes
+            .iter()
+            .filter(|c| c.count > 0)
+            .map(|c| {
+                let label = format!("{}..{}", human(c.min_bytes), c.max_bytes.map(human).unwrap_or_default());
+                (c.op.clone(), label, c.count, c.p50_ns, c.p99_ns)
             })
-            .unwrap_or_default();
+            .collect();
         busiest.sort_by_key(|c| std::cmp::Reverse(c.2));
         busiest.truncate(6);
         DumpSummary {
-            backend: d["backend"].as_str().unwrap_or("").to_string(),
-            threads: threads.len(),
+            backend: d.backend.clone(),
+            threads: d.threads.len(),
             live_threads: live.len(),
-            live_threads_with_calls: live.iter().filter(|t| calls(t) > 0).count(),
+            live_threads_with_calls: live.iter().filter(|t| t.calls() > 0).count(),
             totals,
             busiest,
-            allocated_bytes: d["memory"]["backend_allocated_bytes"].as_u64(),
-            rss_bytes: d["memory"]["rss_bytes"].as_u64(),
+            allocated_bytes: d.memory.backend_allocated_bytes,
+            rss_bytes: d.memory.rss_bytes,
         }
     }
 

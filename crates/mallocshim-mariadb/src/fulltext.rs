@@ -8,10 +8,10 @@
 
 use crate::error::fail;
 use crate::{
-    newest_json_dump, procfs, read_json, ErrorLog, Instance, Launch, Options, Result, Server, Sysbench,
+    newest_json_dump, procfs, read_dump, ErrorLog, Instance, Launch, Options, Result, Server, Sysbench,
     SysbenchReport,
 };
-use serde_json::Value;
+use mallocshim_format::Trim;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -145,7 +145,7 @@ pub struct Run {
     pub trim_released: u64,
     pub trim_durations_us: Vec<u64>,
     /// The exit dump's `trim` object (shim configs).
-    pub dump_trim: Option<Value>,
+    pub dump_trim: Option<Trim>,
     pub ok: bool,
 }
 
@@ -280,10 +280,7 @@ fn one(inst: &Instance, s: &Settings, c: &RunConfig, lua: &Path) -> Result<Run> 
         m.get(k).and_then(|v| v.parse::<u64>().ok())
     };
     let dump_trim = if c.trim_ms.is_some() {
-        newest_json_dump(&dumpdir, pid)
-            .and_then(|p| read_json(&p).ok())
-            .map(|d| d["trim"].clone())
-            .filter(|t| t.is_object())
+        newest_json_dump(&dumpdir, pid).and_then(|p| read_dump(&p).ok()).map(|d| d.trim)
     } else {
         None
     };

@@ -54,7 +54,7 @@ impl Launch {
 }
 
 /// Removes `LD_PRELOAD`, `MALLOCSHIM_*` and the allocators' own variables (`_RJEM_*`,
-/// `TCMALLOC_*`) of the caller's environment from `cmd`.
+/// `TCMALLOC_*`, `MIMALLOC_*`) of the caller's environment from `cmd`.
 pub fn clean_env(cmd: &mut Command) {
     for (k, _) in std::env::vars_os() {
         let ks = k.to_string_lossy();
@@ -62,6 +62,7 @@ pub fn clean_env(cmd: &mut Command) {
             || ks.starts_with("MALLOCSHIM_")
             || ks.starts_with("_RJEM_")
             || ks.starts_with("TCMALLOC_")
+            || ks.starts_with("MIMALLOC_")
         {
             cmd.env_remove(&k);
         }

@@ -34,11 +34,12 @@ pub mod procfs;
 pub mod query_instr;
 
 pub use cleanup::on_interrupt;
-pub use dump::{dumps, json_dumps, newest_json_dump, read_json, DumpSummary, DumpWaiter};
+pub use dump::{dumps, json_dumps, newest_json_dump, read_dump, DumpSummary, DumpWaiter};
 pub use errlog::{ErrorLog, Summary, SHIM_COUNTS};
 pub use error::{Error, Result};
 pub use instance::{Instance, Options};
 pub use launch::{clean_env, Launch};
+pub use lock::take_unless as take_lock_unless;
 pub use server::{Server, Stopped};
 pub use sysbench::{Sysbench, SysbenchReport};
 pub use tools::{require, require_file, Tools};

@@ -1,5 +1,6 @@
 //! Readings of a running server from /proc/PID: which libraries are mapped (`maps`, to verify
-//! which allocator is loaded), CPU time (`stat`: utime + stime) and resident memory (`status`: VmRSS).
+//! which allocator is loaded), CPU time (`stat`: utime + stime) and resident memory (`status`:
+//! VmRSS; `statm`: RSS and VSZ).
 //! Each returns `None` once the process is gone.
 
 /// Whether a mapping of `/proc/PID/maps` names a file containing `needle`.
@@ -28,12 +29,25 @@ pub fn vm_rss(pid: u32) -> Option<u64> {
     Some(kb * 1024)
 }
 
+/// RSS and VSZ in bytes (`/proc/PID/statm` fields 2 and 1, in pages there).
+pub fn statm(pid: u32) -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    let mut it = s.split_whitespace();
+    let size: u64 = it.next()?.parse().ok()?;
+    let res: u64 = it.next()?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+    Some((res * page, size * page))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
     fn own_process() {
         let me = std::process::id();
         assert!(super::vm_rss(me).unwrap() > 0);
+        let (rss, vsz) = super::statm(me).unwrap();
+        assert!(rss > 0 && vsz >= rss);
         assert!(super::cpu_seconds(me).unwrap() >= 0.0);
         assert_eq!(super::maps_contains(me, "libc.so"), Some(true));
         assert_eq!(super::maps_contains(me, "libmallocshim"), Some(false));

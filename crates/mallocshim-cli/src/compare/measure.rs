@@ -6,6 +6,8 @@
 use super::server::{Error, Res};
 use mallocshim_format::memlog::HEADER as MEMLOG_HEADER;
 use mallocshim_format::Dump;
+use mallocshim_mariadb::procfs::statm;
+use mallocshim_mariadb::SysbenchReport;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,76 +28,16 @@ pub struct Sysbench {
     pub errors: u64,
 }
 
-/// Parses sysbench's report like the harness crate's SysbenchReport::parse: errors = ignored
-/// errors + reconnects + FATAL lines; a missing figure is an error.
+/// Parses sysbench's report with the harness's parser (errors = ignored errors + reconnects +
+/// FATAL lines); a missing figure is an error.
 pub fn parse_sysbench(text: &str) -> Result<Sysbench, String> {
-    let mut s = Sysbench::default();
-    let (mut got_q, mut got_t, mut got_e, mut got_r) = (false, false, false, false);
-    let per_sec = |l: &str| -> Option<(u64, f64)> {
-        let (_, rest) = l.split_once(':')?;
-        let mut it = rest.split_whitespace();
-        let n = it.next()?.parse().ok()?;
-        let r = it.next()?.trim_start_matches('(').parse().ok()?;
-        Some((n, r))
-    };
-    for l in text.lines() {
-        let t = l.trim();
-        if t.starts_with("queries:") {
-            if let Some((n, r)) = per_sec(t) {
-                s.queries = n;
-                s.qps = r;
-                got_q = true;
-            }
-        } else if t.starts_with("transactions:") {
-            if let Some((_, r)) = per_sec(t) {
-                s.tps = r;
-                got_t = true;
-            }
-        } else if t.starts_with("ignored errors:") {
-            if let Some((n, _)) = per_sec(t) {
-                s.errors += n;
-                got_e = true;
-            }
-        } else if t.starts_with("reconnects:") {
-            if let Some((n, _)) = per_sec(t) {
-                s.errors += n;
-                got_r = true;
-            }
-        } else if let Some(v) = t.strip_prefix("95th percentile:") {
-            s.p95_ms = v.trim().parse().unwrap_or(0.0);
+    let r = SysbenchReport::parse(text, 0, PathBuf::new());
+    match (r.queries, r.qps, r.tps, r.ignored_errors, r.reconnects) {
+        (Some(queries), Some(qps), Some(tps), Some(_), Some(_)) => {
+            Ok(Sysbench { qps, tps, queries, p95_ms: r.p95_ms.unwrap_or(0.0), errors: r.errors })
         }
-        if l.contains("FATAL") {
-            s.errors += 1;
-        }
+        _ => Err("sysbench printed no complete report".into()),
     }
-    if !(got_q && got_t && got_e && got_r) {
-        return Err("sysbench printed no complete report".into());
-    }
-    Ok(s)
-}
-
-/// utime+stime of a process in seconds.
-pub fn cpu_seconds(pid: u32) -> Option<f64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &s[s.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // fields after comm: state(3) ... utime(14) stime(15) -> indexes 11 and 12 here
-    let ut: u64 = f.get(11)?.parse().ok()?;
-    let st: u64 = f.get(12)?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    Some((ut + st) as f64 / hz)
-}
-
-/// RSS and VSZ in bytes from /proc/<pid>/statm.
-pub fn statm(pid: u32) -> Option<(u64, u64)> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
-    let mut it = s.split_whitespace();
-    let size: u64 = it.next()?.parse().ok()?;
-    let res: u64 = it.next()?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
-    Some((res * page, size * page))
 }
 
 /// A thread appending /proc/<pid>/statm to a memlog CSV (backend columns empty) every interval.

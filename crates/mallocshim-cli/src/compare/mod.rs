@@ -81,7 +81,7 @@ fn prepare(plan: &Plan, inst: &mut Instance, out: &Path) -> Res<()> {
     let mut srv = inst.start(&[], "prepare")?;
     inst.sql("", Some("CREATE DATABASE IF NOT EXISTS sbtest"), None, &out.join("logs/create-db.log"))?;
     let mut c = Command::new("sysbench");
-    server::clean_env(&mut c);
+    mallocshim_mariadb::clean_env(&mut c);
     c.arg("oltp_read_only")
         .args(sysbench_base(plan, inst))
         .arg(format!("--threads={}", plan.args.tables.min(4)))
@@ -181,7 +181,7 @@ fn server_run(
             ));
             let sb = |secs: u32, log: &Path| -> Res<std::process::ExitStatus> {
                 let mut c = Command::new("sysbench");
-                server::clean_env(&mut c);
+                mallocshim_mariadb::clean_env(&mut c);
                 c.arg(&scripts[wi]).args(&base).args([
                     format!("--threads={t}"),
                     format!("--time={secs}"),
@@ -197,10 +197,10 @@ fn server_run(
                 sb(a.warmup, &out.join("logs").join(format!("{cellname}.warmup.txt")))?;
             }
             let log = out.join("logs").join(format!("{cellname}.sysbench.txt"));
-            let cpu0 =
-                measure::cpu_seconds(srv.pid).ok_or_else(|| format!("cannot read /proc/{}/stat", srv.pid))?;
+            let cpu0 = mallocshim_mariadb::procfs::cpu_seconds(srv.pid)
+                .ok_or_else(|| format!("cannot read /proc/{}/stat", srv.pid))?;
             let status = sb(a.time, &log)?;
-            let cpu1 = measure::cpu_seconds(srv.pid).ok_or_else(|| {
+            let cpu1 = mallocshim_mariadb::procfs::cpu_seconds(srv.pid).ok_or_else(|| {
                 format!("server pid {} is gone after the cell (log {})", srv.pid, srv.errlog.display())
             })?;
             let text = std::fs::read_to_string(&log).unwrap_or_default();
@@ -210,7 +210,7 @@ fn server_run(
             if !status.success() {
                 r.errors = r.errors.max(1);
             }
-            let (rss, _) = measure::statm(srv.pid).unwrap_or((0, 0));
+            let (rss, _) = mallocshim_mariadb::procfs::statm(srv.pid).unwrap_or((0, 0));
             let mut cell = Cell {
                 round,
                 config: cfg.name(),

@@ -4,6 +4,7 @@
 //! for it, stopping it (SIGTERM = clean shutdown, SIGKILL after a timeout), and running any child
 //! so that Ctrl-C (the INTERRUPTED flag) kills it at once. The logic follows the harness crate (crates/mallocshim-mariadb).
 
+use mallocshim_mariadb::clean_env;
 use std::fs::File;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -13,8 +14,6 @@ use std::time::{Duration, Instant};
 
 /// Set by the Ctrl-C / SIGTERM handler.
 pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-pub const LOCK: &str = "/tmp/mallocshim-mariadb.lock";
 
 #[derive(Debug)]
 pub enum Error {
@@ -96,44 +95,12 @@ pub fn tail(path: &Path, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-/// Takes the machine-wide MariaDB lock (blocking; says so when it has to wait). Held until
-/// the returned file is dropped (or the process exits).
+/// Takes the machine-wide MariaDB lock through the harness (blocking; says so when it has to
+/// wait; Ctrl-C ends the wait). Held until the returned file is dropped (or the process exits).
 pub fn take_lock() -> Res<File> {
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(LOCK)
-        .map_err(|e| format!("cannot open {LOCK}: {e}"))?;
-    use std::os::fd::AsRawFd;
-    let fd = f.as_raw_fd();
-    // SAFETY: flock on our own open descriptor.
-    if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-        return Ok(f);
-    }
-    eprintln!("mallocshim compare: waiting for {LOCK} (another MariaDB test or run holds it)");
-    // A blocking flock queues us like `flock(1)` waiters (polling with LOCK_NB would lose every
-    // hand-over to them); it runs on its own thread so Ctrl-C still ends the wait at once.
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        // SAFETY: flock on a descriptor that stays open (the file is leaked if we stop waiting).
-        let r = unsafe { libc::flock(fd, libc::LOCK_EX) };
-        let _ = tx.send(if r == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) });
-    });
-    loop {
-        match rx.recv_timeout(Duration::from_millis(100)) {
-            Ok(Ok(())) => return Ok(f),
-            Ok(Err(e)) => return Err(Error::Failed(format!("flock {LOCK}: {e}"))),
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) if interrupted() => {
-                std::mem::forget(f);
-                return Err(Error::Interrupted);
-            }
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                return Err(Error::Failed(format!("flock {LOCK} failed")))
-            }
-        }
-    }
+    mallocshim_mariadb::take_lock_unless(interrupted)
+        .map_err(|e| Error::Failed(e.to_string()))?
+        .ok_or(Error::Interrupted)
 }
 
 /// Which kind of server, and the programs that go with it.
@@ -352,21 +319,6 @@ impl Instance {
 
 fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
-}
-
-/// Removes LD_PRELOAD and MALLOCSHIM_* (the runner's own environment must not leak in).
-pub fn clean_env(c: &mut Command) {
-    for (k, _) in std::env::vars_os() {
-        let ks = k.to_string_lossy();
-        if ks.starts_with("MALLOCSHIM_")
-            || ks == "LD_PRELOAD"
-            || ks.starts_with("_RJEM_")
-            || ks.starts_with("TCMALLOC_")
-            || ks.starts_with("MIMALLOC_")
-        {
-            c.env_remove(&k);
-        }
-    }
 }
 
 /// A running server; dropping it kills it (the Ctrl-C and error paths).

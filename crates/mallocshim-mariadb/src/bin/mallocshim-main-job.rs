@@ -12,8 +12,9 @@
 //! errors, no dump, the shim not mapped, a missing summary line, or a summary naming another
 //! backend than requested (a silent fallback to glibc); 2 on bad usage or setup.
 
+use mallocshim_format::Memory;
 use mallocshim_mariadb::{
-    procfs, read_json, DumpSummary, DumpWaiter, Error, ErrorLog, Instance, Launch, Options, Sysbench,
+    procfs, read_dump, DumpSummary, DumpWaiter, Error, ErrorLog, Instance, Launch, Options, Sysbench,
 };
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -268,7 +269,7 @@ fn print_dump(b: &str, json: &Path, took: Duration) {
         "\n=== {b}: the dump taken with kill -USR1 during the load ({} ms after the signal) ===",
         took.as_millis()
     );
-    match read_json(json) {
+    match read_dump(json) {
         Ok(d) => {
             let s = DumpSummary::of(&d);
             println!(
@@ -277,8 +278,8 @@ fn print_dump(b: &str, json: &Path, took: Duration) {
                 s.threads,
                 s.live_threads,
                 s.live_threads_with_calls,
-                s.allocated_bytes.map(|v| v.to_string()).unwrap_or_else(|| "n/a".into()),
-                s.rss_bytes.map(|v| v.to_string()).unwrap_or_else(|| "n/a".into())
+                s.allocated_bytes,
+                s.rss_bytes
             );
             let totals: Vec<String> = s.totals.iter().map(|(op, n, _)| format!("{op}={n}")).collect();
             println!("calls: {}", totals.join(" "));
@@ -286,7 +287,7 @@ fn print_dump(b: &str, json: &Path, took: Duration) {
             for (op, label, n, p50, p99) in &s.busiest {
                 println!("  {op:<8} {label:<18} {n:>12} {p50:>8} {p99:>8}");
             }
-            print_account(&d["memory"]);
+            print_account(&d.memory);
         }
         Err(e) => println!("(cannot read: {e})"),
     }
@@ -324,27 +325,29 @@ fn print_verdict(b: &str, json: &Path) {
 
 /// The RSS account of the dump (docs/memory-account.md): its parts, in MiB, and their sum
 /// against RSS.
-fn print_account(m: &serde_json::Value) {
-    let mib = |k: &str| m[k].as_u64().map(|v| format!("{:.1}", v as f64 / 1048576.0));
+fn print_account(m: &Memory) {
+    let mib = |v: u64| format!("{:.1}", v as f64 / 1048576.0);
     let parts = [
-        ("live", "live_bytes"),
-        ("allocator free", "allocator_free_bytes"),
-        ("allocator metadata", "allocator_metadata_bytes"),
-        ("outside malloc", "non_heap_bytes"),
-        ("file-backed", "rss_file_bytes"),
-        ("shared memory", "rss_shmem_bytes"),
+        ("live", Some(m.live_bytes)),
+        ("allocator free", Some(m.allocator_free_bytes)),
+        ("allocator metadata", m.allocator_metadata_bytes),
+        ("outside malloc", Some(m.non_heap_bytes)),
+        ("file-backed", Some(m.rss_file_bytes)),
+        ("shared memory", Some(m.rss_shmem_bytes)),
     ];
-    let Some(rss) = m["rss_bytes"].as_u64() else {
+    if m.rss_bytes == 0 {
         println!("RSS account: (not in this dump)");
         return;
-    };
-    let sum: u64 = parts.iter().filter_map(|(_, k)| m[*k].as_u64()).sum();
-    let shown: Vec<String> =
-        parts.iter().map(|(n, k)| format!("{n} {} MiB", mib(k).unwrap_or_else(|| "n/a".into()))).collect();
+    }
+    let sum: u64 = parts.iter().filter_map(|(_, v)| *v).sum();
+    let shown: Vec<String> = parts
+        .iter()
+        .map(|(n, v)| format!("{n} {} MiB", v.map(mib).unwrap_or_else(|| "n/a".into())))
+        .collect();
     println!(
-        "RSS account: RSS {:.1} MiB = {} (parts sum to {:.1}% of RSS)",
-        rss as f64 / 1048576.0,
+        "RSS account: RSS {} MiB = {} (parts sum to {:.1}% of RSS)",
+        mib(m.rss_bytes),
         shown.join(" + "),
-        100.0 * sum as f64 / rss.max(1) as f64
+        100.0 * sum as f64 / m.rss_bytes as f64
     );
 }
