@@ -14,7 +14,7 @@
 mod common;
 
 use mallocshim_mariadb::{
-    clean_env, procfs, read_json, DumpSummary, DumpWaiter, ErrorLog, Instance, Launch, Options,
+    clean_env, procfs, read_dump, DumpSummary, DumpWaiter, ErrorLog, Instance, Launch, Options,
 };
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -68,7 +68,7 @@ fn dump(pid: u32, dir: &Path, what: &str) -> PathBuf {
     let (path, _) = DumpWaiter::after(pid, dir, Duration::ZERO, Duration::from_secs(20))
         .wait()
         .unwrap_or_else(|e| panic!("{what}: no dump after SIGUSR1: {e}"));
-    let d = DumpSummary::of(&read_json(&path).unwrap_or_else(|e| panic!("{e}")));
+    let d = DumpSummary::of(&read_dump(&path).unwrap_or_else(|e| panic!("{e}")));
     assert!(d.count("malloc") > 0, "{what}: the dump counts no malloc: {d:?}");
     path
 }
