@@ -1,17 +1,21 @@
 //! `mallocshim`: the command for the files `libmallocshim.so` writes and for comparing
-//! allocators under it. Subcommands: `report` (one dump), `diff` (two dumps), `plot` (memlog
-//! CSVs), `compare` (the MariaDB comparison runner); the hidden `generate DIR` writes the man
+//! allocators under it. Subcommands: `report` (one dump), `diff` (two dumps), `dump` (signal one
+//! process and wait for its dump), `top` (a live interval view), `plot` (memlog CSVs),
+//! `compare` (the MariaDB comparison runner); the hidden `generate DIR` writes the man
 //! pages and shell completions. Every dump and memlog is read through the format crate
 //! (`mallocshim_format`); the command never links the shim (a cdylib exporting malloc).
 
 mod compare;
 mod diff;
+mod dump_cmd;
+mod interval;
 mod plot;
 mod plot_cmd;
 mod report;
 mod secure_write;
 mod shim_lib;
 mod table;
+mod top;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use std::io::Write;
@@ -41,6 +45,8 @@ struct Cli {
 enum Cmd {
     Report(report::Args),
     Diff(diff::Args),
+    Dump(dump_cmd::Args),
+    Top(top::Args),
     Plot(plot_cmd::Args),
     Compare(compare::cli::Args),
     /// Write the man pages (man1/*.1) and shell completions (bash, zsh, fish) into DIR.
@@ -91,6 +97,17 @@ fn generate(dir: &Path) -> Result<String, String> {
     Ok(written.iter().map(|p| format!("wrote {}\n", p.display())).collect())
 }
 
+/// Prints a command's output, or its error line with the error's exit status.
+fn finish(name: &str, res: Result<String, dump_cmd::Fail>) -> ExitCode {
+    match res.and_then(|text| print(&text).map_err(|msg| dump_cmd::Fail { code: 2, msg })) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("mallocshim {name}: {}", f.msg);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -122,6 +139,8 @@ fn main() -> ExitCode {
             let Cmd::Compare(args) = cli.cmd else { unreachable!() };
             return compare::main(args);
         }
+        Cmd::Dump(a) => return finish("dump", dump_cmd::run(a)),
+        Cmd::Top(a) => return finish("top", top::run(a)),
         Cmd::Report(a) => ("report", report::run(a)),
         Cmd::Diff(a) => ("diff", diff::run(a)),
         Cmd::Plot(a) => ("plot", plot_cmd::run(a)),
