@@ -1,5 +1,7 @@
-//! `mallocshim diff`: two JSON dumps A and B side by side — per op and size class, calls and
-//! p50/p99 of each and the ratios B/A; memory of each. Reads through the format crate.
+//! `mallocshim diff`: two JSON dumps. Of one process (same pid and start), the interval between
+//! them (calls/s, interval p50/p99 from the subtracted buckets; see `interval`); of two
+//! processes, side by side — per op and size class, calls and p50/p99 of each and the ratios
+//! B/A, each marked as one round (no spread); memory of each. Reads through the format crate.
 
 use crate::table::{describe, heading, mib, opt, pct, ratio, Align, Format, Table};
 use mallocshim_format::classes::{op_rank, range_label};
@@ -9,12 +11,20 @@ use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug)]
 #[command(
-    about = "Compare two mallocshim JSON dumps side by side (ratios B/A)",
-    long_about = "Compare two mallocshim JSON dumps A and B: per op and size class, calls and \
+    about = "Two mallocshim JSON dumps: the interval between two dumps of one process, else side by side",
+    long_about = "Two mallocshim JSON dumps A and B. When both are dumps of one process (same \
+                  pid and start time), the interval from the earlier to the later: elapsed time \
+                  (from unix_time_ms), per op and size class calls and calls/s (exact counts) \
+                  and interval p50/p99 latency (ns, from the subtracted sampled buckets), the \
+                  same per live thread, and RSS at both ends.\n\n\
+                  Otherwise side by side: per op and size class, calls and \
                   p50/p99 latency (ns) of each side and the ratios B/A (above 1.00: B is slower); \
                   then memory (MiB) of each. A row present in only one dump shows \"-\" for the \
                   other side; a row without samples shows \"-\" for its percentiles. Latencies are \
-                  sampled (1 call in sample_every): a ratio from few samples is noisy.\n\n\
+                  sampled (1 call in sample_every): a ratio from few samples is noisy, and a \
+                  ratio of two single dumps has no spread, so it cannot be told from noise (the \
+                  output says so); `mallocshim compare` repeats rounds and gives each ratio its \
+                  spread.\n\n\
                   Exit status: 0 on success, 2 on any error (one line, prefixed \"mallocshim diff:\").",
     after_help = "Example:\n  mallocshim diff glibc.json jemalloc.json --labels glibc,jemalloc"
 )]
@@ -33,6 +43,10 @@ pub struct Args {
     pub format: Format,
 }
 
+/// Said of every ratio of a side-by-side diff: one dump against one dump.
+pub const NOISE: &str = "noise: one round (one dump each side): a ratio of two single values has no spread, \
+so no ratio here can be told from noise; repeat rounds with `mallocshim compare` for min-max spreads";
+
 fn rank(op: &str) -> (usize, String) {
     let (i, s) = op_rank(op);
     (i, s.to_string())
@@ -50,7 +64,40 @@ pub fn run(args: &Args) -> Result<String, String> {
         },
         None => (format!("{}:{}", a.backend, a.pid), format!("{}:{}", b.backend, b.pid)),
     };
+    if crate::interval::same_process(&a, &b) || crate::interval::same_process(&b, &a) {
+        return Ok(interval_view(&a, &args.a, &b, &args.b, args.format));
+    }
     Ok(tables(&a, &args.a, &b, &args.b, labels, args.format))
+}
+
+/// Two dumps of one process: the interval from the earlier to the later.
+fn interval_view(a: &Dump, pa: &Path, b: &Dump, pb: &Path, fmt: Format) -> String {
+    let ((a, pa), (b, pb)) = if a.uptime_s <= b.uptime_s { ((a, pa), (b, pb)) } else { ((b, pb), (a, pa)) };
+    let mut o = String::new();
+    let title = format!(
+        "mallocshim interval: process {} ({}), {:.3}s from uptime {:.1}s to {:.1}s",
+        b.pid,
+        b.backend,
+        b.unix_time_ms.saturating_sub(a.unix_time_ms) as f64 / 1000.0,
+        a.uptime_s,
+        b.uptime_s
+    );
+    let sep = if fmt == Format::Markdown { "\n\n" } else { "\n" };
+    match fmt {
+        Format::Text => o.push_str(&format!("{title}\n")),
+        Format::Markdown => o.push_str(&format!("## {title}\n\n")),
+    }
+    o.push_str(&format!("from: {}{sep}to:   {}{sep}", pa.display(), pb.display()));
+    if b.latency_buckets.bucket_ns.is_empty() {
+        o.push_str(&format!(
+            "note: these dumps carry no latency buckets (older shim): interval percentiles are \"-\"{sep}"
+        ));
+    }
+    if fmt == Format::Text {
+        o.push('\n');
+    }
+    crate::interval::render(&crate::interval::interval(a, b), fmt, usize::MAX, &mut o);
+    o
 }
 
 fn tables(a: &Dump, pa: &Path, b: &Dump, pb: &Path, labels: (String, String), fmt: Format) -> String {
@@ -70,6 +117,7 @@ fn tables(a: &Dump, pa: &Path, b: &Dump, pb: &Path, labels: (String, String), fm
             a.sample_every, b.sample_every
         ));
     }
+    o.push_str(&format!("{NOISE}{sep}"));
     if fmt == Format::Text {
         o.push('\n');
     }

@@ -1,6 +1,7 @@
 //! `mallocshim`: the command for the files `libmallocshim.so` writes and for comparing
-//! allocators under it. Subcommands: `report` (one dump), `diff` (two dumps), `heap` (heap
-//! profiles' top call sites and growth), `plot` (memlog CSVs), `diagnose` (a memlog's verdict),
+//! allocators under it. Subcommands: `report` (one dump), `diff` (two dumps), `dump` (signal one
+//! process and wait for its dump), `top` (a live interval view), `heap` (heap profiles' top call
+//! sites and growth), `plot` (memlog CSVs), `diagnose` (a memlog's verdict),
 //! `compare` (the MariaDB comparison runner); the hidden `generate DIR` writes the man
 //! pages and shell completions. Every dump and memlog is read through the format crate
 //! (`mallocshim_format`); the command never links the shim (a cdylib exporting malloc).
@@ -8,13 +9,16 @@
 mod compare;
 mod diagnose;
 mod diff;
+mod dump_cmd;
 mod heap;
+mod interval;
 mod plot;
 mod plot_cmd;
 mod report;
 mod secure_write;
 mod shim_lib;
 mod table;
+mod top;
 mod verdict;
 
 use clap::{CommandFactory, Parser, Subcommand};
@@ -46,6 +50,8 @@ enum Cmd {
     Report(report::Args),
     Diff(diff::Args),
     Heap(heap::Args),
+    Dump(dump_cmd::Args),
+    Top(top::Args),
     Plot(plot_cmd::Args),
     Diagnose(diagnose::Args),
     Compare(compare::cli::Args),
@@ -97,6 +103,17 @@ fn generate(dir: &Path) -> Result<String, String> {
     Ok(written.iter().map(|p| format!("wrote {}\n", p.display())).collect())
 }
 
+/// Prints a command's output, or its error line with the error's exit status.
+fn finish(name: &str, res: Result<String, dump_cmd::Fail>) -> ExitCode {
+    match res.and_then(|text| print(&text).map_err(|msg| dump_cmd::Fail { code: 2, msg })) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("mallocshim {name}: {}", f.msg);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -128,6 +145,8 @@ fn main() -> ExitCode {
             let Cmd::Compare(args) = cli.cmd else { unreachable!() };
             return compare::main(args);
         }
+        Cmd::Dump(a) => return finish("dump", dump_cmd::run(a)),
+        Cmd::Top(a) => return finish("top", top::run(a)),
         Cmd::Report(a) => ("report", report::run(a)),
         Cmd::Diff(a) => ("diff", diff::run(a)),
         Cmd::Heap(a) => ("heap", heap::run(a)),

@@ -1,0 +1,164 @@
+//! `mallocshim dump PID`: signals exactly that process (kill(2) on the pid, SIGUSR1) and waits
+//! for its new dump files (a sequence number above every one it had), printing their paths.
+//! It owns finding a process's dump directory (/proc/PID/environ) and telling a process not
+//! under the shim (no libmallocshim in /proc/PID/maps); it never signals by name.
+
+use mallocshim_format::dump::parse_dump_file_name;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug)]
+#[command(
+    about = "Signal one process under the shim (SIGUSR1) and print the paths of its new dump files",
+    long_about = "Send SIGUSR1 to exactly process PID (kill(2) on that pid, never by name), wait \
+                  for its new dump files mallocshim.<pid>.<seq>.<ext> (a sequence number above \
+                  every one it had) and print their paths, one a line. The directory is --dir, \
+                  else the process's MALLOCSHIM_DUMP_DIR (read from /proc/PID/environ), else its \
+                  TMPDIR, else /tmp; the formats waited for are its MALLOCSHIM_DUMP_FORMATS \
+                  (default json,prom).\n\n\
+                  Exit status: 0 dumped; 1 the process could not be dumped (no such process, not \
+                  under the shim: no libmallocshim in /proc/PID/maps, not permitted, no new dump \
+                  within --timeout); 2 bad arguments or an unreadable directory. One line on \
+                  stderr, prefixed \"mallocshim dump:\".",
+    after_help = "Example:\n  mallocshim dump $(pgrep -o -x mariadbd)"
+)]
+pub struct Args {
+    /// The process to dump.
+    #[arg(value_name = "PID")]
+    pub pid: u32,
+    /// Where the process writes its dumps (default: from its environment).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Seconds to wait for the new dump files.
+    #[arg(long, value_name = "S", default_value_t = 10.0)]
+    pub timeout: f64,
+}
+
+/// Why a dump failed, with its exit status (1: the process, 2: arguments or files).
+#[derive(Debug)]
+pub struct Fail {
+    pub code: u8,
+    pub msg: String,
+}
+
+fn fail(code: u8, msg: String) -> Fail {
+    Fail { code, msg }
+}
+
+/// One variable of a process's environment, from /proc/PID/environ.
+fn environ_var(pid: u32, key: &str) -> Option<String> {
+    let raw = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    raw.split(|&b| b == 0).find_map(|kv| {
+        let kv = std::str::from_utf8(kv).ok()?;
+        let (k, v) = kv.split_once('=')?;
+        (k == key && !v.is_empty()).then(|| v.to_string())
+    })
+}
+
+/// The process's dump directory, as the shim chooses it; relative to the process's cwd.
+pub fn dump_dir(pid: u32) -> PathBuf {
+    let d = environ_var(pid, "MALLOCSHIM_DUMP_DIR")
+        .or_else(|| environ_var(pid, "TMPDIR"))
+        .unwrap_or_else(|| "/tmp".into());
+    let d = PathBuf::from(d);
+    if d.is_relative() {
+        if let Ok(cwd) = std::fs::read_link(format!("/proc/{pid}/cwd")) {
+            return cwd.join(d);
+        }
+    }
+    d
+}
+
+/// Checks that `pid` exists and has libmallocshim mapped.
+pub fn check_process(pid: u32) -> Result<(), Fail> {
+    if pid == 0 || pid > i32::MAX as u32 {
+        return Err(fail(2, format!("{pid} is not a process id")));
+    }
+    let maps = match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(fail(1, format!("no such process: {pid}")))
+        }
+        Err(e) => return Err(fail(1, format!("cannot read /proc/{pid}/maps: {e}"))),
+    };
+    if !maps.lines().any(|l| l.contains("libmallocshim")) {
+        return Err(fail(
+            1,
+            format!("process {pid} is not running under the shim (no libmallocshim in /proc/{pid}/maps)"),
+        ));
+    }
+    Ok(())
+}
+
+/// The dump files of `pid` in `dir` with sequence number above `after`, as (seq, ext, path).
+fn files_after(dir: &Path, pid: u32, after: Option<u64>) -> Result<Vec<(u64, String, PathBuf)>, Fail> {
+    let rd = std::fs::read_dir(dir).map_err(|e| fail(2, format!("cannot read {}: {e}", dir.display())))?;
+    let mut v = Vec::new();
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some((p, seq, ext)) = parse_dump_file_name(name) {
+            if p == pid && after.is_none_or(|a| seq > a) {
+                v.push((seq, ext.to_string(), e.path()));
+            }
+        }
+    }
+    v.sort();
+    Ok(v)
+}
+
+/// Signals `pid` and waits for its next dump; returns the new files (json first if any).
+pub fn dump(pid: u32, dir: Option<&Path>, timeout: f64) -> Result<Vec<PathBuf>, Fail> {
+    if !(timeout.is_finite() && timeout > 0.0) {
+        return Err(fail(2, format!("--timeout wants seconds above 0, got {timeout}")));
+    }
+    check_process(pid)?;
+    let dir = dir.map(Path::to_path_buf).unwrap_or_else(|| dump_dir(pid));
+    let formats = environ_var(pid, "MALLOCSHIM_DUMP_FORMATS").unwrap_or_else(|| "json,prom".into());
+    let want: Vec<String> = formats
+        .split(',')
+        .map(|f| f.trim().to_ascii_lowercase())
+        .filter(|f| matches!(f.as_str(), "json" | "prom" | "hdr" | "text"))
+        .collect();
+    let before = files_after(&dir, pid, None)?.iter().map(|f| f.0).max();
+    // SAFETY: kill(2) on one pid with a valid signal number; no memory is passed.
+    if unsafe { libc::kill(pid as libc::pid_t, libc::SIGUSR1) } != 0 {
+        let e = std::io::Error::last_os_error();
+        let msg = match e.raw_os_error() {
+            Some(libc::ESRCH) => format!("no such process: {pid}"),
+            _ => format!("cannot signal process {pid}: {e}"),
+        };
+        return Err(fail(1, msg));
+    }
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs_f64(timeout);
+    loop {
+        let new = files_after(&dir, pid, before)?;
+        if let Some(seq) = new.first().map(|f| f.0) {
+            let this: Vec<_> = new.into_iter().filter(|f| f.0 == seq).collect();
+            let complete = want.iter().all(|w| this.iter().any(|f| &f.1 == w));
+            if complete || Instant::now() >= deadline {
+                let mut paths: Vec<(bool, PathBuf)> =
+                    this.into_iter().map(|f| (f.1 != "json", f.2)).collect();
+                paths.sort();
+                return Ok(paths.into_iter().map(|p| p.1).collect());
+            }
+        } else if Instant::now() >= deadline {
+            let alive = std::path::Path::new(&format!("/proc/{pid}")).exists();
+            return Err(fail(
+                1,
+                if alive {
+                    format!("no new dump of process {pid} in {} within {timeout}s", dir.display())
+                } else {
+                    format!("process {pid} exited before it dumped")
+                },
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn run(args: &Args) -> Result<String, Fail> {
+    let files = dump(args.pid, args.dir.as_deref(), args.timeout)?;
+    Ok(files.iter().map(|p| format!("{}\n", p.display())).collect())
+}
