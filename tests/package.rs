@@ -13,9 +13,7 @@
 
 mod common;
 
-use mallocshim_mariadb::{
-    clean_env, procfs, read_dump, DumpSummary, DumpWaiter, ErrorLog, Instance, Launch, Options,
-};
+use mallocshim_mariadb::{clean_env, procfs, read_dump, DumpSummary, ErrorLog, Instance, Launch, Options};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -63,11 +61,20 @@ fn report(dump: &Path, what: &str) {
 }
 
 /// A dump of `pid` in `dir`: SIGUSR1, then the new JSON file (its path), checked for malloc calls.
-// TODO: `mallocshim dump PID` once the `dump` subcommand is on main.
+/// `mallocshim dump PID` with the installed command: its new JSON dump, which counts mallocs.
 fn dump(pid: u32, dir: &Path, what: &str) -> PathBuf {
-    let (path, _) = DumpWaiter::after(pid, dir, Duration::ZERO, Duration::from_secs(20))
-        .wait()
-        .unwrap_or_else(|e| panic!("{what}: no dump after SIGUSR1: {e}"));
+    let o = Command::new("/usr/bin/mallocshim")
+        .args(["dump", &pid.to_string(), "--timeout", "20", "--dir"])
+        .arg(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run /usr/bin/mallocshim dump: {e}"));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{what}: mallocshim dump {pid}: {o:?}");
+    let path = out
+        .lines()
+        .find(|l| l.ends_with(".json"))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("{what}: mallocshim dump printed no JSON dump: {out}"));
     let d = DumpSummary::of(&read_dump(&path).unwrap_or_else(|e| panic!("{e}")));
     assert!(d.count("malloc") > 0, "{what}: the dump counts no malloc: {d:?}");
     path
