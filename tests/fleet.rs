@@ -2,7 +2,7 @@
 //! mariadbd servers under the shim (instance `a` on glibc, `b` on jemalloc) write
 //! `mallocshim_<instance>.prom` every 2 s into one fresh 0755 directory; node_exporter, running as
 //! the `prometheus` user with only the textfile collector, reads it (so the file mode is tested);
-//! Prometheus scrapes node_exporter every 2 s for more than a minute under sysbench load on both
+//! Prometheus scrapes node_exporter every 3 s for more than a minute under sysbench load on both
 //! servers, across a clean restart of `a` (its file must disappear at shutdown and reappear after
 //! the restart). Asserted through Prometheus's HTTP API: no textfile scrape error over the whole
 //! window, both `exported_instance` values with their backends, two start times for `a`, and every
@@ -50,6 +50,11 @@ impl Proc {
             });
         }
         let child = c.spawn().unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        // The monitoring stack must not be starved by the load it watches (two mariadbd under
+        // sysbench on 2 shared cores): a raised priority, as an operator would give it, keeps a
+        // scrape's timeout about the scrape, not about the CPU queue.
+        // SAFETY: setpriority(2) on our own child's pid; failure only leaves the default.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, child.id(), -10) };
         Proc { name, child }
     }
 
@@ -258,7 +263,7 @@ fn prometheus_node_exporter_two_servers_across_a_restart() {
     std::fs::write(
         &cfg,
         format!(
-            "global:\n  scrape_interval: 2s\n  evaluation_interval: 2s\nscrape_configs:\n  - job_name: node\n    static_configs:\n      - targets: ['127.0.0.1:{ne_port}']\n"
+            "global:\n  scrape_interval: 3s\n  evaluation_interval: 3s\nscrape_configs:\n  - job_name: node\n    static_configs:\n      - targets: ['127.0.0.1:{ne_port}']\n"
         ),
     )
     .unwrap();
@@ -353,7 +358,7 @@ fn prometheus_node_exporter_two_servers_across_a_restart() {
         .map(|v| v.iter().filter_map(|p| Some((p[0].as_f64()?, p[1] == "1"))).collect())
         .unwrap_or_default();
     let ts: Vec<f64> = points.iter().map(|p| p.0).collect();
-    // A scrape that times out (scrape_timeout = the 2 s interval) on 2 loaded cores is the
+    // A scrape that times out (scrape_timeout = the 3 s interval) on 2 loaded cores is the
     // machine's, not the shim's: at most one in ten, and never a textfile error.
     let failed_at: Vec<String> =
         points.iter().filter(|p| !p.1).map(|p| format!("+{:.0} s", p.0 - t_start)).collect();
@@ -363,7 +368,7 @@ fn prometheus_node_exporter_two_servers_across_a_restart() {
     let gap = ts.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max);
     let scrapes = ts.len();
     assert!(
-        span >= 60.0 && scrapes >= 25,
+        span >= 60.0 && scrapes >= 18,
         "scraping spans {span:.1} s with {scrapes} scrapes (goal: 60 s; {} range points)",
         samples.len()
     );
