@@ -68,6 +68,7 @@ mod worker;
 extern "C" fn at_load() {
     if init::ensure() {
         dump::check_dir();
+        heapprof::main_started();
         // The start-up lines end here (kept to be written again if stderr is reopened).
         diag::startup_done();
         worker::start();

@@ -259,6 +259,7 @@ extern "C" fn trampoline(p: *mut c_void) -> *mut c_void {
                 s.start_routine.store(st.start as usize, Relaxed);
                 s.creator_tid.store(st.creator_tid, Relaxed);
                 s.start_unix_ms.store(st.unix_ms, Relaxed);
+                crate::heapprof::thread_started(s);
             }
         }
         st

@@ -148,3 +148,24 @@ fn mariadb_heap_profiles() {
         check(b);
     }
 }
+
+/// Every allocation sampled (`MALLOCSHIM_PROF_SAMPLE_BYTES=1`) while mariadbd's connection
+/// threads start: each calls pthread_getattr_np (my_get_stack_bounds), which allocates while it
+/// holds the thread's lock. A sampler that looked the stack bounds up there deadlocked the
+/// server at its first connection. Under every backend: sysbench completes with no error and the
+/// server shuts down cleanly.
+#[test]
+fn every_allocation_sampled_while_connections_start() {
+    let only = std::env::var("MARIADB_BACKEND").ok();
+    for backend in common::BACKENDS.into_iter().filter(|b| only.as_deref().is_none_or(|o| o == *b)) {
+        let so = common::shim();
+        let inst = Instance::create(Options::default()).unwrap_or_else(|e| panic!("{e}"));
+        let launch = Launch::shim(&so, backend).var("MALLOCSHIM_PROF_SAMPLE_BYTES", "1");
+        let srv = inst.start(&launch).unwrap_or_else(|e| panic!("mariadbd did not start ({backend}): {e}"));
+        srv.sysbench_prepare().unwrap_or_else(|e| panic!("{e}"));
+        let sb = srv.sysbench(&Sysbench::new("oltp_read_only", 4).time(3)).unwrap_or_else(|e| panic!("{e}"));
+        let stopped = srv.shutdown().unwrap_or_else(|e| panic!("{backend}: {e}"));
+        assert_eq!((sb.exit, sb.errors), (0, 0), "{backend}: sysbench {sb:?}");
+        assert_eq!(stopped.status, 0, "{backend}: mariadbd's exit status");
+    }
+}

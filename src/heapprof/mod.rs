@@ -193,34 +193,67 @@ fn draw(tp: &ThreadProf, mean: u64) -> u64 {
     }
 }
 
-/// The owner's stack bounds, read once per slot owner (pthread_getattr_np: under the guard).
+/// The owner's stack bounds, as recorded when the thread started (never looked up here: a
+/// sampled allocation can be made inside glibc's `pthread_getattr_np`, which holds the thread's
+/// lock while it allocates, and looking the bounds up from there deadlocked mariadbd, whose
+/// connection threads call it). Unknown bounds give an empty range: the sample is kept, without
+/// frames.
 fn stack_bounds(tp: &ThreadProf) -> (usize, usize) {
     let hi = tp.stack_hi.load(Relaxed);
     if hi != 0 {
         return (tp.stack_lo.load(Relaxed), hi);
     }
-    let (mut lo, mut hi) = (0usize, 0usize);
+    // SAFETY: gettid has no preconditions.
+    if unsafe { libc::gettid() } as u32 == MAIN_TID.load(Relaxed) {
+        let hi = MAIN_HI.load(Relaxed);
+        if hi != 0 {
+            return (MAIN_LO.load(Relaxed), hi);
+        }
+    }
+    (1, 1)
+}
+
+/// The main thread's stack, read by the library constructor.
+static MAIN_TID: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
+static MAIN_LO: AtomicUsize = AtomicUsize::new(0);
+static MAIN_HI: AtomicUsize = AtomicUsize::new(0);
+
+/// The calling thread's stack (pthread_getattr_np), or None. Only where the thread holds no
+/// glibc lock: the start of a thread (the shim's `pthread_create` trampoline) and the library
+/// constructor. Under the reentrancy guard (it allocates for the main thread).
+fn own_stack() -> Option<(usize, usize)> {
+    let _g = crate::tls::Reentry::enter();
     // SAFETY: a zeroed attr filled by pthread_getattr_np for the calling thread and destroyed
     // after use; the out-pointers are locals.
     unsafe {
         let mut attr: libc::pthread_attr_t = core::mem::zeroed();
-        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) == 0 {
-            let mut addr: *mut c_void = core::ptr::null_mut();
-            let mut size: usize = 0;
-            if libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0 {
-                lo = addr as usize;
-                hi = lo + size;
-            }
-            libc::pthread_attr_destroy(&mut attr);
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return None;
         }
+        let mut addr: *mut c_void = core::ptr::null_mut();
+        let mut size: usize = 0;
+        let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
+        libc::pthread_attr_destroy(&mut attr);
+        (ok && size > 0).then(|| (addr as usize, addr as usize + size))
     }
-    if hi == 0 {
-        // Unknown: an empty range, so no frame is ever read.
-        return (1, 1);
+}
+
+/// At thread start (the `pthread_create` trampoline): records the new thread's stack in its slot.
+pub fn thread_started(s: &Slot) {
+    if let Some((lo, hi)) = own_stack() {
+        s.prof.stack_lo.store(lo, Relaxed);
+        s.prof.stack_hi.store(hi, Relaxed);
     }
-    tp.stack_lo.store(lo, Relaxed);
-    tp.stack_hi.store(hi, Relaxed);
-    (lo, hi)
+}
+
+/// From the library constructor, on the main thread: records its stack.
+pub fn main_started() {
+    if let Some((lo, hi)) = own_stack() {
+        MAIN_LO.store(lo, Relaxed);
+        MAIN_HI.store(hi, Relaxed);
+        // SAFETY: gettid has no preconditions.
+        MAIN_TID.store(unsafe { libc::gettid() } as u32, Relaxed);
+    }
 }
 
 /// The hot path's test on free (and on realloc's old block): true when `p` may hold a sample.
