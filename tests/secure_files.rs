@@ -16,6 +16,7 @@ use std::process::{Command, Output};
 
 /// The memlog header, from the format crate the shim writes through.
 use mallocshim_format::memlog::HEADER;
+use mallocshim_format::MemRow;
 
 fn mallocshim(args: &[&str]) -> Output {
     Command::new(cli_bin()).args(args).output().expect("run mallocshim")
@@ -29,19 +30,23 @@ fn tmp_dir(name: &str) -> PathBuf {
     d
 }
 
-/// A small memlog CSV in `dir`.
+/// A small memlog CSV in `dir`, written through the format crate.
 fn memlog(dir: &Path) -> String {
-    let mut s = format!("{HEADER}\n");
+    let mut s = format!("{HEADER}\n").into_bytes();
     for i in 0..10u64 {
         let rss = (100 + i * 3) << 20;
-        s.push_str(&format!(
-            "{},{rss},{},{},{},{},0,0\n",
-            1_767_225_600_000 + i * 1000,
-            rss * 4,
-            rss / 2,
-            rss * 3 / 4,
-            rss / 4
-        ));
+        let row = MemRow {
+            unix_ms: 1_767_225_600_000 + i * 1000,
+            rss_bytes: rss,
+            vsz_bytes: rss * 4,
+            backend_allocated_bytes: Some(rss / 2),
+            backend_resident_bytes: Some(rss * 3 / 4),
+            backend_free_bytes: Some(rss / 4),
+            trims: Some(0),
+            released_bytes: Some(0),
+            ..MemRow::default()
+        };
+        row.write_line(&mut s).expect("memlog line");
     }
     let p = dir.join("glibc.csv");
     std::fs::write(&p, s).expect("write memlog");
