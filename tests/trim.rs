@@ -371,9 +371,11 @@ fn periodic_trim_jemalloc() {
         let env = [("MALLOCSHIM_TRIM_INTERVAL_MS", "500"), ("MALLOCSHIM_JEMALLOC_RELEASE", release)];
         let r = run(shimmed("jemalloc", &dir, &env), &[], &format!("fragment under jemalloc ({release})"));
         let fin = r.num("rss_final_bytes");
-        // One MiB of slack: the shim's own pages (its thread, counter slots) are not jemalloc's.
+        // Six MiB of slack: the shim's own resident pages are not jemalloc's (its thread, the
+        // counter slots, the heap profile's live set and records: measured 3.7 MiB above the
+        // direct jemalloc with heap profiles at their default rate).
         assert!(
-            fin <= base_final + MIB,
+            fin <= base_final + 6 * MIB,
             "jemalloc ({release}) ends at {} under the shim, above the direct jemalloc's {}\n{}\n--- direct\n{}",
             r.mib("rss_final_bytes"),
             base.mib("rss_final_bytes"),
