@@ -359,7 +359,7 @@ fn free_unowned<B: Raw>(e: Entry, p: *mut c_void) {
             // Timed as the shared sink times its calls (1 in N by the clock's low bits), so
             // MALLOCSHIM_SAMPLE=1 still times every call.
             let t0 = clock::ticks();
-            if (t0 >> 4) as u32 % SAMPLE_EVERY.load(Relaxed) == 0 {
+            if ((t0 >> 4) as u32).is_multiple_of(SAMPLE_EVERY.load(Relaxed)) {
                 sample(s, true, Op::Free as usize, class_of(n), clock::ticks().wrapping_sub(t0));
             }
             return;
