@@ -8,14 +8,16 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn memlog_of(mode: &str) -> PathBuf {
-    memlog_env(mode, &[])
+    memlog_env(mode, mode, &[])
 }
 
-fn memlog_env(mode: &str, env: &[(&str, &PathBuf)]) -> PathBuf {
+/// Runs the program in `mode`, writing the memlog `<name>.memlog.csv`: tests that share a mode
+/// run in parallel, so each names its own file.
+fn memlog_env(mode: &str, name: &str, env: &[(&str, &PathBuf)]) -> PathBuf {
     let prog = common::cc("diagnose.c", "diagnose_prog", &[]);
     let dir = common::work_dir().join("diagnose");
     std::fs::create_dir_all(&dir).unwrap();
-    let log = dir.join(format!("{mode}.memlog.csv"));
+    let log = dir.join(format!("{name}.memlog.csv"));
     let _ = std::fs::remove_file(&log);
     let mut c = common::preloaded(&prog, "glibc");
     c.arg(mode)
@@ -75,6 +77,7 @@ fn live_heap_growth_names_the_size_class_from_two_dumps() {
     let json = PathBuf::from("json");
     let log = memlog_env(
         "growth",
+        "growth-with-dumps",
         &[
             ("MALLOCSHIM_DUMP_DIR", &dir),
             ("MALLOCSHIM_DUMP_INTERVAL_S", &one),
