@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{cc, cli_bin, plain, preloaded, stderr, stdout, work_dir};
+use common::{cc, cli_bin, matrix, plain, preloaded, stderr, stdout, work_dir, BACKENDS};
 use mallocshim_format::Dump;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -25,10 +25,13 @@ fn cli(args: &[&str]) -> Output {
 
 /// busy.c under the shim with its dumps in `dir`; returns the child, its stdin (drop to end
 /// it) and its pid once its worker runs.
-fn start_busy(backend: &str, dir: &Path) -> (Child, ChildStdin, u32) {
+fn start_busy(backend: &str, env: &[(&str, &str)], dir: &Path) -> (Child, ChildStdin, u32) {
     let prog = cc("busy.c", "busy", &[]);
     let mut cmd = preloaded(prog, backend);
-    cmd.env("MALLOCSHIM_DUMP_DIR", dir).stdin(Stdio::piped()).stdout(Stdio::piped());
+    cmd.envs(env.iter().copied())
+        .env("MALLOCSHIM_DUMP_DIR", dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
     let mut child = cmd.spawn().expect("start busy under the shim");
     let stdin = child.stdin.take().unwrap();
     let mut line = String::new();
@@ -67,9 +70,9 @@ fn cells<'a>(out: &'a str, op: &str, size: &str) -> Vec<&'a str> {
 
 #[test]
 fn dump_then_interval_diff_under_every_backend() {
-    for backend in ["glibc", "jemalloc", "tcmalloc"] {
+    for backend in BACKENDS {
         let dir = scratch(&format!("dump-{backend}"));
-        let (child, stdin, pid) = start_busy(backend, &dir);
+        let (child, stdin, pid) = start_busy(backend, &[], &dir);
         // The directory comes from the process's own environment (no --dir).
         let first = dump_ok(pid);
         std::thread::sleep(std::time::Duration::from_millis(300));
@@ -144,7 +147,7 @@ fn dump_errors_are_one_line_and_signal_nothing_else() {
     // No new dump where we look: a timeout, exit 1.
     let dir = scratch("timeout");
     let empty = scratch("elsewhere");
-    let (child, stdin, pid) = start_busy("glibc", &dir);
+    let (child, stdin, pid) = start_busy("glibc", &[], &dir);
     let o = cli(&["dump", &pid.to_string(), "--dir", empty.to_str().unwrap(), "--timeout", "1"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(
@@ -160,27 +163,39 @@ fn dump_errors_are_one_line_and_signal_nothing_else() {
     finish(child, stdin);
 }
 
+/// Under every backend and profiling setting; with profiling off nothing is counted, and the
+/// view says so above its memory rows.
 #[test]
 fn top_shows_intervals_by_op_class_and_thread() {
-    let dir = scratch("top");
-    let (child, stdin, pid) = start_busy("jemalloc", &dir);
-    let o = cli(&["top", &pid.to_string(), "--interval", "0.5", "--count", "2"]);
-    finish(child, stdin);
-    assert!(o.status.success(), "top: {:?}\n{}", o.status, stderr(&o));
-    let out = stdout(&o);
-    // Two views, plain text (stdout is a pipe: no screen clearing).
-    assert_eq!(out.matches("calls and latency (ns) by op and size class").count(), 2, "{out}");
-    assert!(!out.contains('\x1b'), "escape codes on a pipe:\n{out}");
-    assert!(out.contains(&format!("backend jemalloc pid {pid}")), "{out}");
-    let c = cells(&out, "malloc", "<=64");
-    assert!(c[3].parse::<u64>().unwrap() > 0 && c[5].parse::<u64>().unwrap() > 0, "{c:?}");
-    let c = cells(&out, "calloc", "<=4K");
-    assert!(c[2].parse::<u64>().unwrap() > 0, "{c:?}");
-    assert!(out.contains("interval by thread"), "{out}");
-    // The three dumps top took are in the process's directory.
-    let jsons = mallocshim_format::dumps_of(&dir, pid, "json").unwrap();
-    assert_eq!(jsons.len(), 3, "{jsons:?}");
-
-    let o = cli(&["top", &pid.to_string(), "--count", "0"]);
+    for (backend, setting, env) in matrix() {
+        let dir = scratch(&format!("top-{backend}-{}", setting.replace([' ', '='], "_")));
+        let (child, stdin, pid) = start_busy(backend, env, &dir);
+        let o = cli(&["top", &pid.to_string(), "--interval", "0.5", "--count", "2"]);
+        finish(child, stdin);
+        let what = format!("top under {backend}, {setting}");
+        assert!(o.status.success(), "{what}: {:?}\n{}", o.status, stderr(&o));
+        let out = stdout(&o);
+        // Two views, plain text (stdout is a pipe: no screen clearing).
+        assert_eq!(out.matches("calls and latency (ns) by op and size class").count(), 2, "{what}:\n{out}");
+        assert!(!out.contains('\x1b'), "{what}: escape codes on a pipe:\n{out}");
+        assert!(out.contains(&format!("backend {backend} pid {pid}")), "{what}:\n{out}");
+        assert!(out.contains("interval by thread"), "{what}:\n{out}");
+        assert!(out.contains("rss "), "{what}: no memory rows:\n{out}");
+        if setting == "MALLOCSHIM_PROFILE=off" {
+            // Nothing is counted: the view says so instead of showing empty tables unexplained.
+            assert_eq!(out.matches("profiling off (MALLOCSHIM_PROFILE=off)").count(), 2, "{what}:\n{out}");
+            assert!(!out.lines().any(|l| l.starts_with("malloc ")), "{what}:\n{out}");
+        } else {
+            let c = cells(&out, "malloc", "<=64");
+            assert!(c[2].parse::<u64>().unwrap() > 0, "{what}: {c:?}");
+            assert!(c[4].parse::<u64>().unwrap() > 0 && c[5].parse::<u64>().unwrap() > 0, "{what}: {c:?}");
+            let c = cells(&out, "calloc", "<=4K");
+            assert!(c[2].parse::<u64>().unwrap() > 0, "{what}: {c:?}");
+        }
+        // The three dumps top took are in the process's directory.
+        let jsons = mallocshim_format::dumps_of(&dir, pid, "json").unwrap();
+        assert_eq!(jsons.len(), 3, "{what}: {jsons:?}");
+    }
+    let o = cli(&["top", "1", "--count", "0"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }

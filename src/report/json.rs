@@ -110,6 +110,7 @@ pub fn dump(s: &Snapshot) -> Dump {
         unix_time_ms: s.unix_time_ms,
         uptime_s: s.uptime_s,
         sample_every: s.sample_every.into(),
+        profiling: s.profiling,
         totals,
         size_classes,
         threads,

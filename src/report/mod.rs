@@ -60,6 +60,8 @@ pub struct Snapshot {
     pub unix_time_ms: u64,
     pub uptime_s: f64,
     pub sample_every: u32,
+    /// `MALLOCSHIM_PROFILE`: false when calls are neither counted nor timed.
+    pub profiling: bool,
     /// Per op (index `classes::Op`) and size class.
     pub classes: Vec<Vec<OpRow>>,
     pub threads: Vec<ThreadRow>,
@@ -145,6 +147,7 @@ pub fn snapshot() -> Snapshot {
         unix_time_ms: now_ms,
         uptime_s: up as f64 / 1000.0,
         sample_every: crate::config::get().sample_every,
+        profiling: crate::config::get().profile,
         classes,
         threads,
         memory: Memory { rss_bytes: account.rss_bytes, vsz_bytes: vsz, backend: backend_stats, account },

@@ -39,10 +39,12 @@ pub fn opt<T: ToString>(v: Option<T>) -> String {
 
 /// One line about a dump: backend, pid, uptime, sampling.
 pub fn describe(d: &mallocshim_format::Dump) -> String {
-    format!(
-        "backend {} pid {}, uptime {:.1}s, sampling 1 call in {}",
-        d.backend, d.pid, d.uptime_s, d.sample_every
-    )
+    let calls = if d.profiling {
+        format!("sampling 1 call in {}", d.sample_every)
+    } else {
+        "profiling off (MALLOCSHIM_PROFILE=off): calls neither counted nor timed, memory figures only".into()
+    };
+    format!("backend {} pid {}, uptime {:.1}s, {calls}", d.backend, d.pid, d.uptime_s)
 }
 
 #[derive(Copy, Clone, PartialEq, Eq)]

@@ -38,6 +38,11 @@ pub struct Dump {
     pub uptime_s: f64,
     /// Latency sampling: 1 call in `sample_every` is timed (`MALLOCSHIM_SAMPLE`).
     pub sample_every: u64,
+    /// False when the process runs with `MALLOCSHIM_PROFILE=off`: then no call is counted or
+    /// timed (`totals`, `size_classes` and thread ops stay zero) and only `memory` and `trim` hold
+    /// figures. Dumps older than this field read as true.
+    #[serde(default = "profiling_default")]
+    pub profiling: bool,
     /// Exact calls and bytes per op, over all size classes and threads.
     pub totals: BTreeMap<String, Total>,
     /// One row per op and size class with at least one call or sample.
@@ -54,6 +59,10 @@ pub struct Dump {
     /// so two dumps of one process subtract into the interval between them.
     #[serde(default)]
     pub latency_buckets: LatencyBuckets,
+}
+
+fn profiling_default() -> bool {
+    true
 }
 
 /// How to read raw latency buckets: the clock's ns per tick and each bucket's value in ns (its
@@ -429,6 +438,7 @@ mod tests {
             unix_time_ms: 1_700_000_000_000,
             uptime_s: 1.5,
             sample_every: 1,
+            profiling: true,
             totals,
             size_classes: vec![
                 ClassRow {
