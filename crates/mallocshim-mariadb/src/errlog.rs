@@ -5,22 +5,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// The count fields of the shim's summary line, in its order.
-pub const SHIM_COUNTS: [&str; 13] = [
-    "malloc",
-    "free",
-    "calloc",
-    "realloc",
-    "reallocarray",
-    "posix_memalign",
-    "aligned_alloc",
-    "memalign",
-    "valloc",
-    "pvalloc",
-    "malloc_usable_size",
-    "free_sized",
-    "free_aligned_sized",
-];
+/// The count fields of the shim's summary line, in its order: the exported entry points.
+pub const SHIM_COUNTS: [&str; mallocshim_format::classes::ENTRIES] = mallocshim_format::classes::ENTRY_NAMES;
 
 /// Text of a crash: mariadbd's own signal handler, InnoDB assertions, and the fatal messages of
 /// glibc malloc, jemalloc, tcmalloc and a Rust panic.
