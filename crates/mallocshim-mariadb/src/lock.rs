@@ -9,8 +9,8 @@ use std::os::fd::AsRawFd;
 
 pub const DEFAULT_LOCK: &str = "/tmp/mallocshim-mariadb.lock";
 
-/// Takes the lock, blocking (says so on stderr when it has to wait); held until the file is dropped.
-pub fn take() -> Result<File> {
+/// The lock file (`$MDB_LOCK` or [`DEFAULT_LOCK`]), opened for flock(2); never truncated.
+fn open() -> Result<(String, File)> {
     let path = std::env::var("MDB_LOCK").unwrap_or_else(|_| DEFAULT_LOCK.to_string());
     let f = std::fs::OpenOptions::new()
         .create(true)
@@ -18,6 +18,12 @@ pub fn take() -> Result<File> {
         .write(true)
         .open(&path)
         .map_err(|e| format!("cannot open {path}: {e}"))?;
+    Ok((path, f))
+}
+
+/// Takes the lock, blocking (says so on stderr when it has to wait); held until the file is dropped.
+pub fn take() -> Result<File> {
+    let (path, f) = open()?;
     // SAFETY: flock on our own open descriptor.
     if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
         return Ok(f);
@@ -40,13 +46,7 @@ pub fn take() -> Result<File> {
 /// keeps its place among flock(1) waiters (polling with LOCK_NB would lose every hand-over to
 /// them); a wait given up leaks the file, and with it a lock granted later, until the process exits.
 pub fn take_unless(stop: impl Fn() -> bool) -> Result<Option<File>> {
-    let path = std::env::var("MDB_LOCK").unwrap_or_else(|_| DEFAULT_LOCK.to_string());
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| format!("cannot open {path}: {e}"))?;
+    let (path, f) = open()?;
     let fd = f.as_raw_fd();
     // SAFETY: flock on our own open descriptor.
     if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } == 0 {
