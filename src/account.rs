@@ -25,7 +25,9 @@ pub struct Account {
     /// Shared memory resident pages (`RssShmem`).
     pub rss_shmem_bytes: u64,
     /// Bytes in blocks the program holds: glibc mallinfo2 `uordblks + hblkhd`, jemalloc
-    /// `stats.allocated`, tcmalloc `generic.current_allocated_bytes`.
+    /// `stats.allocated`, tcmalloc `generic.current_allocated_bytes`; mimalloc, which counts
+    /// no live bytes, the heap profile's estimate (the weighted live samples, pprof's
+    /// inuse_space; with sampling off, its committed bytes, an upper bound).
     pub live_bytes: u64,
     /// Resident bytes the allocator keeps that hold no live block:
     /// `allocator_resident - live - metadata`, 0 when negative.
@@ -36,7 +38,8 @@ pub struct Account {
     pub allocator_metadata_bytes: Option<u64>,
     /// Resident bytes of the allocator's memory, at most `rss_anon_bytes`: glibc, pages of the
     /// main heap and arena heaps found resident by mincore(2), plus mallinfo2 `hblkhd`;
-    /// jemalloc `stats.resident`; tcmalloc `generic.total_physical_bytes`.
+    /// jemalloc `stats.resident`; tcmalloc `generic.total_physical_bytes`; mimalloc
+    /// `mi_process_info` current_commit.
     pub allocator_resident_bytes: u64,
     /// `rss_anon - allocator_resident`: anonymous memory outside the allocator.
     pub non_heap_bytes: u64,
@@ -59,17 +62,23 @@ pub fn status_rss() -> (u64, u64, u64, u64) {
 /// mallinfo2 walks every free chunk). Backend figures first, then residency, then
 /// /proc/self/status last, so that RSS is read closest to the residency.
 pub fn measure() -> (Account, MemStats) {
-    let (m, resident, metadata) = match backend::active() {
+    let (m, live, resident, metadata) = match backend::active() {
         Backend::Jemalloc => {
             let m = backend::mem_stats();
             // stats.metadata as of the `epoch` refresh that mem_stats just made.
             let md = tikv_jemalloc_ctl::stats::metadata::read().map(|v| v as u64).unwrap_or(0);
-            (m, m.resident, Some(md))
+            (m, Some(m.allocated), m.resident, Some(md))
         }
         Backend::Tcmalloc => {
             let m = backend::mem_stats();
             let phys = backend::tcmalloc::property(c"generic.total_physical_bytes");
-            (m, phys.max(m.resident), Some(phys.saturating_sub(m.resident)))
+            (m, Some(m.allocated), phys.max(m.resident), Some(phys.saturating_sub(m.resident)))
+        }
+        Backend::Mimalloc => {
+            // mimalloc counts no live bytes: the heap profile's estimate when sampling is on,
+            // else its committed bytes as the upper bound (nothing then counts as free).
+            let m = backend::mem_stats();
+            (m, crate::heapprof::live_estimate(), m.resident, None)
         }
         _ => {
             let mi = backend::glibc::mallinfo2();
@@ -80,16 +89,17 @@ pub fn measure() -> (Account, MemStats) {
                 resident: mi.arena as u64 + hblkhd,
                 free: mi.fordblks as u64,
             };
-            (m, glibc_heap_resident() + hblkhd, None)
+            (m, Some(m.allocated), glibc_heap_resident() + hblkhd, None)
         }
     };
     let (rss, anon, file, shmem) = status_rss();
-    (compose(m.allocated, resident, metadata, rss, anon, file, shmem), m)
+    (compose(live, resident, metadata, rss, anon, file, shmem), m)
 }
 
-/// Builds the account from raw figures (pure).
+/// Builds the account from raw figures (pure). `live` None: the backend has no live figure,
+/// and everything resident it holds counts as live (an upper bound; nothing counts as free).
 fn compose(
-    live: u64,
+    live: Option<u64>,
     resident: u64,
     metadata: Option<u64>,
     rss: u64,
@@ -98,6 +108,7 @@ fn compose(
     shmem: u64,
 ) -> Account {
     let resident = resident.min(anon);
+    let live = live.unwrap_or(resident);
     Account {
         rss_bytes: rss,
         rss_anon_bytes: anon,

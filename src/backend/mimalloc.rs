@@ -22,7 +22,8 @@
 //! Figures: mimalloc's release build counts no live bytes; it counts the bytes it has committed
 //! from the OS (`mi_process_info`'s `current_commit`; on Linux its `current_rss` is the same
 //! number). That one figure answers `resident`, and stands as the upper bound of `allocated`
-//! and `free`. It moves by whole segments (32 MiB) and, with threads, lags (see [`committed`]):
+//! and `free` (the RSS account takes its live bytes from the heap profile's estimate instead:
+//! `account`). It moves by whole segments (32 MiB) and, with threads, lags (see [`committed`]):
 //! a coarse figure, not a live-byte count.
 //!
 //! Trims are `mi_collect(true)`: from the calling thread it frees that thread's empty pages,

@@ -71,6 +71,9 @@ struct Tables {
     frames: *mut usize,
     nframes: usize,
     counts: *mut u16,
+    /// Estimated bytes in live blocks: the sum of `scale * size` over the live set, kept as
+    /// samples come and go (pprof's inuse_space of the whole profile).
+    inuse: f64,
 }
 
 struct Shared(core::cell::UnsafeCell<Tables>);
@@ -86,6 +89,7 @@ static T: Shared = Shared(core::cell::UnsafeCell::new(Tables {
     frames: core::ptr::null_mut(),
     nframes: 0,
     counts: core::ptr::null_mut(),
+    inuse: 0.0,
 }));
 
 static LOCK: AtomicBool = AtomicBool::new(false);
@@ -271,7 +275,10 @@ impl Tables {
                     if s.addr == 0 {
                         self.nlive += 1;
                         self.filter_add(e.addr as usize);
+                    } else {
+                        self.inuse -= s.scale * s.size as f64;
                     }
+                    self.inuse += e.scale * e.size as f64;
                     *s = e;
                     return true;
                 }
@@ -317,6 +324,7 @@ impl Tables {
             }
             *self.live.add(hole) = Live::default();
             self.nlive -= 1;
+            self.inuse -= out.scale * out.size as f64;
             self.filter_remove(addr as usize);
             Some(out)
         }
@@ -387,6 +395,17 @@ pub fn reinsert(e: Live) {
     if !unsafe { &mut *T.0.get() }.insert_live(e) {
         DROPPED_LIVE.fetch_add(1, Relaxed);
     }
+}
+
+/// The estimated bytes in live blocks (the weighted sum over the live set, as pprof's
+/// inuse_space): None until the tables exist. Takes the lock for one read.
+pub fn inuse_bytes() -> Option<u64> {
+    if !ready() {
+        return None;
+    }
+    let _l = lock();
+    // SAFETY: under the lock.
+    Some(unsafe { &*T.0.get() }.inuse.max(0.0) as u64)
 }
 
 /// A copy of the tables for a dump: records with their frames, and the live blocks.
