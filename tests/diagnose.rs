@@ -81,14 +81,15 @@ fn live_heap_growth() {
     }
 }
 
-/// With the first and last of the dumps written every second, the [2049, 4096] B class is named.
+/// With the first and last of the dumps written every second, the [2049, 4096] B class is
+/// named; with the first and last heap profiles, the call site `hold_more`.
 #[test]
-fn live_heap_growth_names_the_size_class_from_two_dumps() {
+fn live_heap_growth_names_the_size_class_and_call_site() {
     let dir = common::work_dir().join("diagnose-dumps");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let one = PathBuf::from("1");
-    let json = PathBuf::from("json");
+    let formats = PathBuf::from("json,pprof");
     let log = memlog_env(
         "growth",
         "glibc",
@@ -96,25 +97,32 @@ fn live_heap_growth_names_the_size_class_from_two_dumps() {
         &[
             ("MALLOCSHIM_DUMP_DIR", &dir),
             ("MALLOCSHIM_DUMP_INTERVAL_S", &one),
-            ("MALLOCSHIM_DUMP_FORMATS", &json),
+            ("MALLOCSHIM_DUMP_FORMATS", &formats),
         ],
     );
-    let mut dumps: Vec<(u64, PathBuf)> = std::fs::read_dir(&dir)
-        .unwrap()
-        .filter_map(|e| {
-            let p = e.ok()?.path();
-            let name = p.file_name()?.to_str()?.to_string();
-            let (_, seq, ext) = mallocshim_format::dump::parse_dump_file_name(&name)?;
-            (ext == "json").then_some((seq, p))
-        })
-        .collect();
-    dumps.sort();
-    assert!(dumps.len() >= 2, "fewer than two dumps in {}", dir.display());
+    let of = |want: &str| -> Vec<PathBuf> {
+        let mut v: Vec<(u64, PathBuf)> = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| {
+                let p = e.ok()?.path();
+                let name = p.file_name()?.to_str()?.strip_suffix(want)?.to_string();
+                // mallocshim.<pid>.<seq>.<ext>
+                let seq = name.trim_end_matches('.').rsplit('.').next()?.parse::<u64>().ok()?;
+                Some((seq, p))
+            })
+            .collect();
+        v.sort();
+        v.into_iter().map(|(_, p)| p).collect()
+    };
+    let (dumps, profiles) = (of(".json"), of(".pb.gz"));
+    assert!(dumps.len() >= 2 && profiles.len() >= 2, "fewer than two dumps in {}", dir.display());
     let o = Command::new(common::cli_bin())
         .arg("diagnose")
         .arg(&log)
-        .arg(&dumps[0].1)
-        .arg(&dumps[dumps.len() - 1].1)
+        .arg(&dumps[0])
+        .arg(&dumps[dumps.len() - 1])
+        .arg(&profiles[0])
+        .arg(&profiles[profiles.len() - 1])
         .output()
         .unwrap();
     let out = common::stdout(&o);
@@ -122,27 +130,15 @@ fn live_heap_growth_names_the_size_class_from_two_dumps() {
     assert_eq!(out.lines().next(), Some("verdict: live heap growth"), "{out}");
     let grew = out.lines().skip_while(|l| !l.contains("size classes whose held bytes grew")).nth(1);
     assert!(grew.is_some_and(|l| l.trim_start().starts_with("[2049, 4096] B:")), "{out}");
+    let site = out.lines().skip_while(|l| !l.contains("call sites whose in-use bytes grew")).nth(1);
+    assert!(site.is_some_and(|l| l.trim_start().starts_with("hold_more: ")), "{out}");
     eprintln!("{out}");
 }
 
-/// Under mimalloc the allocator's resident figure is its committed bytes, which count the
-/// segment it commits eagerly before touching it (~32 MiB): in this small process that reads as
-/// allocator-free memory above the retained threshold, so the verdict is *retained* with
-/// *outside malloc* beside it. Every other backend's verdict is *outside malloc*.
 #[test]
 fn outside_malloc() {
-    for b in common::BACKENDS {
-        let (out, memlog) = run_mode("outside", b);
-        let mut lines = out.lines();
-        if b == "mimalloc" {
-            assert!(
-                out.lines().any(|l| l == "verdict: outside malloc" || l == "also: outside malloc"),
-                "{b}: {out}\n--- memlog\n{memlog}"
-            );
-        } else {
-            assert_eq!(lines.next(), Some("verdict: outside malloc"), "{b}: {out}\n--- memlog\n{memlog}");
-        }
-        assert!(out.contains("why: non-heap RSS grows") || b == "mimalloc", "{b}: {out}");
+    for (b, out) in check("outside", "outside malloc") {
+        assert!(out.contains("why: non-heap RSS grows"), "{b}: {out}");
     }
 }
 
@@ -186,4 +182,115 @@ fn mariadb_fulltext_trim_off_is_retained() {
     assert!(o.status.success(), "{}\n--- memlog\n{memlog}", common::describe(&o));
     assert_eq!(out.lines().next(), Some("verdict: retained by the allocator"), "{out}\n--- memlog\n{memlog}");
     eprintln!("mariadbd FULLTEXT, glibc, trim off:\n{out}");
+}
+
+/// A real mariadbd with performance_schema on: `report --mysql-socket` joins its threads with
+/// performance_schema.threads, so the busiest (a sysbench connection) is named by its routine
+/// and as `thread/sql/one_connection`, and InnoDB's and the tpool's threads by their P_S names;
+/// `diagnose` with two dumps names thread roles by P_S name. Any thread the dump has that P_S
+/// knows must carry the same name in both views.
+#[test]
+fn mariadb_threads_named_by_performance_schema() {
+    use mallocshim_mariadb::{DumpWaiter, Instance, Launch, Options, Sysbench};
+    use std::time::Duration;
+    let opts = Options { extra_opts: vec!["--performance-schema=ON".into()], ..Options::default() };
+    let inst = Instance::create(opts).unwrap_or_else(|e| panic!("{e}"));
+    let dumpdir = inst.subdir("dumps").unwrap();
+    let memlog = dumpdir.join("memlog.csv");
+    let launch = Launch::shim(common::shim(), "glibc")
+        .var("MALLOCSHIM_DUMP_DIR", dumpdir.display().to_string())
+        .var("MALLOCSHIM_DUMP_FORMATS", "json")
+        .var("MALLOCSHIM_MEMLOG", memlog.display().to_string())
+        .var("MALLOCSHIM_MEMLOG_INTERVAL_MS", "200");
+    let srv = inst.start(&launch).unwrap_or_else(|e| panic!("mariadbd under the shim: {e}"));
+    srv.sysbench_prepare().unwrap_or_else(|e| panic!("{e}"));
+    let dump = |what: &str| {
+        DumpWaiter::after(srv.pid(), &dumpdir, Duration::ZERO, Duration::from_secs(10))
+            .wait()
+            .unwrap_or_else(|e| panic!("{what}: {e}"))
+            .0
+    };
+    let first = dump("first dump");
+    let sb = srv.sysbench(&Sysbench::new("oltp_read_only", 4).time(4)).unwrap_or_else(|e| panic!("{e}"));
+    let last = dump("second dump");
+    let sock = inst.socket.clone();
+    let report = Command::new(common::cli_bin())
+        .args(["report", "--top", "1000", "--mysql-user", "root", "--mysql-socket"])
+        .arg(&sock)
+        .arg(&last)
+        .output()
+        .unwrap();
+    let kv = Command::new(common::cli_bin())
+        .args(["report", "--format", "kv", "--mysql-user", "root", "--mysql-socket"])
+        .arg(&sock)
+        .arg(&last)
+        .output()
+        .unwrap();
+    let diag = Command::new(common::cli_bin())
+        .args(["diagnose", "--mysql-user", "root", "--mysql-socket"])
+        .arg(&sock)
+        .arg(&memlog)
+        .arg(&first)
+        .arg(&last)
+        .output()
+        .unwrap();
+    let stopped = srv.shutdown().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((sb.exit, sb.errors, stopped.status), (0, 0, 0), "sysbench {sb:?}");
+    let out = common::stdout(&report);
+    assert!(report.status.success(), "{}", common::describe(&report));
+    let head = out.lines().find(|l| l.contains(" routine ") && l.contains("performance_schema")).expect(&out);
+    assert!(head.trim_start().starts_with("tid"), "{out}");
+    let rows: Vec<&str> =
+        out.lines().skip_while(|l| *l != head).skip(1).take_while(|l| !l.trim().is_empty()).collect();
+    // The busiest thread is a sysbench connection: a routine and its P_S name.
+    let busiest = rows.iter().find(|l| l.contains(" live ")).expect(&out);
+    assert!(busiest.contains("thread/sql/one_connection"), "busiest thread not a connection:\n{out}");
+    assert!(busiest.contains("mariadbd+0x"), "connection thread without its routine:\n{out}");
+    let conns = rows.iter().filter(|l| l.contains("thread/sql/one_connection")).count();
+    assert!(conns >= 4, "the 4 sysbench connections by P_S name: {conns}\n{out}");
+    assert!(rows.iter().any(|l| l.contains("thread/innodb/")), "no InnoDB thread named\n{out}");
+    assert!(
+        rows.iter().any(|l| l.contains("libstdc++.so.6+0x") && l.contains("thread/")),
+        "no tpool (std::thread) thread named by P_S\n{out}"
+    );
+    let joined = common::kv(&common::stdout(&kv), "ps_threads_joined").expect("ps_threads_joined");
+    assert!(joined >= 8, "{}", common::stdout(&kv));
+    let d = common::stdout(&diag);
+    assert!(diag.status.success(), "{}", common::describe(&diag));
+    assert!(d.contains("thread roles (performance_schema names)"), "{d}");
+    eprintln!("{out}\n{d}");
+}
+
+/// A client that cannot connect: one line, prefixed `mallocshim <command>:`, exit 2, for a
+/// valid dump and memlog (so the client is what fails).
+#[test]
+fn performance_schema_join_fails_in_one_line() {
+    common::require("mariadb");
+    let dir = common::work_dir().join("diagnose-ps");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = memlog_env(
+        "steady",
+        "glibc",
+        "steady-ps",
+        &[("MALLOCSHIM_DUMP_DIR", &dir), ("MALLOCSHIM_DUMP_AT_EXIT", &PathBuf::from("1"))],
+    );
+    let dump = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|x| x == "json"))
+        .expect("a dump at exit");
+    for cmd in ["report", "diagnose"] {
+        let mut c = Command::new(common::cli_bin());
+        c.arg(cmd).args(["--mysql-socket", "/nonexistent/mysqld.sock"]);
+        if cmd == "diagnose" {
+            c.arg(&log);
+        }
+        let o = c.arg(&dump).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}", common::describe(&o));
+        let err = common::stderr(&o);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with(&format!("mallocshim {cmd}: the client mariadb failed")), "{err}");
+        assert!(err.contains("/nonexistent/mysqld.sock"), "{err}");
+    }
 }
