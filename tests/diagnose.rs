@@ -133,6 +133,17 @@ fn live_heap_growth_names_the_size_class_and_call_site() {
     let site = out.lines().skip_while(|l| !l.contains("call sites whose in-use bytes grew")).nth(1);
     assert!(site.is_some_and(|l| l.trim_start().starts_with("hold_more: ")), "{out}");
     eprintln!("{out}");
+    // The last dump's live bytes per size class (heap-profile estimate): the 4 KiB blocks' class
+    // holds the most, at least 64 MiB of the 4 MiB added every 50 ms; `report` prints them.
+    let last = mallocshim_format::Dump::read(&dumps[dumps.len() - 1]).unwrap();
+    let top = last.live_by_class.iter().max_by_key(|c| c.live_bytes).expect("live_by_class");
+    assert_eq!((top.min_bytes, top.max_bytes), (2049, Some(4096)), "{:?}", last.live_by_class);
+    assert!(top.live_bytes >= 64 << 20, "{:?}", last.live_by_class);
+    let r = Command::new(common::cli_bin()).arg("report").arg(&dumps[dumps.len() - 1]).output().unwrap();
+    let rep = common::stdout(&r);
+    let row =
+        rep.lines().skip_while(|l| !l.contains("live bytes by size class")).find(|l| l.contains("<=4K"));
+    assert!(row.is_some(), "{rep}");
 }
 
 #[test]

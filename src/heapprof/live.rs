@@ -8,6 +8,7 @@
 //! Every update happens under one spin lock, held for the table update alone (no call that
 //! could block or allocate); a forked child resets it. Never allocates.
 
+use crate::classes::{class_of, CLASSES};
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::*};
 
 /// Most sampled blocks alive at once (half the live table: probes stay short).
@@ -74,6 +75,8 @@ struct Tables {
     /// Estimated bytes in live blocks: the sum of `scale * size` over the live set, kept as
     /// samples come and go (pprof's inuse_space of the whole profile).
     inuse: f64,
+    /// The same per size class of the requested size (`classes::class_of`).
+    by_class: [f64; CLASSES],
 }
 
 struct Shared(core::cell::UnsafeCell<Tables>);
@@ -90,6 +93,7 @@ static T: Shared = Shared(core::cell::UnsafeCell::new(Tables {
     nframes: 0,
     counts: core::ptr::null_mut(),
     inuse: 0.0,
+    by_class: [0.0; CLASSES],
 }));
 
 static LOCK: AtomicBool = AtomicBool::new(false);
@@ -261,6 +265,14 @@ impl Tables {
         (hash(addr as usize) >> (64 - (LIVE_SLOTS.trailing_zeros()))) as usize
     }
 
+    /// Adds (`sign` 1) or takes away (-1) a live sample's estimated bytes.
+    fn account(&mut self, e: &Live, sign: f64) {
+        let v = sign * e.scale * e.size as f64;
+        self.inuse += v;
+        // SAFETY: class_of is below CLASSES.
+        *unsafe { self.by_class.get_unchecked_mut(class_of(e.size as usize)) } += v;
+    }
+
     fn insert_live(&mut self, e: Live) -> bool {
         if self.nlive >= MAX_LIVE {
             return false;
@@ -276,9 +288,10 @@ impl Tables {
                         self.nlive += 1;
                         self.filter_add(e.addr as usize);
                     } else {
-                        self.inuse -= s.scale * s.size as f64;
+                        let old = *s;
+                        self.account(&old, -1.0);
                     }
-                    self.inuse += e.scale * e.size as f64;
+                    self.account(&e, 1.0);
                     *s = e;
                     return true;
                 }
@@ -324,7 +337,7 @@ impl Tables {
             }
             *self.live.add(hole) = Live::default();
             self.nlive -= 1;
-            self.inuse -= out.scale * out.size as f64;
+            self.account(&out, -1.0);
             self.filter_remove(addr as usize);
             Some(out)
         }
@@ -406,6 +419,20 @@ pub fn inuse_bytes() -> Option<u64> {
     let _l = lock();
     // SAFETY: under the lock.
     Some(unsafe { &*T.0.get() }.inuse.max(0.0) as u64)
+}
+
+/// The estimated bytes in live blocks per size class of the requested size; None until the
+/// tables exist. Takes the lock for one copy of CLASSES numbers.
+pub fn inuse_by_class() -> Option<[u64; CLASSES]> {
+    if !ready() {
+        return None;
+    }
+    let c = {
+        let _l = lock();
+        // SAFETY: under the lock.
+        unsafe { &*T.0.get() }.by_class
+    };
+    Some(c.map(|v| v.max(0.0) as u64))
 }
 
 /// A copy of the tables for a dump: records with their frames, and the live blocks.

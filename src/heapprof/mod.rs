@@ -108,6 +108,15 @@ pub fn live_estimate() -> Option<u64> {
     live::inuse_bytes()
 }
 
+/// The heap profile's estimate of live bytes per size class of the requested size, while
+/// sampling is on (as [`live_estimate`]).
+pub fn live_by_class() -> Option<[u64; crate::classes::CLASSES]> {
+    if rate() == 0 {
+        return None;
+    }
+    live::inuse_by_class()
+}
+
 /// Sets the mean gap (0 turns sampling off; samples already taken stay until their blocks are
 /// freed). Err(ENOMEM) when the tables cannot be mapped.
 pub fn set_rate(sample_bytes: u64) -> Result<(), i32> {

@@ -5,7 +5,7 @@
 
 use crate::pfs::PsThreads;
 use crate::table::{describe, heading, mib, opt, pct, Align, Format, Table};
-use mallocshim_format::classes::{op_rank, OP_NAMES};
+use mallocshim_format::classes::{op_rank, range_label, OP_NAMES};
 use mallocshim_format::{Dump, ThreadRow, Total};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -18,7 +18,8 @@ use std::path::{Path, PathBuf};
                   MALLOCSHIM_DUMP_INTERVAL_S) as tables: calls, bytes, sampled calls and \
                   p50/p99/max latency (ns) per op and size class; the top threads by calls with \
                   their malloc and free p50/p99; then memory (RSS and the backend's \
-                  allocated/resident/free, in MiB). Latencies are sampled (1 call in \
+                  allocated/resident/free, in MiB) and, with heap profiles on, the live bytes \
+                  per size class the heap profile estimates. Latencies are sampled (1 call in \
                   sample_every); a row without samples shows \"-\" for its percentiles.\n\n\
                   --format kv prints key=value lines (pid, backend, threads, calls_<op>, \
                   bytes_<op>, the memory figures, trim_*) and --format json the dump on one line, \
@@ -226,6 +227,16 @@ fn tables(d: &Dump, path: &Path, top: usize, fmt: Format, ps: Option<&PsThreads>
     t.row(vec![format!("{} resident", d.backend), mib(m.backend_resident_bytes)]);
     t.row(vec![format!("{} free", d.backend), mib(m.backend_free_bytes)]);
     t.render(fmt, &mut o);
+
+    if !d.live_by_class.is_empty() {
+        o.push('\n');
+        heading(fmt, "live bytes by size class (heap-profile estimate, MiB)", &mut o);
+        let mut t = Table::new(&[("size class", Align::Left), ("live MiB", Align::Right)]);
+        for c in &d.live_by_class {
+            t.row(vec![range_label(c.min_bytes, c.max_bytes), mib(c.live_bytes)]);
+        }
+        t.render(fmt, &mut o);
+    }
     o
 }
 
