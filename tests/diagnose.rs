@@ -222,29 +222,25 @@ fn mariadb_threads_named_by_performance_schema() {
             .0
     };
     let first = dump("first dump");
-    let sb = srv.sysbench(&Sysbench::new("oltp_read_only", 4).time(4)).unwrap_or_else(|e| panic!("{e}"));
-    let last = dump("second dump");
+    // The dump and the joins run while sysbench's 4 connections are open: a connection that
+    // has ended is no longer in performance_schema.threads.
     let sock = inst.socket.clone();
-    let report = Command::new(common::cli_bin())
-        .args(["report", "--top", "1000", "--mysql-user", "root", "--mysql-socket"])
-        .arg(&sock)
-        .arg(&last)
-        .output()
-        .unwrap();
-    let kv = Command::new(common::cli_bin())
-        .args(["report", "--format", "kv", "--mysql-user", "root", "--mysql-socket"])
-        .arg(&sock)
-        .arg(&last)
-        .output()
-        .unwrap();
-    let diag = Command::new(common::cli_bin())
-        .args(["diagnose", "--mysql-user", "root", "--mysql-socket"])
-        .arg(&sock)
-        .arg(&memlog)
-        .arg(&first)
-        .arg(&last)
-        .output()
-        .unwrap();
+    let cli = move |args: &[&str], files: &[&PathBuf]| {
+        let mut c = Command::new(common::cli_bin());
+        c.args(args).args(["--mysql-user", "root", "--mysql-socket"]).arg(&sock).args(files);
+        c.output().unwrap()
+    };
+    // 4 s into the 8 s sysbench run: the second dump, then the joins.
+    let waiter = DumpWaiter::after(srv.pid(), &dumpdir, Duration::from_secs(4), Duration::from_secs(10));
+    let joins = std::thread::spawn(move || {
+        let last = waiter.wait().unwrap_or_else(|e| panic!("second dump: {e}")).0;
+        let report = cli(&["report", "--top", "1000"], &[&last]);
+        let kv = cli(&["report", "--format", "kv"], &[&last]);
+        let diag = cli(&["diagnose"], &[&memlog, &first, &last]);
+        (report, kv, diag)
+    });
+    let sb = srv.sysbench(&Sysbench::new("oltp_read_only", 4).time(8)).unwrap_or_else(|e| panic!("{e}"));
+    let (report, kv, diag) = joins.join().expect("the joins");
     let stopped = srv.shutdown().unwrap_or_else(|e| panic!("{e}"));
     assert_eq!((sb.exit, sb.errors, stopped.status), (0, 0, 0), "sysbench {sb:?}");
     let out = common::stdout(&report);
