@@ -25,7 +25,9 @@ pub struct Account {
     /// Shared memory resident pages (`RssShmem`).
     pub rss_shmem_bytes: u64,
     /// Bytes in blocks the program holds: glibc mallinfo2 `uordblks + hblkhd`, jemalloc
-    /// `stats.allocated`, tcmalloc `generic.current_allocated_bytes`.
+    /// `stats.allocated`, tcmalloc `generic.current_allocated_bytes`; mimalloc, which counts
+    /// no live bytes, the heap profile's estimate (the weighted live samples, pprof's
+    /// inuse_space; with sampling off, its committed bytes, an upper bound).
     pub live_bytes: u64,
     /// Resident bytes the allocator keeps that hold no live block:
     /// `allocator_resident - live - metadata`, 0 when negative.
@@ -36,7 +38,8 @@ pub struct Account {
     pub allocator_metadata_bytes: Option<u64>,
     /// Resident bytes of the allocator's memory, at most `rss_anon_bytes`: glibc, pages of the
     /// main heap and arena heaps found resident by mincore(2), plus mallinfo2 `hblkhd`;
-    /// jemalloc `stats.resident`; tcmalloc `generic.total_physical_bytes`.
+    /// jemalloc `stats.resident`; tcmalloc `generic.total_physical_bytes`; mimalloc, pages of
+    /// its segments found resident by mincore(2) (else `mi_process_info` current_commit).
     pub allocator_resident_bytes: u64,
     /// `rss_anon - allocator_resident`: anonymous memory outside the allocator.
     pub non_heap_bytes: u64,
@@ -59,17 +62,30 @@ pub fn status_rss() -> (u64, u64, u64, u64) {
 /// mallinfo2 walks every free chunk). Backend figures first, then residency, then
 /// /proc/self/status last, so that RSS is read closest to the residency.
 pub fn measure() -> (Account, MemStats) {
-    let (m, resident, metadata) = match backend::active() {
+    let (m, live, resident, metadata) = match backend::active() {
         Backend::Jemalloc => {
             let m = backend::mem_stats();
             // stats.metadata as of the `epoch` refresh that mem_stats just made.
             let md = tikv_jemalloc_ctl::stats::metadata::read().map(|v| v as u64).unwrap_or(0);
-            (m, m.resident, Some(md))
+            (m, Some(m.allocated), m.resident, Some(md))
         }
         Backend::Tcmalloc => {
             let m = backend::mem_stats();
             let phys = backend::tcmalloc::property(c"generic.total_physical_bytes");
-            (m, phys.max(m.resident), Some(phys.saturating_sub(m.resident)))
+            (m, Some(m.allocated), phys.max(m.resident), Some(phys.saturating_sub(m.resident)))
+        }
+        Backend::Mimalloc => {
+            // mimalloc counts no live bytes: the heap profile's estimate when sampling is on,
+            // else its committed bytes as the upper bound (nothing then counts as free).
+            let m = backend::mem_stats();
+            // Committed bytes when no segment can be recognised (or read: process_vm_readv
+            // refused by a seccomp filter).
+            let resident = match backend::mimalloc::segment_cookie() {
+                Some((at, key)) => Some(mimalloc_resident(at, key)).filter(|&r| r > 0),
+                None => None,
+            };
+            let resident = resident.unwrap_or(m.resident);
+            (m, crate::heapprof::live_estimate(), resident, None)
         }
         _ => {
             let mi = backend::glibc::mallinfo2();
@@ -80,16 +96,17 @@ pub fn measure() -> (Account, MemStats) {
                 resident: mi.arena as u64 + hblkhd,
                 free: mi.fordblks as u64,
             };
-            (m, glibc_heap_resident() + hblkhd, None)
+            (m, Some(m.allocated), glibc_heap_resident() + hblkhd, None)
         }
     };
     let (rss, anon, file, shmem) = status_rss();
-    (compose(m.allocated, resident, metadata, rss, anon, file, shmem), m)
+    (compose(live, resident, metadata, rss, anon, file, shmem), m)
 }
 
-/// Builds the account from raw figures (pure).
+/// Builds the account from raw figures (pure). `live` None: the backend has no live figure,
+/// and everything resident it holds counts as live (an upper bound; nothing counts as free).
 fn compose(
-    live: u64,
+    live: Option<u64>,
     resident: u64,
     metadata: Option<u64>,
     rss: u64,
@@ -98,6 +115,7 @@ fn compose(
     shmem: u64,
 ) -> Account {
     let resident = resident.min(anon);
+    let live = live.unwrap_or(resident);
     Account {
         rss_bytes: rss,
         rss_anon_bytes: anon,
@@ -147,6 +165,51 @@ fn glibc_heap_resident() -> u64 {
         }
     }
     total
+}
+
+/// Most 32 MiB-aligned addresses probed for a mimalloc segment per measurement.
+const MAX_PROBES: usize = 1 << 16;
+
+/// Resident bytes of mimalloc's segments: every 32 MiB-aligned address inside an anonymous
+/// read-write mapping whose header word `at` holds `address ^ key` (the segment cookie, read
+/// with process_vm_readv so an address unmapped meanwhile is an error, never a fault) starts
+/// a segment, whose pages (its first 32 MiB: a huge block's beyond that is not seen) are
+/// counted by mincore(2).
+fn mimalloc_resident(at: usize, key: u64) -> u64 {
+    let seg = backend::mimalloc::SEGMENT as u64;
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let (mut total, mut probes) = (0, 0);
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(range), Some(perms)) = (f.next(), f.next()) else { continue };
+        let (_off, _dev, inode) = (f.next(), f.next(), f.next());
+        if perms != "rw-p" || inode != Some("0") || f.next().is_some() {
+            continue;
+        }
+        let Some((a, b)) = range.split_once('-') else { continue };
+        let (Ok(start), Ok(end)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else {
+            continue;
+        };
+        let mut s = start.next_multiple_of(seg);
+        while s < end && probes < MAX_PROBES {
+            probes += 1;
+            if read_word(s + at as u64 * 8) == Some(s ^ key) {
+                total += resident(s, end.min(s + seg) - s);
+            }
+            s += seg;
+        }
+    }
+    total
+}
+
+/// One word of this process's memory through process_vm_readv(2): None when unreadable.
+fn read_word(addr: u64) -> Option<u64> {
+    let mut w = 0u64;
+    let local = libc::iovec { iov_base: (&mut w as *mut u64).cast(), iov_len: 8 };
+    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: 8 };
+    // SAFETY: reads 8 bytes of our own address space into `w`; the kernel checks `addr`.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    (n == 8).then_some(w)
 }
 
 /// Resident bytes of `[start, start + len)` by mincore(2), in chunks (no allocation).

@@ -22,7 +22,8 @@
 //! Figures: mimalloc's release build counts no live bytes; it counts the bytes it has committed
 //! from the OS (`mi_process_info`'s `current_commit`; on Linux its `current_rss` is the same
 //! number). That one figure answers `resident`, and stands as the upper bound of `allocated`
-//! and `free`. It moves by whole segments (32 MiB) and, with threads, lags (see [`committed`]):
+//! and `free` (the RSS account takes its live bytes from the heap profile's estimate instead:
+//! `account`). It moves by whole segments (32 MiB) and, with threads, lags (see [`committed`]):
 //! a coarse figure, not a live-byte count.
 //!
 //! Trims are `mi_collect(true)`: from the calling thread it frees that thread's empty pages,
@@ -235,6 +236,62 @@ fn committed() -> u64 {
         unsafe { f(n, n, n, n, n, &mut commit, n, n) };
     }
     (commit as i64).max(0) as u64
+}
+
+/// mimalloc's segment size and alignment (2.0: 32 MiB, `MI_SEGMENT_SIZE`).
+pub const SEGMENT: usize = 32 << 20;
+/// Words of a segment header searched for its cookie.
+const HEADER_WORDS: usize = 64;
+
+/// (word offset, key) of the segment cookie once learned; KEY 0: not yet, 1: failed.
+static COOKIE_AT: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+static COOKIE_KEY: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// How to recognise a mimalloc segment: every segment header holds a cookie, `segment address ^
+/// key`, with one random key per process (`_mi_ptr_cookie`). Learned once from two segments the
+/// shim makes: a small block's and a 32 MiB block's (a huge block gets a segment of its own),
+/// both read while allocated, then freed; the cookie is the header word at which both give the
+/// same key, and the key must look random (at least 2^40: a word pointing into its own segment
+/// would give a small constant). Returns (word offset, key); None when not found (another
+/// mimalloc version). Worker only, under the reentrancy guard (allocates in mimalloc).
+pub fn segment_cookie() -> Option<(usize, u64)> {
+    use core::sync::atomic::Ordering::Relaxed;
+    match COOKIE_KEY.load(Relaxed) {
+        0 => {}
+        1 => return None,
+        k => return Some((COOKIE_AT.load(Relaxed), k)),
+    }
+    let m = mi();
+    // SAFETY: loaded mi_malloc/mi_free; the two headers are read while their blocks are live,
+    // so their segments are mapped, and a segment header is at least HEADER_WORDS words.
+    let found = unsafe {
+        let a = (m.malloc)(64);
+        let b = (m.malloc)(SEGMENT);
+        let mut found = None;
+        if !a.is_null() && !b.is_null() {
+            let sa = (a as usize) & !(SEGMENT - 1);
+            let sb = (b as usize) & !(SEGMENT - 1);
+            for o in 0..HEADER_WORDS {
+                let ka = core::ptr::read_volatile((sa as *const u64).add(o)) ^ sa as u64;
+                let kb = core::ptr::read_volatile((sb as *const u64).add(o)) ^ sb as u64;
+                if sa != sb && ka == kb && ka >= 1 << 40 {
+                    found = Some((o, ka));
+                    break;
+                }
+            }
+        }
+        (m.free)(a);
+        (m.free)(b);
+        found
+    };
+    match found {
+        Some((o, k)) => {
+            COOKIE_AT.store(o, Relaxed);
+            COOKIE_KEY.store(k, Relaxed);
+        }
+        None => COOKIE_KEY.store(1, Relaxed),
+    }
+    found
 }
 
 /// `resident` = committed bytes; `allocated` and `free` = the same figure as their upper bound

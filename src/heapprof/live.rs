@@ -8,6 +8,7 @@
 //! Every update happens under one spin lock, held for the table update alone (no call that
 //! could block or allocate); a forked child resets it. Never allocates.
 
+use crate::classes::{class_of, CLASSES};
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::*};
 
 /// Most sampled blocks alive at once (half the live table: probes stay short).
@@ -71,6 +72,11 @@ struct Tables {
     frames: *mut usize,
     nframes: usize,
     counts: *mut u16,
+    /// Estimated bytes in live blocks: the sum of `scale * size` over the live set, kept as
+    /// samples come and go (pprof's inuse_space of the whole profile).
+    inuse: f64,
+    /// The same per size class of the requested size (`classes::class_of`).
+    by_class: [f64; CLASSES],
 }
 
 struct Shared(core::cell::UnsafeCell<Tables>);
@@ -86,6 +92,8 @@ static T: Shared = Shared(core::cell::UnsafeCell::new(Tables {
     frames: core::ptr::null_mut(),
     nframes: 0,
     counts: core::ptr::null_mut(),
+    inuse: 0.0,
+    by_class: [0.0; CLASSES],
 }));
 
 static LOCK: AtomicBool = AtomicBool::new(false);
@@ -257,6 +265,14 @@ impl Tables {
         (hash(addr as usize) >> (64 - (LIVE_SLOTS.trailing_zeros()))) as usize
     }
 
+    /// Adds (`sign` 1) or takes away (-1) a live sample's estimated bytes.
+    fn account(&mut self, e: &Live, sign: f64) {
+        let v = sign * e.scale * e.size as f64;
+        self.inuse += v;
+        // SAFETY: class_of is below CLASSES.
+        *unsafe { self.by_class.get_unchecked_mut(class_of(e.size as usize)) } += v;
+    }
+
     fn insert_live(&mut self, e: Live) -> bool {
         if self.nlive >= MAX_LIVE {
             return false;
@@ -271,7 +287,11 @@ impl Tables {
                     if s.addr == 0 {
                         self.nlive += 1;
                         self.filter_add(e.addr as usize);
+                    } else {
+                        let old = *s;
+                        self.account(&old, -1.0);
                     }
+                    self.account(&e, 1.0);
                     *s = e;
                     return true;
                 }
@@ -317,6 +337,7 @@ impl Tables {
             }
             *self.live.add(hole) = Live::default();
             self.nlive -= 1;
+            self.account(&out, -1.0);
             self.filter_remove(addr as usize);
             Some(out)
         }
@@ -387,6 +408,31 @@ pub fn reinsert(e: Live) {
     if !unsafe { &mut *T.0.get() }.insert_live(e) {
         DROPPED_LIVE.fetch_add(1, Relaxed);
     }
+}
+
+/// The estimated bytes in live blocks (the weighted sum over the live set, as pprof's
+/// inuse_space): None until the tables exist. Takes the lock for one read.
+pub fn inuse_bytes() -> Option<u64> {
+    if !ready() {
+        return None;
+    }
+    let _l = lock();
+    // SAFETY: under the lock.
+    Some(unsafe { &*T.0.get() }.inuse.max(0.0) as u64)
+}
+
+/// The estimated bytes in live blocks per size class of the requested size; None until the
+/// tables exist. Takes the lock for one copy of CLASSES numbers.
+pub fn inuse_by_class() -> Option<[u64; CLASSES]> {
+    if !ready() {
+        return None;
+    }
+    let c = {
+        let _l = lock();
+        // SAFETY: under the lock.
+        unsafe { &*T.0.get() }.by_class
+    };
+    Some(c.map(|v| v.max(0.0) as u64))
 }
 
 /// A copy of the tables for a dump: records with their frames, and the live blocks.

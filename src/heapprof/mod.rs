@@ -98,6 +98,25 @@ pub fn rate() -> u64 {
     MEAN.load(Relaxed)
 }
 
+/// The heap profile's estimate of the bytes the program holds (the weighted live samples,
+/// pprof's inuse_space), while sampling is on; None when it is off (the estimate would decay as
+/// old samples are freed and no new ones come).
+pub fn live_estimate() -> Option<u64> {
+    if rate() == 0 {
+        return None;
+    }
+    live::inuse_bytes()
+}
+
+/// The heap profile's estimate of live bytes per size class of the requested size, while
+/// sampling is on (as [`live_estimate`]).
+pub fn live_by_class() -> Option<[u64; crate::classes::CLASSES]> {
+    if rate() == 0 {
+        return None;
+    }
+    live::inuse_by_class()
+}
+
 /// Sets the mean gap (0 turns sampling off; samples already taken stay until their blocks are
 /// freed). Err(ENOMEM) when the tables cannot be mapped.
 pub fn set_rate(sample_bytes: u64) -> Result<(), i32> {

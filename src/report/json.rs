@@ -142,6 +142,16 @@ pub fn dump(s: &Snapshot) -> Dump {
             pressure_pct: t.pressure_pct,
         },
         latency_buckets: latency_buckets(crate::clock::ns_per_tick()),
+        live_by_class: s
+            .live_by_class
+            .iter()
+            .flat_map(|v| v.iter().enumerate())
+            .filter(|(_, &b)| b > 0)
+            .map(|(c, &live_bytes)| {
+                let (min_bytes, max_bytes) = crate::classes::class_range(c);
+                mallocshim_format::LiveClass { min_bytes, max_bytes, live_bytes }
+            })
+            .collect(),
     }
 }
 

@@ -68,6 +68,8 @@ pub struct Snapshot {
     pub memory: Memory,
     /// Trims so far (`MALLOCSHIM_TRIM_*`, `mallocshim_trim()`).
     pub trim: crate::trim::Stats,
+    /// Live bytes per size class estimated by the heap profile (None: heap profiles off).
+    pub live_by_class: Option<[u64; crate::classes::CLASSES]>,
 }
 
 impl Snapshot {
@@ -151,6 +153,7 @@ pub fn snapshot() -> Snapshot {
         classes,
         threads,
         memory: Memory { rss_bytes: account.rss_bytes, vsz_bytes: vsz, backend: backend_stats, account },
+        live_by_class: crate::heapprof::live_by_class(),
         trim: crate::trim::stats(),
     }
 }

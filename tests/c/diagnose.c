@@ -1,6 +1,6 @@
 /* One situation per mode, for `mallocshim diagnose` (tests/diagnose.rs):
  *   retained: allocate 200 MiB in 1 KiB blocks, free 90% scattered (keep every 10th), idle 2.5 s;
- *   growth:   every 50 ms allocate and hold 4 MiB more in 4 KiB blocks, for 3 s;
+ *   growth:   every 50 ms allocate and hold 4 MiB more in 4 KiB blocks (in hold_more), for 3 s;
  *   outside:  every 50 ms mmap and touch 4 MiB more of anonymous memory, for 3 s;
  *   steady:   hold 8 MiB, malloc/free 1 KiB blocks in a loop for 2.5 s.
  * An idle thread starts first: the shim's worker (memlog) starts with the program's first thread. */
@@ -31,6 +31,14 @@ static void *idle(void *a) {
 
 static char *volatile sink;
 
+/* The growth's call site, named in heap profiles (tests/diagnose.rs). */
+__attribute__((noinline)) void hold_more(void) {
+    for (int i = 0; i < 1024; i++) {
+        char *b = malloc(4096);
+        memset(b, 1, 4096);
+    }
+}
+
 int main(int argc, char **argv) {
     pthread_t t;
     pthread_create(&t, NULL, idle, NULL);
@@ -48,10 +56,7 @@ int main(int argc, char **argv) {
         nap_ms(2500);
     } else if (!strcmp(mode, "growth")) {
         for (int step = 0; step < 60; step++) {
-            for (int i = 0; i < 1024; i++) {
-                char *b = malloc(4096);
-                memset(b, 1, 4096);
-            }
+            hold_more();
             nap_ms(50);
         }
         nap_ms(300);

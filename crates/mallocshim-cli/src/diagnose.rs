@@ -1,6 +1,8 @@
-//! `mallocshim diagnose MEMLOG.csv [DUMP.json ...]`: reads a memlog (and dumps) through the
-//! format crate, asks `verdict` for the verdict and prints it with its numbers, thresholds and
-//! what to set. Reading and printing only; the logic is in `verdict`.
+//! `mallocshim diagnose MEMLOG.csv [DUMP.json | PROFILE.pb.gz ...]`: reads a memlog (and dumps
+//! and heap profiles) through the format crate, asks `verdict` for the verdict and prints it
+//! with its numbers, thresholds and what to set; the growing call sites come from `heap`'s
+//! growth between the first and last heap profile. Reading and printing only; the logic is in
+//! `verdict` and `heap`.
 
 use crate::verdict::{self, Growth, Kind, Verdict};
 use mallocshim_format::{memlog, Dump};
@@ -18,19 +20,28 @@ use std::path::PathBuf;
                   above 16 MiB, with R² >= 0.6; allocator-free bytes are large at >= 10% of RSS \
                   and >= 16 MiB. With two or more dumps of the process, the first and last are \
                   compared: the size classes and thread start routines whose held bytes \
-                  (allocated minus freed) grew are named.\n\n\
+                  (allocated minus freed) grew are named. With two or more heap profiles \
+                  (MALLOCSHIM_DUMP_FORMATS=pprof, .pb.gz), the live heap growth verdict names \
+                  the call sites whose in-use bytes grew from the first to the last (as \
+                  `mallocshim heap LAST FIRST` computes it). With --mysql-socket, threads are named \
+                  by the server's performance_schema.threads NAME (joined on THREAD_OS_ID = tid, \
+                  through the mariadb/mysql client; MariaDB needs performance_schema=ON).\n\n\
                   Exit status: 0 with a verdict, 2 on bad input (one line, prefixed \
                   \"mallocshim diagnose:\").",
-    after_help = "Example:\n  mallocshim diagnose /var/tmp/mysqld.memlog.csv \
-                  mallocshim.1234.0.json mallocshim.1234.5.json"
+    after_help = "Examples:\n  mallocshim diagnose /var/tmp/mysqld.memlog.csv \
+                  mallocshim.1234.0.json mallocshim.1234.5.json\n  \
+                  mallocshim diagnose mysqld.memlog.csv mallocshim.1234.0.pb.gz mallocshim.1234.5.pb.gz"
 )]
 pub struct Args {
     /// The memlog CSV.
     #[arg(value_name = "MEMLOG.csv")]
     pub memlog: PathBuf,
-    /// Dumps of the same process (JSON), oldest first.
-    #[arg(value_name = "DUMP.json")]
+    /// Dumps (JSON) and heap profiles (.pb.gz) of the same process, oldest first.
+    #[arg(value_name = "DUMP.json|PROFILE.pb.gz")]
     pub dumps: Vec<PathBuf>,
+
+    #[command(flatten)]
+    pub conn: crate::pfs::ConnArgs,
 }
 
 fn mib(b: f64) -> String {
@@ -45,10 +56,41 @@ pub fn run(a: &Args) -> Result<String, String> {
     let rows = memlog::read(&a.memlog)?;
     let v = verdict::diagnose(&rows).map_err(|e| format!("{}: {e}", a.memlog.display()))?;
     let mut dumps = Vec::new();
+    let mut profiles = Vec::new();
     for p in &a.dumps {
-        dumps.push(Dump::read(p).map_err(|e| e.to_string())?);
+        if p.to_string_lossy().ends_with(".pb.gz") {
+            profiles.push(crate::heap::read(p)?);
+        } else {
+            dumps.push(Dump::read(p).map_err(|e| e.to_string())?);
+        }
     }
-    Ok(render(&v, &dumps))
+    let sites = match (profiles.first(), profiles.last()) {
+        (Some(first), Some(last)) if profiles.len() >= 2 => {
+            Some(crate::heap::growth_rows(first, last, "inuse_space")?)
+        }
+        _ => None,
+    };
+    let ps = crate::pfs::query(&a.conn)?;
+    Ok(render(&v, &dumps, sites.as_deref(), ps.as_ref()))
+}
+
+/// The call sites whose in-use bytes grew between the first and last heap profile.
+fn site_lines(out: &mut String, rows: &[(String, i64, i64)]) {
+    let grew: Vec<_> = rows.iter().filter(|(_, b, c)| c > b).take(8).collect();
+    if grew.is_empty() {
+        let _ = writeln!(out, "  no call site held more bytes in the last heap profile");
+        return;
+    }
+    let _ = writeln!(out, "  call sites whose in-use bytes grew (heap profiles, inuse_space estimate):");
+    for (site, b, c) in grew {
+        let _ = writeln!(
+            out,
+            "    {site}: {} -> {} (+{})",
+            crate::heap::bytes(*b),
+            crate::heap::bytes(*c),
+            crate::heap::bytes(c - b)
+        );
+    }
 }
 
 fn growth_lines(out: &mut String, what: &str, g: &Growth) {
@@ -69,7 +111,12 @@ fn growth_lines(out: &mut String, what: &str, g: &Growth) {
 }
 
 /// The verdict as text.
-pub fn render(v: &Verdict, dumps: &[Dump]) -> String {
+pub fn render(
+    v: &Verdict,
+    dumps: &[Dump],
+    sites: Option<&[(String, i64, i64)]>,
+    ps: Option<&crate::pfs::PsThreads>,
+) -> String {
     let mut o = String::new();
     let l = &v.last;
     let _ = writeln!(o, "verdict: {}", v.kind.name());
@@ -130,7 +177,10 @@ pub fn render(v: &Verdict, dumps: &[Dump]) -> String {
                 mib(v.live.bytes_per_s),
                 mib(v.live.rise_bytes)
             );
-            let _ = writeln!(o, "what to do: find the holder (a trim cannot return live memory); give two dumps to name the size classes and threads");
+            let _ = writeln!(o, "what to do: find the holder (a trim cannot return live memory); give two dumps to name the size classes and threads, two heap profiles to name the call sites");
+            if let Some(rows) = sites {
+                site_lines(&mut o, rows);
+            }
         }
         Kind::OutsideMalloc => {
             let _ = writeln!(
@@ -152,7 +202,12 @@ pub fn render(v: &Verdict, dumps: &[Dump]) -> String {
         if dumps.len() >= 2 {
             let _ = writeln!(o, "dumps: pid {} at {} ms -> at {} ms", b.pid, a.unix_time_ms, b.unix_time_ms);
             growth_lines(&mut o, "size classes", &verdict::class_growth(a, b));
-            growth_lines(&mut o, "thread start routines", &verdict::thread_growth(a, b));
+            let what = if ps.is_some() {
+                "thread roles (performance_schema names)"
+            } else {
+                "thread start routines"
+            };
+            growth_lines(&mut o, what, &verdict::thread_growth(a, b, ps));
         }
     }
     o

@@ -111,7 +111,7 @@ fn col(s: &Sites, name: &str) -> Result<usize, String> {
     s.types.iter().position(|t| t == name).ok_or_else(|| format!("the profile has no {name} sample type"))
 }
 
-fn bytes(v: i64) -> String {
+pub fn bytes(v: i64) -> String {
     let a = v.unsigned_abs() as f64;
     let sign = if v < 0 { "-" } else { "" };
     if a >= (1u64 << 30) as f64 {
@@ -143,44 +143,54 @@ fn table(s: &Sites, index: &str, n: usize) -> Result<String, String> {
     Ok(o)
 }
 
-/// Growth from `base` to `cur` by `index`, top growers first (sites that shrank last).
-fn growth(base: &Sites, cur: &Sites, index: &str, n: usize) -> Result<String, String> {
-    let (ib, ic) = (col(base, index)?, col(cur, index)?);
-    let mut all: HashMap<&String, (i64, i64)> = HashMap::new();
-    for (k, v) in &base.by_site {
+/// Per call site that changed from `base` to `cur` by `index`: (site, base value, current
+/// value), top growers first (sites that shrank last). Also used by `diagnose`.
+pub fn growth_rows(base: &Profile, cur: &Profile, index: &str) -> Result<Vec<(String, i64, i64)>, String> {
+    let (base, cur) = (sites(base), sites(cur));
+    let (ib, ic) = (col(&base, index)?, col(&cur, index)?);
+    let mut all: HashMap<String, (i64, i64)> = HashMap::new();
+    for (k, v) in base.by_site {
         all.entry(k).or_default().0 = v[ib];
     }
-    for (k, v) in &cur.by_site {
+    for (k, v) in cur.by_site {
         all.entry(k).or_default().1 = v[ic];
     }
-    let total: i64 = all.values().map(|(b, c)| c - b).sum();
-    let mut rows: Vec<_> = all.into_iter().filter(|(_, (b, c))| b != c).collect();
-    rows.sort_by(|a, b| (b.1 .1 - b.1 .0).cmp(&(a.1 .1 - a.1 .0)).then_with(|| a.0.cmp(b.0)));
+    let mut rows: Vec<_> =
+        all.into_iter().filter(|(_, (b, c))| b != c).map(|(k, (b, c))| (k, b, c)).collect();
+    rows.sort_by(|a, b| (b.2 - b.1).cmp(&(a.2 - a.1)).then_with(|| a.0.cmp(&b.0)));
+    Ok(rows)
+}
+
+/// Growth from `base` to `cur` by `index`, as text.
+fn growth(base: &Profile, cur: &Profile, index: &str, n: usize) -> Result<String, String> {
+    let rows = growth_rows(base, cur, index)?;
+    let total: i64 = rows.iter().map(|(_, b, c)| c - b).sum();
     let fmt = |v: i64| if index.ends_with("space") { bytes(v) } else { v.to_string() };
     let mut o =
         format!("growth by {index} from base (total {}, {} call sites changed):\n", fmt(total), rows.len());
     o += &format!("{:>12} {:>12} {:>12}  call site\n", "growth", "base", "profile");
-    for (name, (b, c)) in rows.into_iter().take(n) {
+    for (name, b, c) in rows.into_iter().take(n) {
         o += &format!("{:>12} {:>12} {:>12}  {name}\n", fmt(c - b), fmt(b), fmt(c));
     }
     Ok(o)
 }
 
-fn read(path: &std::path::Path) -> Result<Profile, String> {
+/// Reads a heap profile (errors name the file).
+pub fn read(path: &std::path::Path) -> Result<Profile, String> {
     Profile::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
 }
 
 pub fn run(args: &Args) -> Result<String, String> {
     let p = read(&args.profile)?;
-    let cur = sites(&p);
     let mut o = format!("heap profile {}\n", args.profile.display());
     if let Some(base_path) = &args.base {
-        let base = sites(&read(base_path)?);
+        let base = read(base_path)?;
         o += &format!("base {}\n\n", base_path.display());
         let index = args.sample_index.unwrap_or(Index::InuseSpace).name();
-        o += &growth(&base, &cur, index, args.top)?;
+        o += &growth(&base, &p, index, args.top)?;
         return Ok(o);
     }
+    let cur = sites(&p);
     let indexes = match args.sample_index {
         Some(i) => vec![i.name()],
         None => vec!["inuse_space", "alloc_space"],

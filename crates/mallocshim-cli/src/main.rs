@@ -12,6 +12,7 @@ mod diff;
 mod dump_cmd;
 mod heap;
 mod interval;
+mod pfs;
 mod plot;
 mod plot_cmd;
 mod report;

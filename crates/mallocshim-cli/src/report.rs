@@ -3,8 +3,9 @@
 //! — or as `key=value` lines (`--format kv`) or one line of JSON (`--format json`) for scripts.
 //! Reads through the format crate; never links the shim.
 
+use crate::pfs::PsThreads;
 use crate::table::{describe, heading, mib, opt, pct, Align, Format, Table};
-use mallocshim_format::classes::{op_rank, OP_NAMES};
+use mallocshim_format::classes::{op_rank, range_label, OP_NAMES};
 use mallocshim_format::{Dump, ThreadRow, Total};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -17,15 +18,21 @@ use std::path::{Path, PathBuf};
                   MALLOCSHIM_DUMP_INTERVAL_S) as tables: calls, bytes, sampled calls and \
                   p50/p99/max latency (ns) per op and size class; the top threads by calls with \
                   their malloc and free p50/p99; then memory (RSS and the backend's \
-                  allocated/resident/free, in MiB). Latencies are sampled (1 call in \
+                  allocated/resident/free, in MiB) and, with heap profiles on, the live bytes \
+                  per size class the heap profile estimates. Latencies are sampled (1 call in \
                   sample_every); a row without samples shows \"-\" for its percentiles.\n\n\
                   --format kv prints key=value lines (pid, backend, threads, calls_<op>, \
                   bytes_<op>, the memory figures, trim_*) and --format json the dump on one line, \
                   for scripts.\n\n\
+                  With --mysql-socket, the threads are joined with the server's \
+                  performance_schema.threads (THREAD_OS_ID = tid) through the mariadb/mysql \
+                  client in batch mode, and the thread table gains its NAME, PROCESSLIST_ID and \
+                  PROCESSLIST_USER (MariaDB needs performance_schema=ON).\n\n\
                   Exit status: 0 on success, 2 on any error (one line, prefixed \"mallocshim report:\").",
     after_help = "Examples:\n  mallocshim report /tmp/mallocshim.1234.0.json\n  \
                   mallocshim report --top 20 --format markdown dump.json\n  \
-                  mallocshim report --dir /var/tmp --pid 1234 --format kv"
+                  mallocshim report --dir /var/tmp --pid 1234 --format kv\n  \
+                  mallocshim report --mysql-socket /run/mysqld/mysqld.sock dump.json"
 )]
 pub struct Args {
     /// The dump to print (or give --pid, with --dir, for that process's newest dump).
@@ -47,6 +54,9 @@ pub struct Args {
     /// How many threads to list, busiest (most calls) first; 0 hides the list.
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub top: usize,
+
+    #[command(flatten)]
+    pub conn: crate::pfs::ConnArgs,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -75,16 +85,17 @@ pub fn resolve(args: &Args) -> Result<PathBuf, String> {
 pub fn run(args: &Args) -> Result<String, String> {
     let path = resolve(args)?;
     let d = Dump::read(&path).map_err(|e| e.to_string())?;
+    let ps = crate::pfs::query(&args.conn)?;
     Ok(match args.format {
-        ReportFormat::Text => tables(&d, &path, args.top, Format::Text),
-        ReportFormat::Markdown => tables(&d, &path, args.top, Format::Markdown),
-        ReportFormat::Kv => kv(&d, &path),
+        ReportFormat::Text => tables(&d, &path, args.top, Format::Text, ps.as_ref()),
+        ReportFormat::Markdown => tables(&d, &path, args.top, Format::Markdown, ps.as_ref()),
+        ReportFormat::Kv => kv(&d, &path, ps.as_ref()),
         ReportFormat::Json => serde_json::to_string(&d).map_err(|e| e.to_string())? + "\n",
     })
 }
 
 /// `key=value` lines: the dump's scalar facts, for scripts.
-fn kv(d: &Dump, path: &Path) -> String {
+fn kv(d: &Dump, path: &Path, ps: Option<&PsThreads>) -> String {
     let mut o = String::new();
     let mut put = |k: &str, v: &dyn std::fmt::Display| {
         let _ = writeln!(o, "{k}={v}");
@@ -98,6 +109,9 @@ fn kv(d: &Dump, path: &Path) -> String {
     put("threads", &d.threads.len());
     put("live_threads", &d.live_threads().count());
     put("threads_with_calls", &d.live_threads().filter(|t| t.calls() > 0).count());
+    if let Some(ps) = ps {
+        put("ps_threads_joined", &d.live_threads().filter(|t| ps.contains_key(&t.tid)).count());
+    }
     for op in OP_NAMES {
         put(&format!("calls_{op}"), &d.count(op));
         put(&format!("bytes_{op}"), &d.bytes(op));
@@ -121,7 +135,7 @@ fn kv(d: &Dump, path: &Path) -> String {
     o
 }
 
-fn tables(d: &Dump, path: &Path, top: usize, fmt: Format) -> String {
+fn tables(d: &Dump, path: &Path, top: usize, fmt: Format, ps: Option<&PsThreads>) -> String {
     let mut o = String::new();
     let title = format!("mallocshim dump {}: {}", path.display(), describe(d));
     match fmt {
@@ -165,9 +179,11 @@ fn tables(d: &Dump, path: &Path, top: usize, fmt: Format) -> String {
         ts.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.tid.cmp(&b.1.tid)));
         o.push('\n');
         heading(fmt, &format!("top {} of {} threads by calls (ns)", top.min(ts.len()), ts.len()), &mut o);
-        let mut t = Table::new(&[
-            ("tid", Align::Right),
-            ("name", Align::Left),
+        let mut cols = vec![("tid", Align::Right), ("name", Align::Left), ("routine", Align::Left)];
+        if ps.is_some() {
+            cols.push(("performance_schema", Align::Left));
+        }
+        cols.extend([
             ("state", Align::Left),
             ("calls", Align::Right),
             ("malloc p50", Align::Right),
@@ -175,12 +191,20 @@ fn tables(d: &Dump, path: &Path, top: usize, fmt: Format) -> String {
             ("free p50", Align::Right),
             ("free p99", Align::Right),
         ]);
+        let mut t = Table::new(&cols);
         for (calls, th) in ts.into_iter().take(top) {
             let m = th.ops.get("malloc");
             let f = th.ops.get("free");
-            t.row(vec![
+            let mut row = vec![
                 th.tid.to_string(),
                 if th.name.is_empty() { "-".into() } else { th.name.clone() },
+                th.start_routine.clone().filter(|r| !r.is_empty()).unwrap_or_else(|| "-".into()),
+            ];
+            if let Some(ps) = ps {
+                let live = th.state == mallocshim_format::dump::STATE_LIVE;
+                row.push(ps.get(&th.tid).filter(|_| live).map_or_else(|| "-".into(), |p| p.label()));
+            }
+            row.extend([
                 th.state.clone(),
                 calls.to_string(),
                 opt(m.map(|x| pct(x.sampled, x.p50_ns))),
@@ -188,6 +212,7 @@ fn tables(d: &Dump, path: &Path, top: usize, fmt: Format) -> String {
                 opt(f.map(|x| pct(x.sampled, x.p50_ns))),
                 opt(f.map(|x| pct(x.sampled, x.p99_ns))),
             ]);
+            t.row(row);
         }
         t.render(fmt, &mut o);
     }
@@ -202,6 +227,16 @@ fn tables(d: &Dump, path: &Path, top: usize, fmt: Format) -> String {
     t.row(vec![format!("{} resident", d.backend), mib(m.backend_resident_bytes)]);
     t.row(vec![format!("{} free", d.backend), mib(m.backend_free_bytes)]);
     t.render(fmt, &mut o);
+
+    if !d.live_by_class.is_empty() {
+        o.push('\n');
+        heading(fmt, "live bytes by size class (heap-profile estimate, MiB)", &mut o);
+        let mut t = Table::new(&[("size class", Align::Left), ("live MiB", Align::Right)]);
+        for c in &d.live_by_class {
+            t.row(vec![range_label(c.min_bytes, c.max_bytes), mib(c.live_bytes)]);
+        }
+        t.render(fmt, &mut o);
+    }
     o
 }
 

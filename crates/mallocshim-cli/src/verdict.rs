@@ -3,6 +3,7 @@
 //! *steady*, with the numbers behind it. No I/O here; thresholds are the constants below and
 //! are documented in docs/memory-account.md ("The verdict").
 
+use crate::pfs::PsThreads;
 use mallocshim_format::memlog::MemRow;
 use mallocshim_format::Dump;
 use std::collections::BTreeMap;
@@ -174,11 +175,16 @@ fn class_held(d: &Dump) -> BTreeMap<String, (i128, i128)> {
     m
 }
 
-/// Held bytes and allocation counts per thread start routine (or comm when none) of a dump.
-fn thread_held(d: &Dump) -> BTreeMap<String, (i128, i128)> {
+/// Held bytes and allocation counts per thread role of a dump: the performance_schema NAME of
+/// a live thread when `ps` has its tid, else its start routine (or comm when none).
+fn thread_held(d: &Dump, ps: Option<&PsThreads>) -> BTreeMap<String, (i128, i128)> {
     let mut m: BTreeMap<String, (i128, i128)> = BTreeMap::new();
     for t in &d.threads {
-        let key = t.start_routine.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| {
+        let named = ps
+            .filter(|_| t.state == mallocshim_format::dump::STATE_LIVE)
+            .and_then(|p| p.get(&t.tid))
+            .map(|p| p.name.clone());
+        let key = named.or_else(|| t.start_routine.clone().filter(|s| !s.is_empty())).unwrap_or_else(|| {
             if t.comm.is_empty() {
                 t.name.clone()
             } else {
@@ -216,9 +222,10 @@ pub fn class_growth(a: &Dump, b: &Dump) -> Growth {
     growth(class_held(a), class_held(b))
 }
 
-/// Thread start routines whose held bytes grew from `a` to `b`.
-pub fn thread_growth(a: &Dump, b: &Dump) -> Growth {
-    growth(thread_held(a), thread_held(b))
+/// Thread roles (performance_schema names with `ps`, else start routines) whose held bytes
+/// grew from `a` to `b`.
+pub fn thread_growth(a: &Dump, b: &Dump, ps: Option<&PsThreads>) -> Growth {
+    growth(thread_held(a, ps), thread_held(b, ps))
 }
 
 #[cfg(test)]

@@ -59,6 +59,23 @@ pub struct Dump {
     /// so two dumps of one process subtract into the interval between them.
     #[serde(default)]
     pub latency_buckets: LatencyBuckets,
+    /// Live bytes per size class of the requested size, estimated by the heap profile (the
+    /// weighted sampled blocks not yet freed, as pprof's inuse_space), classes with bytes only;
+    /// empty when heap profiles are off. No exact per-class figure exists: see
+    /// docs/memory-account.md, "Live bytes per size class".
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub live_by_class: Vec<LiveClass>,
+}
+
+/// One size class's estimated live bytes.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LiveClass {
+    /// Smallest request size of the class, in bytes.
+    pub min_bytes: u64,
+    /// Largest request size of the class; `null` for the open last class (>64 MiB).
+    pub max_bytes: Option<u64>,
+    /// Estimated bytes held in blocks requested in this class.
+    pub live_bytes: u64,
 }
 
 fn profiling_default() -> bool {
@@ -489,6 +506,7 @@ mod tests {
                 ..Trim::default()
             },
             latency_buckets: LatencyBuckets { ns_per_tick: 0.4, bucket_ns: vec![1, 2, 3] },
+            live_by_class: vec![LiveClass { min_bytes: 17, max_bytes: Some(32), live_bytes: 5 }],
         }
     }
 

@@ -26,8 +26,8 @@ pub mod pprof;
 
 pub use classes::{ENTRY_NAMES, OP_NAMES};
 pub use dump::{
-    dump_file_name, dumps_of, newest_dump, Buckets, ClassRow, Dump, DurationUs, LatencyBuckets, Memory,
-    ParseError, ReadError, ThreadOp, ThreadRow, Total, Trim, TrimReasons, FORMAT, VERSION,
+    dump_file_name, dumps_of, newest_dump, Buckets, ClassRow, Dump, DurationUs, LatencyBuckets, LiveClass,
+    Memory, ParseError, ReadError, ThreadOp, ThreadRow, Total, Trim, TrimReasons, FORMAT, VERSION,
 };
 pub use memlog::MemRow;
 
