@@ -164,10 +164,21 @@ pub fn render(
                 "why: live bytes did not grow while the allocator keeps {} resident that the program does not use",
                 mibu(free)
             );
-            let _ = writeln!(o, "a trim would return now: {} (allocator_free_bytes)", mibu(free));
+            // The memlog does not name its backend; a dump of the same process does.
+            let backend = dumps.first().map(|d| d.backend.as_str());
+            let bound = match backend {
+                Some("glibc") | None => "",
+                Some(_) => ", at most: pages that still hold a live block stay",
+            };
+            let _ = writeln!(o, "a trim would return now: {} (allocator_free_bytes{bound})", mibu(free));
+            let swap = match backend {
+                Some("glibc") => ", or MALLOCSHIM_BACKEND=jemalloc (a backend that purges on its own)",
+                None => ", or under glibc MALLOCSHIM_BACKEND=jemalloc (a backend that purges on its own)",
+                Some(_) => "",
+            };
             let _ = writeln!(
                 o,
-                "what to set: MALLOCSHIM_TRIM_INTERVAL_MS=1000 (periodic trim), or MALLOCSHIM_TRIM_ABOVE_RSS={ceiling_mib}M (trim above an RSS ceiling), or MALLOCSHIM_BACKEND=jemalloc (a backend that purges on its own)"
+                "what to set: MALLOCSHIM_TRIM_INTERVAL_MS=1000 (periodic trim), or MALLOCSHIM_TRIM_ABOVE_RSS={ceiling_mib}M (trim above an RSS ceiling){swap}"
             );
         }
         Kind::LiveHeapGrowth => {
