@@ -14,7 +14,7 @@
 mod common;
 
 use mallocshim_format::pprof::Profile;
-use mallocshim_mariadb::{dumps, DumpWaiter, ErrorLog, Instance, Launch, Options, Sysbench};
+use mallocshim_mariadb::{dumps, fulltext, DumpWaiter, ErrorLog, Instance, Launch, Options, Sysbench};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -168,4 +168,57 @@ fn every_allocation_sampled_while_connections_start() {
         assert_eq!((sb.exit, sb.errors), (0, 0), "{backend}: sysbench {sb:?}");
         assert_eq!(stopped.status, 0, "{backend}: mariadbd's exit status");
     }
+}
+
+/// InnoDB FULLTEXT phrase searches (the harness's `fulltext` data set, small: FT_ROWS documents,
+/// default 20,000 of 30 words) under the shim with `MALLOCSHIM_DUMP_FORMATS=json,pprof`: a dump
+/// before the searches (the base), one while 4 sysbench threads run them (`fulltext-phrase.lua`),
+/// one after. `go tool pprof -top -base` between the base and the dump under the searches shows
+/// the memory the searches hold.
+#[test]
+fn fulltext_search_growth() {
+    let backend = std::env::var("MARIADB_BACKEND").unwrap_or_else(|_| "glibc".into());
+    let so = common::shim();
+    let inst = Instance::create(Options::default()).unwrap_or_else(|e| panic!("{e}"));
+    let dir = inst.subdir("dumps").unwrap();
+    let lua = inst.dir().join("fulltext-phrase.lua");
+    std::fs::write(&lua, fulltext::PHRASE_LUA).unwrap();
+    let launch = Launch::shim(&so, &backend)
+        .var("MALLOCSHIM_DUMP_DIR", dir.display().to_string())
+        .var("MALLOCSHIM_DUMP_FORMATS", "json,pprof");
+    let srv = inst.start(&launch).unwrap_or_else(|e| panic!("mariadbd did not start ({backend}): {e}"));
+    let pid = srv.pid();
+    let mut s = fulltext::Settings::new(so.clone());
+    s.rows = common::env_u64("FT_ROWS", 20_000);
+    let t0 = std::time::Instant::now();
+    let (load_s, index_s) = fulltext::load(&srv, &s).unwrap_or_else(|e| panic!("{e}"));
+    let base = srv.dump_now(&dir, Duration::from_secs(10)).unwrap_or_else(|e| panic!("{e}"));
+    let waiter = DumpWaiter::after(pid, &dir, Duration::from_secs(5), Duration::from_secs(10));
+    let sb = srv
+        .sysbench(&Sysbench::new(lua.display().to_string(), 4).time(8).db("ft"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mid = waiter.wait().unwrap_or_else(|e| panic!("{backend}: no dump under the searches: {e}"));
+    let after = srv.dump_now(&dir, Duration::from_secs(10)).unwrap_or_else(|e| panic!("{e}"));
+    let stopped = srv.shutdown().unwrap_or_else(|e| panic!("{e}"));
+    let log = ErrorLog::read(&stopped.errlog);
+    let what = format!("FULLTEXT under {backend}: sysbench {sb:?}, exit {}", stopped.status);
+    assert_eq!(sb.exit, 0, "{what}");
+    assert_eq!(sb.errors, 0, "{what}: query errors");
+    assert!(sb.queries.unwrap_or(0) > 0, "{what}: no search ran");
+    assert_eq!(stopped.status, 0, "{what}: no clean shutdown");
+    assert!(log.crash_lines().is_empty(), "{what}: crash report {:?}", log.crash_lines());
+    let (base, mid, after) =
+        (pprof_of(&dir, pid, &base.0), pprof_of(&dir, pid, &mid.0), pprof_of(&dir, pid, &after.0));
+    let flat = go_pprof(&["-top", "-nodecount=15", "-sample_index=inuse_space", "-base"], &[&base, &mid]);
+    let cum =
+        go_pprof(&["-top", "-cum", "-nodecount=25", "-sample_index=inuse_space", "-base"], &[&base, &mid]);
+    let after_d =
+        go_pprof(&["-top", "-nodecount=10", "-sample_index=inuse_space", "-base"], &[&base, &after]);
+    let alloc =
+        go_pprof(&["-top", "-cum", "-nodecount=25", "-sample_index=alloc_space", "-base"], &[&base, &mid]);
+    eprintln!(
+        "{what}\nload {load_s:.1} s, index {index_s:.1} s, total {:.1} s\n--- flat inuse base->mid\n{flat}\n--- cum inuse base->mid\n{cum}\n--- inuse base->after\n{after_d}\n--- cum alloc base->mid\n{alloc}",
+        t0.elapsed().as_secs_f64()
+    );
+    panic!("exploring");
 }
