@@ -175,11 +175,20 @@ fn main() {
     let do_instr = env_str("HP_INSTR", "1") != "0";
     let t1 = Instant::now();
     let instr = do_instr.then(|| {
-        let mut backends: Vec<String> = configs.iter().map(|(b, _)| b.clone()).collect();
-        backends.dedup();
-        let mut modes: Vec<String> = configs.iter().map(|(_, m)| m.clone()).collect();
-        modes.sort();
-        modes.dedup();
+        // heaptrack last (its backend last, the mode last), so a slow heaptrack under valgrind
+        // comes after every other config's figures.
+        let mut backends: Vec<String> = Vec::new();
+        let mut modes: Vec<String> = Vec::new();
+        for (b, m) in &configs {
+            if !backends.contains(b) {
+                backends.push(b.clone());
+            }
+            if !modes.contains(m) {
+                modes.push(m.clone());
+            }
+        }
+        backends.sort_by_key(|b| configs.iter().any(|(b2, m)| b2 == b && m == "heaptrack"));
+        modes.sort_by_key(|m| m == "heaptrack");
         let cfg = Config {
             shim: so.clone(),
             backends,
