@@ -75,8 +75,11 @@ fn main() {
         }
     }
     for m in &modes {
-        if !query_instr::profilers_modes().contains(&m.as_str()) {
-            fail(&format!("unknown mode {m} in QI_MODES ({})", query_instr::profilers_modes().join(", ")));
+        if !mallocshim_mariadb::profilers::MODES.contains(&m.as_str()) {
+            fail(&format!(
+                "unknown mode {m} in QI_MODES ({})",
+                mallocshim_mariadb::profilers::MODES.join(", ")
+            ));
         }
     }
     let num = |k: &str, d: u64| -> u64 {

@@ -210,3 +210,37 @@ fn pdeathsig(c: &mut Command) {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_and_libraries() {
+        assert!(valid("jemalloc", "jeprof") && !valid("glibc", "jeprof") && !valid("tcmalloc", "jeprof"));
+        assert!(valid("glibc", "heaptrack") && !valid("jemalloc", "heaptrack"));
+        assert!(valid("tcmalloc", "shim-heapprof") && !valid("glibc", "sometimes"));
+        let je = "jemalloc 5.3.0-0-g54eaed1d8b56b1aa528be3bdd1877e59c56fa90c";
+        let shim = "jemalloc mallocshim 0.1.0 (glibc 2.36)";
+        assert!(expected_lib("jemalloc", "jeprof", je) && !expected_lib("jemalloc", "jeprof", shim));
+        assert!(expected_lib("glibc", "heaptrack", "system") && !expected_lib("glibc", "heaptrack", shim));
+        assert!(
+            expected_lib("glibc", "shim-heapprof", shim) && expected_lib("glibc", "shim-noheapprof", shim)
+        );
+        assert!(!expected_lib("jemalloc", "shim-heapprof", shim) && !expected_lib("glibc", "direct", shim));
+    }
+
+    #[test]
+    fn launches() {
+        let dir = std::env::temp_dir();
+        let s = start(Path::new("/x/libmallocshim.so"), "glibc", "shim-noheapprof", &dir).unwrap();
+        assert_eq!(s.launch.get("MALLOCSHIM_PROF_SAMPLE_BYTES"), Some("0"));
+        assert_eq!(s.launch.get("LD_PRELOAD"), Some("/x/libmallocshim.so"));
+        let s = start(Path::new("/x/libmallocshim.so"), "jemalloc", "shim-heapprof", &dir).unwrap();
+        assert_eq!(s.launch.get("MALLOCSHIM_PROF_SAMPLE_BYTES"), Some(PROF_SAMPLE_BYTES));
+        let s = start(Path::new("/x/libmallocshim.so"), "jemalloc", "jeprof", &dir).unwrap();
+        assert!(s.launch.get("MALLOC_CONF").unwrap().starts_with(JEPROF_CONF));
+        assert_eq!(s.launch.get("LD_PRELOAD"), Some(crate::JEMALLOC_LIB));
+        assert!(start(Path::new("/x/libmallocshim.so"), "glibc", "jeprof", &dir).is_err());
+    }
+}

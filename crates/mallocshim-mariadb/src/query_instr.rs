@@ -5,7 +5,9 @@
 //! /proc/PID/maps checked against the config; per workload and thread count a warm-up of N/4
 //! events, `callgrind_control -z`, a run of N events and a dump, a run of 2N events and a dump:
 //! instructions per query = (Ir(2N) - Ir(N)) / (queries(2N) - queries(N)), so what each sysbench
-//! run does once (connect, prepare, quit) cancels out. Then a clean shutdown.
+//! run does once (connect, prepare, quit) cancels out. Then a clean shutdown. The modes and their
+//! launches (the shim with heap profiles on or off, jemalloc's profiler, heaptrack) are
+//! [`profilers`]'.
 
 use crate::{callgrind, procfs, profilers, ErrorLog, Instance, Launch, Options, Result, Sysbench};
 use std::path::PathBuf;
@@ -111,11 +113,6 @@ pub fn run(cfg: &Config) -> Result<Results> {
         }
     }
     Ok(res)
-}
-
-/// Every mode [`Config::modes`] may hold.
-pub fn profilers_modes() -> &'static [&'static str] {
-    &profilers::MODES
 }
 
 /// The (backend, mode) pairs measured: every pair of the config that applies.
