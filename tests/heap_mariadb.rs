@@ -205,7 +205,7 @@ const FT_SITE: &str = "Item_func_match::init_search";
 /// (`MARIADB_BACKEND`, default glibc) with `MALLOCSHIM_DUMP_FORMATS=json,pprof` at the default
 /// sampling mean (512 KiB): a dump before the searches (the base), one while 4 sysbench threads
 /// run them for 8 s (`fulltext-phrase.lua`, dump at 5 s), one after. Asserts, with `go tool
-/// pprof -top -base`: under the searches at least 4 MiB more inuse_space (27-34 MB measured), at
+/// pprof -top -base`: under the searches at least 4 MiB more inuse_space (13 and 20 MB measured), at
 /// least half of it below `Item_func_match::init_search` (the exported caller of InnoDB's
 /// fulltext search; InnoDB's `fts_*` functions are not exported by Debian's stripped mariadbd, so
 /// the innermost frames show as `[mariadbd]`, raw addresses kept) with `[mariadbd]` the top flat
