@@ -9,7 +9,11 @@
 //! preloaded allocator), for each backend and mode:
 //! - `direct`: glibc with no preload; `LD_PRELOAD=libjemalloc.so.2`; `LD_PRELOAD=libtcmalloc_minimal.so.4`;
 //! - `shim`: `LD_PRELOAD=libmallocshim.so MALLOCSHIM_BACKEND=<backend>`, profiling on at defaults;
-//! - `routing`: the same with `MALLOCSHIM_PROFILE=off`.
+//! - `routing`: the same with `MALLOCSHIM_PROFILE=off`;
+//! - `shim-heapprof` / `shim-noheapprof`: the shim at defaults with `MALLOCSHIM_PROF_SAMPLE_BYTES`
+//!   524288 (heap profiles at the default mean) / 0 (off); with both, a table of their ratio
+//!   (the goal: at most 1.005);
+//! - `jeprof` (jemalloc only), `heaptrack` (glibc only): see benches/heap_profilers.rs.
 //!
 //! For each workload and sysbench thread count it runs N and 2N events (after a warm-up of N/4)
 //! and reports instructions per query = (Ir(2N run) - Ir(N run)) / (queries(2N) - queries(N)), so
@@ -71,8 +75,11 @@ fn main() {
         }
     }
     for m in &modes {
-        if !["direct", "shim", "routing"].contains(&m.as_str()) {
-            fail(&format!("unknown mode {m} in QI_MODES (direct, shim, routing)"));
+        if !mallocshim_mariadb::profilers::MODES.contains(&m.as_str()) {
+            fail(&format!(
+                "unknown mode {m} in QI_MODES ({})",
+                mallocshim_mariadb::profilers::MODES.join(", ")
+            ));
         }
     }
     let num = |k: &str, d: u64| -> u64 {
@@ -155,64 +162,101 @@ fn main() {
         env_str("QI_RO_EVENTS", "500"),
         secs
     );
-    let has_routing = modes.iter().any(|m| m == "routing");
-    let _ = write!(md, "| workload | threads | backend | direct instr/query | shim instr/query | shim/direct | added by shim /query |");
-    if has_routing {
-        let _ = write!(md, " routing instr/query | routing/direct | added by routing /query |");
-    }
-    let _ = writeln!(
-        md,
-        "{}",
-        if has_routing {
-            "\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"
-        } else {
-            "\n|---|---:|---|---:|---:|---:|---:|"
-        }
-    );
     let mut worst: Option<(f64, String)> = None;
-    for w in &workloads {
-        for &t in &threads {
-            for b in &backends {
-                let d = get(b, "direct", w, t).map(median);
-                let cell = |m: &str| -> (String, String, String, Option<f64>) {
-                    match (d, get(b, m, w, t).map(median)) {
-                        (Some(d), Some(s)) => (
-                            format!("{s:.0}"),
-                            format!("{:.4}", s / d),
-                            format!("{:+.0}", s - d),
-                            Some(s / d),
-                        ),
-                        (None, Some(s)) => (format!("{s:.0}"), "-".into(), "-".into(), None),
-                        _ => ("-".into(), "-".into(), "-".into(), None),
-                    }
-                };
-                let (s, sr, sa, ratio) = cell("shim");
-                if let Some(r) = ratio {
-                    if worst.as_ref().is_none_or(|(x, _)| r > *x) {
-                        worst = Some((r, format!("{w} {t} threads {b}")));
-                    }
-                }
-                let _ = write!(
-                    md,
-                    "| {w} | {t} | {b} | {} | {s} | {sr} | {sa} |",
-                    d.map(|d| format!("{d:.0}")).unwrap_or("-".into())
-                );
-                if has_routing {
-                    let (r, rr, ra, _) = cell("routing");
-                    let _ = write!(md, " {r} | {rr} | {ra} |");
-                }
-                let _ = writeln!(md);
-            }
+    if modes.iter().any(|m| m == "shim" || m == "routing") {
+        let has_routing = modes.iter().any(|m| m == "routing");
+        let _ = write!(md, "| workload | threads | backend | direct instr/query | shim instr/query | shim/direct | added by shim /query |");
+        if has_routing {
+            let _ = write!(md, " routing instr/query | routing/direct | added by routing /query |");
         }
-    }
-    if let Some((r, where_)) = &worst {
         let _ = writeln!(
             md,
-            "\nLargest shim/direct ratio: {r:.4} ({where_}); the goal is at most 1.03: {}.",
-            if *r <= 1.03 { "met in every cell" } else { "NOT met" }
+            "{}",
+            if has_routing {
+                "\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"
+            } else {
+                "\n|---|---:|---|---:|---:|---:|---:|"
+            }
         );
+        for w in &workloads {
+            for &t in &threads {
+                for b in &backends {
+                    let d = get(b, "direct", w, t).map(median);
+                    let cell = |m: &str| -> (String, String, String, Option<f64>) {
+                        match (d, get(b, m, w, t).map(median)) {
+                            (Some(d), Some(s)) => (
+                                format!("{s:.0}"),
+                                format!("{:.4}", s / d),
+                                format!("{:+.0}", s - d),
+                                Some(s / d),
+                            ),
+                            (None, Some(s)) => (format!("{s:.0}"), "-".into(), "-".into(), None),
+                            _ => ("-".into(), "-".into(), "-".into(), None),
+                        }
+                    };
+                    let (s, sr, sa, ratio) = cell("shim");
+                    if let Some(r) = ratio {
+                        if worst.as_ref().is_none_or(|(x, _)| r > *x) {
+                            worst = Some((r, format!("{w} {t} threads {b}")));
+                        }
+                    }
+                    let _ = write!(
+                        md,
+                        "| {w} | {t} | {b} | {} | {s} | {sr} | {sa} |",
+                        d.map(|d| format!("{d:.0}")).unwrap_or("-".into())
+                    );
+                    if has_routing {
+                        let (r, rr, ra, _) = cell("routing");
+                        let _ = write!(md, " {r} | {rr} | {ra} |");
+                    }
+                    let _ = writeln!(md);
+                }
+            }
+        }
+        if let Some((r, where_)) = &worst {
+            let _ = writeln!(
+                md,
+                "\nLargest shim/direct ratio: {r:.4} ({where_}); the goal is at most 1.03: {}.",
+                if *r <= 1.03 { "met in every cell" } else { "NOT met" }
+            );
+        }
     }
-
+    if modes.iter().any(|m| m == "shim-heapprof") && modes.iter().any(|m| m == "shim-noheapprof") {
+        let _ = writeln!(
+            md,
+            "\nHeap profiles at the default mean (MALLOCSHIM_PROF_SAMPLE_BYTES=524288) against off (0), same run, median over rounds:\n"
+        );
+        let _ = writeln!(md, "| workload | threads | backend | noheapprof instr/query | heapprof instr/query | heapprof/noheapprof | added /query |");
+        let _ = writeln!(md, "|---|---:|---|---:|---:|---:|---:|");
+        let mut worst_hp: Option<(f64, String)> = None;
+        for w in &workloads {
+            for &t in &threads {
+                for b in &backends {
+                    if let (Some(off), Some(on)) = (
+                        get(b, "shim-noheapprof", w, t).map(median),
+                        get(b, "shim-heapprof", w, t).map(median),
+                    ) {
+                        let r = on / off;
+                        if worst_hp.as_ref().is_none_or(|(x, _)| r > *x) {
+                            worst_hp = Some((r, format!("{w} {t} threads {b}")));
+                        }
+                        let _ = writeln!(
+                            md,
+                            "| {w} | {t} | {b} | {off:.0} | {on:.0} | {r:.4} | {:+.0} |",
+                            on - off
+                        );
+                    }
+                }
+            }
+        }
+        if let Some((r, where_)) = &worst_hp {
+            let _ = writeln!(
+                md,
+                "\nLargest heapprof/noheapprof ratio: {r:.4} ({where_}); the goal is at most 1.005: {}.",
+                if *r <= 1.005 { "met in every cell" } else { "NOT met" }
+            );
+        }
+    }
     if rounds >= 2 {
         let _ = writeln!(
             md,
@@ -255,7 +299,8 @@ fn main() {
     print!("{md}");
     std::fs::write(out_dir.join("query-instr.md"), &md).expect("write target/bench/query-instr.md");
 
-    let expected = rounds.max(1) as usize * backends.len() * modes.len() * workloads.len() * threads.len();
+    let expected =
+        rounds.max(1) as usize * query_instr::configs(&cfg).len() * workloads.len() * threads.len();
     let mut fail = Vec::new();
     if !res.ok {
         fail.push("a check failed (see above: sysbench errors, a callgrind dump, the allocator of a server, or mariadbd's exit)".into());

@@ -10,7 +10,7 @@ set -euo pipefail
 
 PACKAGES=(mariadb-server mariadb-client mariadb-test perl sysbench libtcmalloc-minimal4 libjemalloc2 libmimalloc2.0 gcc g++ make gdb
     pkg-config python3 git procps fonts-dejavu-core valgrind golang-go
-    dpkg-dev binutils prometheus prometheus-node-exporter)
+    dpkg-dev binutils prometheus prometheus-node-exporter heaptrack)
 
 say() { printf 'install-deps: %s\n' "$*" >&2; }
 die() { say "ERROR: $*"; exit 1; }
@@ -97,4 +97,8 @@ done
 for f in /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 \
     /usr/lib/x86_64-linux-gnu/libmimalloc.so.2; do
     [[ $(dpkg --print-architecture) != amd64 || -e $f ]] || die "library $f not found after installation"
+done
+# heaptrack (benches/heap_profilers.rs starts its preload and interpreter itself)
+for f in /usr/lib/heaptrack/libheaptrack_preload.so /usr/lib/heaptrack/libexec/heaptrack_interpret; do
+    [[ -e $f ]] || die "$f (package heaptrack) not found after installation"
 done

@@ -14,7 +14,7 @@
 mod common;
 
 use mallocshim_format::pprof::Profile;
-use mallocshim_mariadb::{dumps, DumpWaiter, ErrorLog, Instance, Launch, Options, Sysbench};
+use mallocshim_mariadb::{dumps, fulltext, DumpWaiter, ErrorLog, Instance, Launch, Options, Sysbench};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -168,4 +168,106 @@ fn every_allocation_sampled_while_connections_start() {
         assert_eq!((sb.exit, sb.errors), (0, 0), "{backend}: sysbench {sb:?}");
         assert_eq!(stopped.status, 0, "{backend}: mariadbd's exit status");
     }
+}
+
+/// A size as `go tool pprof -top` prints it (`0`, `512B`, `7171.11kB`, `-0.06MB`, `2.3GB`), in bytes.
+fn pprof_bytes(v: &str) -> Option<f64> {
+    let units = [("GB", 1024.0 * 1024.0 * 1024.0), ("MB", 1024.0 * 1024.0), ("kB", 1024.0), ("B", 1.0)];
+    match units.iter().find(|(u, _)| v.ends_with(u)) {
+        Some((u, m)) => v.strip_suffix(u)?.parse::<f64>().ok().map(|x| x * m),
+        None => v.parse().ok(),
+    }
+}
+
+/// From a `go tool pprof -top` table: the total (bytes) and, per node, (flat, cum) in bytes.
+fn pprof_top(text: &str) -> (f64, Vec<(String, f64, f64)>) {
+    let total = text
+        .lines()
+        .find_map(|l| l.split(" of ").nth(1)?.strip_suffix(" total").and_then(pprof_bytes))
+        .unwrap_or(0.0);
+    let rows = text
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() < 6 || !f[1].ends_with('%') || !f[4].ends_with('%') {
+                return None;
+            }
+            Some((f[5..].join(" "), pprof_bytes(f[0])?, pprof_bytes(f[3])?))
+        })
+        .collect();
+    (total, rows)
+}
+
+const FT_SITE: &str = "Item_func_match::init_search";
+
+/// InnoDB FULLTEXT phrase searches (the harness's `fulltext` data set, small: `FT_ROWS`
+/// documents, default 50,000 of 30 words, loaded and indexed in about 2 s) under the shim
+/// (`MARIADB_BACKEND`, default glibc) with `MALLOCSHIM_DUMP_FORMATS=json,pprof` at the default
+/// sampling mean (512 KiB): a dump before the searches (the base), one while 4 sysbench threads
+/// run them for 8 s (`fulltext-phrase.lua`, dump at 5 s), one after. Asserts, with `go tool
+/// pprof -top -base`: under the searches at least 4 MiB more inuse_space (13 and 20 MB measured), at
+/// least half of it below `Item_func_match::init_search` (the exported caller of InnoDB's
+/// fulltext search; InnoDB's `fts_*` functions are not exported by Debian's stripped mariadbd, so
+/// the innermost frames show as `[mariadbd]`, raw addresses kept) with `[mariadbd]` the top flat
+/// site, and at least 80% of the alloc_space growth below it; after the searches, less than a
+/// tenth of that inuse growth is left below it (each query frees its heaps); zero query errors
+/// and a clean shutdown.
+#[test]
+fn fulltext_search_growth() {
+    let backend = std::env::var("MARIADB_BACKEND").unwrap_or_else(|_| "glibc".into());
+    let so = common::shim();
+    let inst = Instance::create(Options::default()).unwrap_or_else(|e| panic!("{e}"));
+    let dir = inst.subdir("dumps").unwrap();
+    let lua = inst.dir().join("fulltext-phrase.lua");
+    std::fs::write(&lua, fulltext::PHRASE_LUA).unwrap();
+    let launch = Launch::shim(&so, &backend)
+        .var("MALLOCSHIM_DUMP_DIR", dir.display().to_string())
+        .var("MALLOCSHIM_DUMP_FORMATS", "json,pprof");
+    let srv = inst.start(&launch).unwrap_or_else(|e| panic!("mariadbd did not start ({backend}): {e}"));
+    let pid = srv.pid();
+    let mut s = fulltext::Settings::new(so.clone());
+    s.rows = common::env_u64("FT_ROWS", 50_000);
+    let (load_s, index_s) = fulltext::load(&srv, &s).unwrap_or_else(|e| panic!("{e}"));
+    let base = srv.dump_now(&dir, Duration::from_secs(10)).unwrap_or_else(|e| panic!("{e}"));
+    let waiter = DumpWaiter::after(pid, &dir, Duration::from_secs(5), Duration::from_secs(10));
+    let sb = srv
+        .sysbench(&Sysbench::new(lua.display().to_string(), 4).time(8).db("ft"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mid = waiter.wait().unwrap_or_else(|e| panic!("{backend}: no dump under the searches: {e}"));
+    let after = srv.dump_now(&dir, Duration::from_secs(10)).unwrap_or_else(|e| panic!("{e}"));
+    let stopped = srv.shutdown().unwrap_or_else(|e| panic!("{e}"));
+    let log = ErrorLog::read(&stopped.errlog);
+    let what = format!("FULLTEXT under {backend}: sysbench {sb:?}, exit {}", stopped.status);
+    assert_eq!(sb.exit, 0, "{what}");
+    assert_eq!(sb.errors, 0, "{what}: query errors");
+    assert!(sb.queries.unwrap_or(0) > 0, "{what}: no search ran");
+    assert_eq!(stopped.status, 0, "{what}: no clean shutdown");
+    assert!(log.crash_lines().is_empty(), "{what}: crash report {:?}", log.crash_lines());
+
+    let (base, mid, after) =
+        (pprof_of(&dir, pid, &base.0), pprof_of(&dir, pid, &mid.0), pprof_of(&dir, pid, &after.0));
+    let cum = |text: &str, name: &str| pprof_top(text).1.iter().find(|r| r.0 == name).map_or(0.0, |r| r.2);
+    let inuse =
+        go_pprof(&["-top", "-cum", "-nodecount=40", "-sample_index=inuse_space", "-base"], &[&base, &mid]);
+    let flat = go_pprof(&["-top", "-nodecount=5", "-sample_index=inuse_space", "-base"], &[&base, &mid]);
+    let alloc =
+        go_pprof(&["-top", "-cum", "-nodecount=40", "-sample_index=alloc_space", "-base"], &[&base, &mid]);
+    let left =
+        go_pprof(&["-top", "-cum", "-nodecount=40", "-sample_index=inuse_space", "-base"], &[&base, &after]);
+    eprintln!(
+        "{what}\nload {load_s:.1} s, index {index_s:.1} s\n--- inuse growth under the searches (-cum)\n{inuse}\n--- flat\n{flat}\n--- alloc growth\n{alloc}\n--- inuse growth after the searches\n{left}"
+    );
+    let (total, _) = pprof_top(&inuse);
+    let ft = cum(&inuse, FT_SITE);
+    assert!(
+        total >= 4.0 * 1024.0 * 1024.0,
+        "{what}: under 4 MiB of inuse growth under the searches\n{inuse}"
+    );
+    assert!(ft >= 0.5 * total, "{what}: {FT_SITE} holds {ft} of {total} bytes of the growth\n{inuse}");
+    let top_flat = pprof_top(&flat).1.into_iter().max_by(|a, b| a.1.total_cmp(&b.1)).map(|r| r.0);
+    assert_eq!(top_flat.as_deref(), Some("[mariadbd]"), "{what}: top flat site of the growth\n{flat}");
+    let (atotal, _) = pprof_top(&alloc);
+    assert!(cum(&alloc, FT_SITE) >= 0.8 * atotal, "{what}: alloc_space growth not below {FT_SITE}\n{alloc}");
+    let kept = cum(&left, FT_SITE);
+    assert!(kept < 0.1 * ft, "{what}: {kept} bytes still below {FT_SITE} after the searches\n{left}");
 }

@@ -166,7 +166,9 @@ impl Results {
     }
 }
 
-fn load(srv: &Server, s: &Settings) -> Result<(f64, f64)> {
+/// Generates the data set of `s` (`rows` documents of `words` words), loads it into `ft.docs` with
+/// LOAD DATA and adds the FULLTEXT index; returns the load and index times in seconds.
+pub fn load(srv: &Server, s: &Settings) -> Result<(f64, f64)> {
     let t0 = Instant::now();
     let tsv = srv.instance().dir().join("tmp/docs.tsv");
     {

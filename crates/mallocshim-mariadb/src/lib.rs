@@ -31,6 +31,7 @@ mod tools;
 pub mod callgrind;
 pub mod fulltext;
 pub mod procfs;
+pub mod profilers;
 pub mod query_instr;
 
 pub use cleanup::on_interrupt;

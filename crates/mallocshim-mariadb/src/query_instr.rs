@@ -5,9 +5,11 @@
 //! /proc/PID/maps checked against the config; per workload and thread count a warm-up of N/4
 //! events, `callgrind_control -z`, a run of N events and a dump, a run of 2N events and a dump:
 //! instructions per query = (Ir(2N) - Ir(N)) / (queries(2N) - queries(N)), so what each sysbench
-//! run does once (connect, prepare, quit) cancels out. Then a clean shutdown.
+//! run does once (connect, prepare, quit) cancels out. Then a clean shutdown. The modes and their
+//! launches (the shim with heap profiles on or off, jemalloc's profiler, heaptrack) are
+//! [`profilers`]'.
 
-use crate::{callgrind, procfs, ErrorLog, Instance, Launch, Options, Result, Sysbench};
+use crate::{callgrind, procfs, profilers, ErrorLog, Instance, Launch, Options, Result, Sysbench};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -16,7 +18,9 @@ use std::time::{Duration, Instant};
 pub struct Config {
     pub shim: PathBuf,
     pub backends: Vec<String>,
-    /// `direct` (no preload / the allocator preloaded), `shim`, `routing` (`MALLOCSHIM_PROFILE=off`).
+    /// Modes of [`profilers::MODES`]: `direct` (no preload / the allocator preloaded), `shim`,
+    /// `routing` (`MALLOCSHIM_PROFILE=off`), `shim-heapprof`, `shim-noheapprof`, `jeprof`,
+    /// `heaptrack`. Pairs that do not apply ([`profilers::valid`]) are left out.
     pub modes: Vec<String>,
     pub workloads: Vec<String>,
     pub threads: Vec<u32>,
@@ -58,6 +62,9 @@ pub struct ServerRow {
     /// mariadbd's exit status; None when it did not start.
     pub exit: Option<i32>,
     pub crash: bool,
+    /// What the profiler wrote: heaptrack's file size, or jemalloc's `prof_final` profiles
+    /// (bytes); None for other modes.
+    pub profile_bytes: Option<u64>,
     /// The expected allocator was seen (`@@version_malloc_library` and /proc/PID/maps).
     pub loaded: bool,
 }
@@ -73,24 +80,7 @@ pub struct Results {
 
 /// Whether `@@version_malloc_library` is what the config should show.
 pub fn expected_lib(backend: &str, mode: &str, lib: &str) -> bool {
-    match (mode, backend) {
-        ("direct", "glibc") => lib == "system",
-        ("direct", "jemalloc") => lib.starts_with("jemalloc 5."),
-        ("direct", "tcmalloc") => lib.starts_with("tcmalloc gperftools"),
-        ("direct", _) => false,
-        (_, b) => lib.starts_with("jemalloc mallocshim ") && lib.contains(&format!("({b} ")),
-    }
-}
-
-fn launch(cfg: &Config, backend: &str, mode: &str) -> (Launch, Option<String>) {
-    let shim = cfg.shim.display().to_string();
-    match (mode, backend) {
-        ("direct", "jemalloc") => (Launch::preload(crate::JEMALLOC_LIB), Some(crate::JEMALLOC_LIB.into())),
-        ("direct", "tcmalloc") => (Launch::preload(crate::TCMALLOC_LIB), Some(crate::TCMALLOC_LIB.into())),
-        ("direct", _) => (Launch::plain(), None),
-        ("routing", b) => (Launch::shim(&cfg.shim, b).var("MALLOCSHIM_PROFILE", "off"), Some(shim)),
-        (_, b) => (Launch::shim(&cfg.shim, b), Some(shim)),
-    }
+    profilers::expected_lib(backend, mode, lib)
 }
 
 /// Runs the whole measurement. Errors only when the instance cannot be set up; failures of a
@@ -114,8 +104,7 @@ pub fn run(cfg: &Config) -> Result<Results> {
     if st.status != 0 {
         return Err(format!("the plain mariadbd (prepare run) exited with status {}", st.status).into());
     }
-    let configs: Vec<(String, String)> =
-        cfg.backends.iter().flat_map(|b| cfg.modes.iter().map(move |m| (b.clone(), m.clone()))).collect();
+    let configs = configs(cfg);
     let mut res = Results { ok: true, ..Results::default() };
     for round in 0..cfg.rounds {
         for i in 0..configs.len() {
@@ -126,12 +115,22 @@ pub fn run(cfg: &Config) -> Result<Results> {
     Ok(res)
 }
 
+/// The (backend, mode) pairs measured: every pair of the config that applies.
+pub fn configs(cfg: &Config) -> Vec<(String, String)> {
+    cfg.backends
+        .iter()
+        .flat_map(|b| cfg.modes.iter().map(move |m| (b.clone(), m.clone())))
+        .filter(|(b, m)| profilers::valid(b, m))
+        .collect()
+}
+
 fn one_server(cfg: &Config, inst: &Instance, round: u32, b: &str, m: &str, res: &mut Results) -> Result<()> {
     let dir = cfg.out.join(format!("r{round}-{b}-{m}"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let (launch, lib) = launch(cfg, b, m);
-    let launch = launch.wrapper(callgrind::wrapper(&dir));
+    let started = profilers::start(&cfg.shim, b, m, &dir)?;
+    let (lib, heaptrack) = (started.lib, started.heaptrack);
+    let launch = started.launch.wrapper(callgrind::wrapper(&dir));
     let t0 = Instant::now();
     let mut row = ServerRow {
         round,
@@ -142,6 +141,7 @@ fn one_server(cfg: &Config, inst: &Instance, round: u32, b: &str, m: &str, res: 
         start_s: 0,
         exit: None,
         crash: true,
+        profile_bytes: None,
         loaded: false,
     };
     let srv = match inst.start(&launch) {
@@ -238,7 +238,31 @@ fn one_server(cfg: &Config, inst: &Instance, round: u32, b: &str, m: &str, res: 
     row.exit = Some(st.status);
     row.crash = !crash.is_empty();
     res.ok &= st.status == 0 && !row.crash;
+    row.profile_bytes = profile_bytes(m, &dir, heaptrack);
+    if row.profile_bytes == Some(0) {
+        eprintln!("query-instr: {b}/{m}: the profiler wrote nothing");
+        res.ok = false;
+    }
     eprintln!("query-instr: {row:?}");
     res.servers.push(row);
     Ok(())
+}
+
+/// What the profiler of mode `m` wrote into `dir` (None: not a profiler mode). Waits for
+/// heaptrack's interpreter; 0 when nothing was written or it did not finish.
+pub fn profile_bytes(m: &str, dir: &std::path::Path, heaptrack: Option<profilers::Heaptrack>) -> Option<u64> {
+    match (m, heaptrack) {
+        (_, Some(h)) => Some(h.finish(Duration::from_secs(600)).unwrap_or_else(|e| {
+            eprintln!("query-instr: heaptrack: {e}");
+            0
+        })),
+        ("jeprof", None) => Some(
+            profilers::jeprof_files(dir)
+                .iter()
+                .filter_map(|p| std::fs::metadata(p).ok())
+                .map(|m| m.len())
+                .sum(),
+        ),
+        _ => None,
+    }
 }
