@@ -230,14 +230,42 @@ fn short_run_csv_report_and_plots_agree() {
                 "{section} threads {t}: jemalloc {} but CSV median {j}",
                 row[2]
             );
+            // `median (min–max) mark`: the ratio of the medians, then the range of the per-round
+            // ratios (round against round), `~` when it includes 1.
+            let cell: Vec<&str> = row[3].split_whitespace().collect();
             assert!(
-                (num(&row[3]) - j / g).abs() <= 0.0006,
+                (num(cell[0]) - j / g).abs() <= 0.0006,
                 "{section} threads {t}: ratio {} but CSV gives {:.4}",
                 row[3],
                 j / g
             );
+            let per_round: Vec<f64> = ["1", "2"]
+                .iter()
+                .map(|r| {
+                    let v = |cfg: &str| {
+                        rows.iter()
+                            .find(|x| x["config"] == cfg && x["threads"] == t && x["round"] == *r)
+                            .map(|x| f(x, col))
+                            .unwrap()
+                    };
+                    v("jemalloc") / v("glibc")
+                })
+                .collect();
+            let lo = per_round.iter().copied().fold(j / g, f64::min);
+            let hi = per_round.iter().copied().fold(j / g, f64::max);
+            let range =
+                cell.get(1).unwrap_or_else(|| panic!("{section} threads {t}: no range in {:?}", row[3]));
+            assert_eq!(*range, format!("({lo:.3}–{hi:.3})"), "{section} threads {t}: {per_round:?}");
+            assert_eq!(
+                cell.get(2) == Some(&"~"),
+                lo <= 1.0 && hi >= 1.0,
+                "{section} threads {t}: {:?}",
+                row[3]
+            );
         }
     }
+    assert!(md.contains("Ratios read `median (min–max) mark`"), "no legend:\n{md}");
+    assert!(md.contains("cannot be told from noise with 2 rounds"), "{md}");
     for s in ["## Memory", "## malloc and free latency per size class", "### malloc", "### free"] {
         assert!(md.contains(s), "report has no {s:?}:\n{md}");
     }
@@ -356,6 +384,7 @@ fn ctrl_c_stops_the_server_and_keeps_finished_cells() {
     }
     let md = std::fs::read_to_string(out.join("report.md")).expect("report.md of the finished cells");
     assert!(md.contains("interrupted after 2 of 12 cells"), "{md}");
+    assert!(md.contains("One round: the ratios have no spread and none can be told from noise"), "{md}");
 }
 
 /// Runs the runner with bad arguments: exit 2 within seconds, one line naming the problem, no

@@ -21,9 +21,10 @@ use std::path::{Path, PathBuf};
                   p50/p99 latency (ns) of each side and the ratios B/A (above 1.00: B is slower); \
                   then memory (MiB) of each. A row present in only one dump shows \"-\" for the \
                   other side; a row without samples shows \"-\" for its percentiles. Latencies are \
-                  sampled (1 call in sample_every): a ratio from few samples is noisy, and a \
-                  ratio of two single dumps has no spread, so it cannot be told from noise (the \
-                  output says so); `mallocshim compare` repeats rounds and gives each ratio its \
+                  sampled (1 call in sample_every): a ratio of two single dumps has no spread, and \
+                  a latency ratio is marked ~ when a side has fewer than 50 sampled calls or the two \
+                  percentiles lie within one latency bucket of each other (it cannot be told from \
+                  noise); `mallocshim compare` repeats rounds and gives each ratio its \
                   spread.\n\n\
                   Exit status: 0 on success, 2 on any error (one line, prefixed \"mallocshim diff:\").",
     after_help = "Example:\n  mallocshim diff glibc.json jemalloc.json --labels glibc,jemalloc"
@@ -44,8 +45,34 @@ pub struct Args {
 }
 
 /// Said of every ratio of a side-by-side diff: one dump against one dump.
-pub const NOISE: &str = "noise: one round (one dump each side): a ratio of two single values has no spread, \
-so no ratio here can be told from noise; repeat rounds with `mallocshim compare` for min-max spreads";
+pub const NOISE: &str = "noise: one round (one dump each side): a ratio of two single values has no spread; \
+a latency ratio marked ~ cannot be told apart even within these dumps (a side has fewer than 50 sampled \
+calls, or the two percentiles lie within one latency bucket, 1/8 of a power of two, of each other); \
+repeat rounds with `mallocshim compare` for min-max spreads";
+
+/// Sampled calls below which a side's percentile is too coarse to compare.
+const MIN_SAMPLES: u64 = 50;
+
+/// A latency ratio B/A (see [`crate::table::ratio`]), with `~` appended when it cannot be told
+/// from noise: a side with fewer than [`MIN_SAMPLES`] samples, or the two values within one
+/// latency bucket of each other (ratio inside [2^-1/8, 2^1/8]: buckets are log-linear, 8 per
+/// power of two, so a percentile is known to one bucket).
+fn lat_ratio(a: Option<(u64, u64)>, b: Option<(u64, u64)>) -> String {
+    let r = ratio(a, b);
+    match (a, b) {
+        (Some((sa, va)), Some((sb, vb))) if r != "-" => {
+            let q = vb as f64 / va as f64;
+            let step = 2f64.powf(1.0 / 8.0);
+            let noise = sa.min(sb) < MIN_SAMPLES || (q <= step * 1.0001 && q >= 1.0 / step / 1.0001);
+            if noise {
+                format!("{r}~")
+            } else {
+                r
+            }
+        }
+        _ => r,
+    }
+}
 
 fn rank(op: &str) -> (usize, String) {
     let (i, s) = op_rank(op);
@@ -155,10 +182,10 @@ fn tables(a: &Dump, pa: &Path, b: &Dump, pb: &Path, labels: (String, String), fm
             opt(rb.map(|r| r.count)),
             opt(ra.map(|r| pct(r.sampled, r.p50_ns))),
             opt(rb.map(|r| pct(r.sampled, r.p50_ns))),
-            ratio(p50(*ra), p50(*rb)),
+            lat_ratio(p50(*ra), p50(*rb)),
             opt(ra.map(|r| pct(r.sampled, r.p99_ns))),
             opt(rb.map(|r| pct(r.sampled, r.p99_ns))),
-            ratio(p99(*ra), p99(*rb)),
+            lat_ratio(p99(*ra), p99(*rb)),
         ]);
     }
     heading(fmt, "calls and latency (ns) by op and size class", &mut o);
@@ -180,4 +207,25 @@ fn tables(a: &Dump, pa: &Path, b: &Dump, pb: &Path, labels: (String, String), fm
     }
     t.render(fmt, &mut o);
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lat_ratio;
+
+    #[test]
+    fn latency_ratios_marked_when_noise() {
+        // Well sampled and two buckets apart or more: no mark.
+        assert_eq!(lat_ratio(Some((1000, 100)), Some((1000, 120))), "1.20");
+        assert_eq!(lat_ratio(Some((1000, 100)), Some((1000, 80))), "0.80");
+        // Within one bucket (2^(1/8) = 1.09): marked, either way.
+        assert_eq!(lat_ratio(Some((1000, 100)), Some((1000, 109))), "1.09~");
+        assert_eq!(lat_ratio(Some((1000, 100)), Some((1000, 92))), "0.92~");
+        // Few samples on either side: marked however large the ratio.
+        assert_eq!(lat_ratio(Some((49, 100)), Some((1000, 300))), "3.00~");
+        assert_eq!(lat_ratio(Some((1000, 100)), Some((10, 300))), "3.00~");
+        // No ratio: no mark.
+        assert_eq!(lat_ratio(Some((0, 0)), Some((1000, 300))), "-");
+        assert_eq!(lat_ratio(None, Some((1000, 300))), "-");
+    }
 }

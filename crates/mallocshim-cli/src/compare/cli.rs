@@ -39,7 +39,8 @@ pub const BUILTIN: [&str; 10] = [
     about = "Compare mysqld/mariadbd throughput, CPU and memory across allocators, under the mallocshim",
     long_about = "Starts a throwaway mariadbd (or the mysqld given with --mysqld) under libmallocshim.so once per \
 backend and round, runs sysbench workloads at each thread count, and writes into --out: cells.csv (one line per \
-cell, written as each cell ends), report.md (medians over rounds, ratios against glibc, CPU per query, RSS, \
+cell, written as each cell ends), report.md (medians over rounds, ratios against glibc with the min-max of \
+the per-round ratios, marked ~ when that range includes 1 and so cannot be told from noise, CPU per query, RSS, \
 malloc/free latency per size class), qps_<workload>.png, rss.png, latency.png, the memlog CSVs (memlog/) and \
 the shim's JSON dump after each cell (dumps/).\n\n\
 The sysbench dataset is prepared once (database sbtest) and reused by every server start. Backends are \

@@ -11,6 +11,7 @@ pub mod cli;
 mod measure;
 mod results;
 mod server;
+mod spread;
 
 use crate::secure_write;
 use cli::{Config, Plan, Workload};

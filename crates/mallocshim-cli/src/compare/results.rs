@@ -5,6 +5,7 @@
 
 use super::cli::Plan;
 use super::measure::read_dump;
+use super::spread;
 use crate::plot::{self, Panel, Series};
 use mallocshim_format::Dump;
 use std::collections::BTreeMap;
@@ -239,11 +240,31 @@ pub fn write_report(
             .unwrap_or_default();
         median(&v)
     };
-    let fmt = |v: Option<f64>, d: usize| v.map(|x| format!("{x:.d$}")).unwrap_or_else(|| "-".into());
-    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
-        (Some(a), Some(b)) if b > 0.0 => format!("{:.3}", a / b),
-        _ => "-".into(),
+    let vals = |w: &str, cfg: &str, t: u32, f: &dyn Fn(&Cell) -> Option<f64>| -> Vec<(u32, f64)> {
+        by.get(&(w.to_string(), cfg.to_string(), t))
+            .map(|cs| cs.iter().filter_map(|c| f(c).map(|x| (c.round, x))).collect())
+            .unwrap_or_default()
     };
+    let fmt = |v: Option<f64>, d: usize| v.map(|x| format!("{x:.d$}")).unwrap_or_else(|| "-".into());
+    let ratio = |w: &str, a: &str, b: &str, t: u32, f: &dyn Fn(&Cell) -> Option<f64>| {
+        spread::cell(&vals(w, a, t, f), &vals(w, b, t, f))
+    };
+    let rounds = cells.iter().map(|c| c.round).collect::<std::collections::BTreeSet<_>>().len();
+    if rounds >= 2 {
+        let _ = writeln!(
+            md,
+            "Ratios read `median (min–max) mark`: the ratio of the medians, then the smallest and largest \
+             per-round ratio (each round's cell against the same round's baseline); `{}` marks a ratio whose \
+             range includes 1.000, which cannot be told from noise with {rounds} rounds.\n",
+            spread::NOISE_MARK
+        );
+    } else {
+        let _ = writeln!(
+            md,
+            "One round: the ratios have no spread and none can be told from noise; run `--rounds 3` or more \
+             for ranges.\n"
+        );
+    }
     let errors: u64 = cells.iter().map(|c| c.errors).sum();
     let _ = writeln!(md, "sysbench errors over all cells: {errors}.\n");
 
@@ -290,11 +311,10 @@ pub fn write_report(
                 let mut row = vec![t.to_string()];
                 for cfg in &plan.configs {
                     let c = cfg.name();
-                    let v = med(w, &c, t, f);
-                    row.push(fmt(v, dec));
+                    row.push(fmt(med(w, &c, t, f), dec));
                     if base_of && cfg.backend != "glibc" {
                         let base = if cfg.direct { "glibc-direct" } else { "glibc" };
-                        row.push(ratio(v, med(w, base, t, f)));
+                        row.push(ratio(w, &c, base, t, f));
                     }
                 }
                 let _ = writeln!(md, "| {} |", row.join(" | "));
@@ -316,11 +336,8 @@ pub fn write_report(
                 let mut row = vec![t.to_string()];
                 for b in &backends {
                     let d = format!("{b}-direct");
-                    row.push(ratio(med(w, b, t, &|c| Some(c.qps)), med(w, &d, t, &|c| Some(c.qps))));
-                    row.push(ratio(
-                        med(w, b, t, &|c| Some(c.cpu_us_per_query)),
-                        med(w, &d, t, &|c| Some(c.cpu_us_per_query)),
-                    ));
+                    row.push(ratio(w, b, &d, t, &|c| Some(c.qps)));
+                    row.push(ratio(w, b, &d, t, &|c| Some(c.cpu_us_per_query)));
                 }
                 let _ = writeln!(md, "| {} |", row.join(" | "));
             }
