@@ -125,8 +125,13 @@ impl Job {
         if self.every == 0 || now < self.next {
             return false;
         }
-        // Skip missed periods instead of running a backlog.
+        // Skip missed periods instead of running a backlog, staying on the grid; a late run
+        // also skips a grid point less than half a period away (a run 19 ms late on a 20 ms
+        // period would otherwise be followed 1 ms later by a line with the same figures).
         self.next += self.every * ((now - self.next) / self.every + 1);
+        if self.next - now < self.every.div_ceil(2) {
+            self.next += self.every;
+        }
         true
     }
 
