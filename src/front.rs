@@ -252,7 +252,9 @@ macro_rules! entry {
     };
     ($P:ident, $e:expr, $op:expr, $size:expr, $call:expr, $block:expr) => {
         if $P {
-            recorded::<B, _>($e, $op, || $size, |_| $call, || $call, $block)
+            // `move`: the closures hold copies of the arguments, not references to them, so
+            // the out-of-line paths get them in registers (no spill on the inline path).
+            recorded::<B, _>($e, $op, move || $size, move |_| $call, move || $call, $block)
         } else {
             $call
         }
@@ -321,9 +323,34 @@ unsafe fn free_as<B: Raw, const P: bool>(e: Entry, p: *mut c_void) {
         return unsafe { csem::free::<B>(p) };
     }
     if heapprof::maybe_sampled(p) {
-        // Out of the live set before the backend can hand the address out again.
-        let _ = heapprof::forget(p);
+        // SAFETY: forwarded C contract.
+        return unsafe { free_sampled::<B>(e, p) };
     }
+    // SAFETY: forwarded C contract.
+    unsafe { free_recorded::<B>(e, p) }
+}
+
+/// A recorded free of a block that may hold a heap-profile sample: out of line, so that the
+/// inline path keeps no stack space for `heapprof::forget`'s answer (and saves no register
+/// around its call).
+///
+/// # Safety
+/// `p` is NULL or a live block (of `B` or the bootstrap pool).
+#[cold]
+#[inline(never)]
+unsafe fn free_sampled<B: Raw>(e: Entry, p: *mut c_void) {
+    // Out of the live set before the backend can hand the address out again.
+    let _ = heapprof::forget(p);
+    // SAFETY: forwarded contract.
+    unsafe { free_recorded::<B>(e, p) }
+}
+
+/// The rest of a recorded free, once the block is out of the heap profile's live set.
+///
+/// # Safety
+/// `p` is NULL or a live block (of `B` or the bootstrap pool).
+#[inline(always)]
+unsafe fn free_recorded<B: Raw>(e: Entry, p: *mut c_void) {
     if p.is_null() || crate::bootstrap::contains(p) {
         return free_unowned::<B>(e, p);
     }
@@ -378,11 +405,11 @@ unsafe fn free_looked_up<B: Raw>(e: Entry, p: *mut c_void) {
         e,
         Op::Free,
         // SAFETY: `p` is a live backend block (the caller's contract).
-        || unsafe { B::usable_size(p) },
+        move || unsafe { B::usable_size(p) },
         // SAFETY: as above; `u` is its usable size, read just before.
-        |u| unsafe { csem::free_live::<B>(p, u) },
+        move |u| unsafe { csem::free_live::<B>(p, u) },
         // SAFETY: as above.
-        || unsafe { csem::free::<B>(p) },
+        move || unsafe { csem::free::<B>(p) },
         |_| core::ptr::null_mut(),
     )
 }

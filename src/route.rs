@@ -63,7 +63,8 @@ macro_rules! define_tables {
 }
 crate::backend::backend_list!(define_tables);
 
-static ACTIVE: AtomicPtr<Table> = AtomicPtr::new(&bootstrap::TABLE as *const Table as *mut Table);
+/// The table serving calls (read by [`get`], and by the naked forwards in `exports`).
+pub(crate) static ACTIVE: AtomicPtr<Table> = AtomicPtr::new(&bootstrap::TABLE as *const Table as *mut Table);
 
 /// The table serving calls now.
 #[inline(always)]

@@ -116,39 +116,16 @@ fn mi() -> &'static Mi {
 /// # Safety
 /// Initialisation only, under the reentrancy guard.
 pub(super) unsafe fn load(lib: &CStr, why: &mut crate::diag::LineBuf) -> bool {
-    use core::fmt::Write;
-    // SAFETY: dlopen/dlsym/dlerror with valid NUL-terminated strings; each symbol is transmuted
-    // to the signature mimalloc.h (2.0) declares for it.
+    let need =
+        [c"mi_malloc", c"mi_calloc", c"mi_realloc", c"mi_malloc_aligned_at", c"mi_free", c"mi_usable_size"];
+    // SAFETY: forwarded contract (initialisation, under the reentrancy guard).
+    let Some((l, p)) = (unsafe { super::dl::open(lib, need, why) }) else {
+        return false;
+    };
+    // SAFETY: each symbol is transmuted to the signature mimalloc.h (2.0) declares for it;
+    // `MI` is written by the initialising thread alone, before the shim is published; the first
+    // allocation calls the mi_malloc and mi_free just loaded.
     unsafe {
-        let h = libc::dlopen(lib.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
-        if h.is_null() {
-            let e = libc::dlerror();
-            let msg = if e.is_null() { &b"unknown error"[..] } else { CStr::from_ptr(e).to_bytes() };
-            let _ = write!(why, "{}", crate::diag::Lossy(msg));
-            return false;
-        }
-        let sym = |n: &CStr| libc::dlsym(h, n.as_ptr());
-        let need = [
-            c"mi_malloc",
-            c"mi_calloc",
-            c"mi_realloc",
-            c"mi_malloc_aligned_at",
-            c"mi_free",
-            c"mi_usable_size",
-        ];
-        let mut p = [core::ptr::null_mut(); 6];
-        for (i, n) in need.iter().enumerate() {
-            p[i] = sym(n);
-            if p[i].is_null() {
-                let _ = write!(
-                    why,
-                    "{} has no symbol {}",
-                    crate::diag::Lossy(lib.to_bytes()),
-                    crate::diag::Lossy(n.to_bytes())
-                );
-                return false;
-            }
-        }
         let m = &mut *MI.0.get();
         m.malloc = core::mem::transmute::<*mut c_void, Fmalloc>(p[0]);
         m.calloc = core::mem::transmute::<*mut c_void, Fcalloc>(p[1]);
@@ -156,9 +133,9 @@ pub(super) unsafe fn load(lib: &CStr, why: &mut crate::diag::LineBuf) -> bool {
         m.aligned = core::mem::transmute::<*mut c_void, Faligned>(p[3]);
         m.free = core::mem::transmute::<*mut c_void, Ffree>(p[4]);
         m.usable_size = core::mem::transmute::<*mut c_void, Fsize>(p[5]);
-        m.collect = core::mem::transmute::<*mut c_void, Option<Fcollect>>(sym(c"mi_collect"));
-        m.process_info = core::mem::transmute::<*mut c_void, Option<Finfo>>(sym(c"mi_process_info"));
-        m.version = core::mem::transmute::<*mut c_void, Option<Fversion>>(sym(c"mi_version"));
+        m.collect = core::mem::transmute::<*mut c_void, Option<Fcollect>>(l.sym(c"mi_collect"));
+        m.process_info = core::mem::transmute::<*mut c_void, Option<Finfo>>(l.sym(c"mi_process_info"));
+        m.version = core::mem::transmute::<*mut c_void, Option<Fversion>>(l.sym(c"mi_version"));
         // The first allocation sets mimalloc up (its first segment, the NUMA node count probed
         // in /sys, which leaves errno ENOENT): done here, where `init` keeps the caller's errno.
         let p = (m.malloc)(16);

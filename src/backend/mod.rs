@@ -7,6 +7,7 @@
 //! Backend calls take already-validated arguments: C semantics (errno, overflow, alignment,
 //! realloc edge cases) live in `csem`, never here.
 
+mod dl;
 pub mod glibc;
 pub mod jemalloc;
 pub mod mimalloc;

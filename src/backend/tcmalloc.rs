@@ -73,32 +73,15 @@ fn tc() -> &'static Tc {
 /// # Safety
 /// Initialisation only, under the reentrancy guard.
 pub(super) unsafe fn load(path: &CStr, why: &mut crate::diag::LineBuf) -> bool {
-    use core::fmt::Write;
-    // SAFETY: dlopen/dlsym/dlerror with valid NUL-terminated strings; each symbol is transmuted
-    // to the signature gperftools' tcmalloc.h / malloc_extension_c.h declares for it.
+    let need = [c"tc_malloc", c"tc_calloc", c"tc_realloc", c"tc_memalign", c"tc_free", c"tc_malloc_size"];
+    // SAFETY: forwarded contract (initialisation, under the reentrancy guard).
+    let Some((l, p)) = (unsafe { super::dl::open(path, need, why) }) else {
+        return false;
+    };
+    // SAFETY: each symbol is transmuted to the signature gperftools' tcmalloc.h /
+    // malloc_extension_c.h declares for it; `TC` is written by the initialising thread alone,
+    // before the shim is published.
     unsafe {
-        let h = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
-        if h.is_null() {
-            let e = libc::dlerror();
-            let msg = if e.is_null() { &b"unknown error"[..] } else { CStr::from_ptr(e).to_bytes() };
-            let _ = write!(why, "{}", crate::diag::Lossy(msg));
-            return false;
-        }
-        let sym = |n: &CStr| libc::dlsym(h, n.as_ptr());
-        let need = [c"tc_malloc", c"tc_calloc", c"tc_realloc", c"tc_memalign", c"tc_free", c"tc_malloc_size"];
-        let mut p = [core::ptr::null_mut(); 6];
-        for (i, n) in need.iter().enumerate() {
-            p[i] = sym(n);
-            if p[i].is_null() {
-                let _ = write!(
-                    why,
-                    "{} has no symbol {}",
-                    crate::diag::Lossy(path.to_bytes()),
-                    crate::diag::Lossy(n.to_bytes())
-                );
-                return false;
-            }
-        }
         let t = &mut *TC.0.get();
         t.malloc = core::mem::transmute::<*mut c_void, Fmalloc>(p[0]);
         t.calloc = core::mem::transmute::<*mut c_void, Fcalloc>(p[1]);
@@ -107,10 +90,11 @@ pub(super) unsafe fn load(path: &CStr, why: &mut crate::diag::LineBuf) -> bool {
         t.free = core::mem::transmute::<*mut c_void, Ffree>(p[4]);
         t.usable_size = core::mem::transmute::<*mut c_void, Fsize>(p[5]);
         t.get_property =
-            core::mem::transmute::<*mut c_void, Option<Fprop>>(sym(c"MallocExtension_GetNumericProperty"));
-        t.release =
-            core::mem::transmute::<*mut c_void, Option<Frelease>>(sym(c"MallocExtension_ReleaseFreeMemory"));
-        t.version = core::mem::transmute::<*mut c_void, Option<Fversion>>(sym(c"tc_version"));
+            core::mem::transmute::<*mut c_void, Option<Fprop>>(l.sym(c"MallocExtension_GetNumericProperty"));
+        t.release = core::mem::transmute::<*mut c_void, Option<Frelease>>(
+            l.sym(c"MallocExtension_ReleaseFreeMemory"),
+        );
+        t.version = core::mem::transmute::<*mut c_void, Option<Fversion>>(l.sym(c"tc_version"));
     }
     true
 }

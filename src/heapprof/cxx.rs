@@ -1,7 +1,7 @@
 //! C++'s `operator new` family, interposed so that a heap profile's first frame is the code
 //! that called `new` (Debian's libstdc++ `operator new` keeps no frame pointer, so a walk from
-//! inside malloc would skip its caller). The delete family forwards to free (see
-//! `exports.rs`); the new family lives here because it must be naked: each exported symbol is
+//! inside malloc would skip its caller). The delete family forwards to the route table's free
+//! (see `exports.rs`); the new family lives here because it must be naked: each exported symbol is
 //! a small stub that keeps a frame (push %rbp) around a call to the backend through the route
 //! table, returns the block when there is one, and otherwise pops its frame and tail-jumps,
 //! with the caller's original arguments, to libstdc++'s own operator of the same name
@@ -123,14 +123,3 @@ new_op!(_ZnwmSt11align_val_t, 4);
 new_op!(_ZnamSt11align_val_t, 5);
 new_op!(_ZnwmSt11align_val_tRKSt9nothrow_t, 6);
 new_op!(_ZnamSt11align_val_tRKSt9nothrow_t, 7);
-
-/// The delete family: every form frees through the route table (blocks of every backend,
-/// aligned or not, are freed by free).
-///
-/// # Safety
-/// `p` is NULL or a block from this process's allocator, not yet freed.
-#[inline(always)]
-pub unsafe fn delete(p: *mut c_void) {
-    // SAFETY: forwarded C contract.
-    unsafe { (route::get().free)(p) }
-}
