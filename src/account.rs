@@ -27,7 +27,8 @@ pub struct Account {
     /// Bytes in blocks the program holds: glibc mallinfo2 `uordblks + hblkhd`, jemalloc
     /// `stats.allocated`, tcmalloc `generic.current_allocated_bytes`; mimalloc, which counts
     /// no live bytes, the heap profile's estimate (the weighted live samples, pprof's
-    /// inuse_space; with sampling off, its committed bytes, an upper bound).
+    /// inuse_space, capped at its resident bytes; with sampling off, its committed bytes, an
+    /// upper bound).
     pub live_bytes: u64,
     /// Resident bytes the allocator keeps that hold no live block:
     /// `allocator_resident - live - metadata`, 0 when negative.
@@ -85,7 +86,9 @@ pub fn measure() -> (Account, MemStats) {
                 None => None,
             };
             let resident = resident.unwrap_or(m.resident);
-            (m, crate::heapprof::live_estimate(), resident, None)
+            // An estimate, off by about sqrt(sample mean / live) either way: capped at what the
+            // allocator holds resident, so its error never pushes the account past RSS.
+            (m, crate::heapprof::live_estimate().map(|l| l.min(resident)), resident, None)
         }
         _ => {
             let mi = backend::glibc::mallinfo2();
