@@ -30,7 +30,7 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
-use common::median;
+use common::{env_str, median, words};
 
 use mallocshim_mariadb::query_instr::{self, Config};
 use mallocshim_mariadb::{procfs, profilers, ErrorLog, Instance, Options, Sysbench};
@@ -38,14 +38,6 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Instant;
-
-fn env_str(key: &str, default: &str) -> String {
-    std::env::var(key).unwrap_or_else(|_| default.to_string())
-}
-
-fn words(key: &str, default: &str) -> Vec<String> {
-    env_str(key, default).split_whitespace().map(str::to_string).collect()
-}
 
 fn fail(msg: &str) -> ! {
     eprintln!("heap_profilers bench FAILED: {msg}");

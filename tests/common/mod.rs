@@ -211,6 +211,16 @@ pub fn env_u64(key: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// A string from the environment (bench knobs), or `default`.
+pub fn env_str(key: &str, default: &str) -> String {
+    std::env::var(key).unwrap_or_else(|_| default.to_string())
+}
+
+/// A whitespace-separated list from the environment (bench knobs), or `default`'s words.
+pub fn words(key: &str, default: &str) -> Vec<String> {
+    env_str(key, default).split_whitespace().map(str::to_string).collect()
+}
+
 /// The median (NaN for no values).
 pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
