@@ -1,5 +1,6 @@
-//! The harness's error: a missing program or file (what to install), or a step that failed with
-//! what it printed. No panics here; the callers (tests) turn errors into failures.
+//! The harness's error: a missing program or file (what to install), a step that failed with
+//! what it printed, or a wait ended by the caller's stop flag ([`crate::Options::stop`]: the
+//! comparison runner's Ctrl-C). No panics here; the callers (tests) turn errors into failures.
 
 use std::fmt;
 
@@ -9,6 +10,9 @@ pub enum Error {
     MissingTool(String),
     /// A step failed; the message says which and holds the relevant log tail.
     Failed(String),
+    /// The stop flag was raised during a wait; the running child (server, client, sysbench) was
+    /// ended.
+    Interrupted,
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -20,6 +24,7 @@ impl fmt::Display for Error {
                 write!(f, "required {t} is not installed: run scripts/install-deps.sh")
             }
             Error::Failed(m) => f.write_str(m),
+            Error::Interrupted => f.write_str("interrupted"),
         }
     }
 }

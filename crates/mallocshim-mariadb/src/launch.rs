@@ -15,6 +15,8 @@ pub struct Launch {
     pub wrapper: Vec<OsString>,
     /// The library preloaded (the shim or an allocator), as `LD_PRELOAD` says.
     pub preload: Option<String>,
+    /// A name for the run, in its error log's name (`mariadbd.N.LABEL.err`).
+    pub label: Option<String>,
 }
 
 impl Launch {
@@ -38,6 +40,12 @@ impl Launch {
     pub fn var(mut self, key: &str, value: impl AsRef<str>) -> Launch {
         self.vars.retain(|(k, _)| k != key);
         self.vars.push((key.to_string(), value.as_ref().to_string()));
+        self
+    }
+
+    /// Names the run (its error log becomes `mariadbd.N.LABEL.err`).
+    pub fn label(mut self, label: impl Into<String>) -> Launch {
+        self.label = Some(label.into());
         self
     }
 

@@ -17,6 +17,7 @@
 //! # Ok::<(), mallocshim_mariadb::Error>(())
 //! ```
 
+mod child;
 mod cleanup;
 mod dump;
 mod errlog;
@@ -43,7 +44,7 @@ pub use launch::{clean_env, Launch};
 pub use lock::take_unless as take_lock_unless;
 pub use server::{Server, Stopped};
 pub use sysbench::{Sysbench, SysbenchReport};
-pub use tools::{require, require_file, Tools};
+pub use tools::{is_exec, require, require_file, Tools};
 
 /// The backends the shim routes to, in the order the tests and the README use.
 pub const BACKENDS: [&str; 3] = ["glibc", "jemalloc", "tcmalloc"];

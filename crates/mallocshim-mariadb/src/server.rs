@@ -1,7 +1,9 @@
 //! A running mariadbd: readiness, SQL through the `mariadb` client, sysbench, SIGUSR1 dumps,
 //! and the clean shutdown with its exit status. Dropping a server that was not shut down kills
 //! it (SIGTERM, SIGKILL after 30 s); the child also gets SIGKILL if the thread that started it
-//! dies (PR_SET_PDEATHSIG), so no server outlives the harness.
+//! dies (PR_SET_PDEATHSIG), so no server outlives the harness. The server runs in its own process
+//! group (a terminal's Ctrl-C reaches the harness, which decides); the instance's stop flag ends
+//! the wait for readiness.
 
 use crate::error::{fail, tail};
 use crate::{DumpWaiter, Instance, Launch, Result, Sysbench, SysbenchReport};
@@ -57,7 +59,7 @@ impl<'a> Server<'a> {
         crate::clean_env(&mut c);
         c.envs(launch.vars.iter().map(|(k, v)| (k, v)));
         c.args(inst.mariadbd_opts()).arg(format!("--log-error={}", errlog.display()));
-        c.stdin(Stdio::null()).stdout(f).stderr(f2);
+        c.stdin(Stdio::null()).stdout(f).stderr(f2).process_group(0);
         // SAFETY: prctl(2) is async-signal-safe; it only sets the child's parent-death signal.
         unsafe {
             c.pre_exec(|| {
@@ -83,6 +85,10 @@ impl<'a> Server<'a> {
                     shell_status(st),
                     tail(&srv.errlog, 40)
                 );
+            }
+            if inst.options.stopped() {
+                srv.kill();
+                return Err(crate::Error::Interrupted);
             }
             if t0.elapsed() > inst.options.start_timeout {
                 srv.kill();
@@ -152,6 +158,22 @@ impl<'a> Server<'a> {
         Ok(self.sql(sql)?.lines().last().unwrap_or("").to_string())
     }
 
+    /// Runs the SQL of `file` (the client reads it on stdin) in database `db` (none when empty),
+    /// output into `log`; a client that fails is an error with the log's tail.
+    pub fn sql_file(&self, db: &str, file: &Path, log: &Path) -> Result<()> {
+        let f = std::fs::File::open(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+        let mut c = self.client();
+        c.arg("--batch");
+        if !db.is_empty() {
+            c.arg(db);
+        }
+        let st = self.inst.run_logged_stdin(c, log, self.inst.options.run_timeout, Some(f))?;
+        if !st.success() {
+            fail!("the SQL of {} failed ({st})\n{}", file.display(), tail(log, 20));
+        }
+        Ok(())
+    }
+
     /// Creates database `sbtest` and sysbench's oltp dataset (the instance's tables x rows).
     pub fn sysbench_prepare(&self) -> Result<()> {
         self.sql("CREATE DATABASE IF NOT EXISTS sbtest")?;
@@ -163,7 +185,7 @@ impl<'a> Server<'a> {
             .args(self.sysbench_common("sbtest", true))
             .arg(format!("--threads={}", o.sb_tables.clamp(1, 4)))
             .arg("prepare");
-        let st = self.inst.run_logged(c, &log)?;
+        let st = self.inst.run_logged(c, &log, self.inst.options.run_timeout)?;
         if !st.success() {
             fail!("sysbench prepare failed ({st})\n{}", tail(&log, 30));
         }
@@ -192,20 +214,29 @@ impl<'a> Server<'a> {
         v
     }
 
-    /// Runs a sysbench workload against the server and parses its report. A non-zero exit is
-    /// in [`SysbenchReport::exit`] (with the report's tail on stderr), not an error.
+    /// Runs a sysbench workload against the server and parses its report (its output goes to
+    /// [`Sysbench::log`], or `sysbench-RUN-WORKLOAD-K.out` in the instance's directory). A
+    /// non-zero exit is in [`SysbenchReport::exit`] (with the report's tail on stderr), not an
+    /// error; a run past its time limit (3 x `--time` + 2 min, or the instance's `run_timeout`)
+    /// or stopped by the stop flag is.
     pub fn sysbench(&self, sb: &Sysbench) -> Result<SysbenchReport> {
         let k = self.sysbench_runs.get() + 1;
         self.sysbench_runs.set(k);
         let name = Path::new(&sb.workload).file_stem().map(|s| s.to_string_lossy().into_owned());
-        let out = self.inst.dir().join(format!(
-            "sysbench-{}-{}-{k}.out",
-            self.run,
-            name.unwrap_or_else(|| "workload".into())
-        ));
+        let out = sb.log.clone().unwrap_or_else(|| {
+            self.inst.dir().join(format!(
+                "sysbench-{}-{}-{k}.out",
+                self.run,
+                name.unwrap_or_else(|| "workload".into())
+            ))
+        });
         let mut c = Command::new(&self.inst.tools.sysbench);
         c.arg(&sb.workload).args(self.sysbench_common(&sb.db, sb.oltp_dataset)).args(sb.run_args());
-        let st = self.inst.run_logged(c, &out)?;
+        let timeout = match sb.time_s {
+            0 => self.inst.options.run_timeout,
+            t => Duration::from_secs(t * 3 + 120),
+        };
+        let st = self.inst.run_logged(c, &out, timeout)?;
         let text = std::fs::read_to_string(&out).unwrap_or_default();
         let report = SysbenchReport::parse(&text, shell_status(st), out.clone());
         if report.exit != 0 {

@@ -20,6 +20,8 @@ pub struct Sysbench {
     pub oltp_dataset: bool,
     /// More arguments, after the harness's.
     pub extra: Vec<String>,
+    /// Where its output goes (default: a new file in the instance's directory).
+    pub log: Option<PathBuf>,
 }
 
 impl Sysbench {
@@ -32,6 +34,7 @@ impl Sysbench {
             db: "sbtest".into(),
             oltp_dataset: true,
             extra: Vec::new(),
+            log: None,
         }
     }
     /// Runs for `secs` seconds (events unlimited).
@@ -48,6 +51,11 @@ impl Sysbench {
     pub fn db(mut self, db: &str) -> Sysbench {
         self.oltp_dataset = db == "sbtest";
         self.db = db.into();
+        self
+    }
+    /// Writes its output to `path`.
+    pub fn log(mut self, path: impl Into<PathBuf>) -> Sysbench {
+        self.log = Some(path.into());
         self
     }
     pub fn arg(mut self, a: impl Into<String>) -> Sysbench {

@@ -211,19 +211,11 @@ pub struct Plan {
     pub envs: Vec<(String, String)>,
 }
 
-fn which(cmd: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join(cmd)).find(|p| is_exec(p))
-}
-
-pub fn is_exec(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
-}
+use mallocshim_mariadb::{is_exec, require};
 
 /// Finds the first program of `names` in PATH.
-pub fn find_tool(names: &[&str]) -> Result<PathBuf, String> {
-    names.iter().find_map(|n| which(n)).ok_or_else(|| {
+fn find_tool(names: &[&str]) -> Result<PathBuf, String> {
+    names.iter().find_map(|n| require(n).ok()).ok_or_else(|| {
         format!("none of the programs {} is in PATH (run scripts/install-deps.sh)", names.join(", "))
     })
 }

@@ -1,13 +1,12 @@
-//! What one cell measures: sysbench's report (qps, tps, p95, errors), the server's CPU time from
-//! /proc/<pid>/stat, the shim's JSON dump after SIGUSR1 (calls and latency per size class), and
-//! the runner's own RSS sampler (/proc/<pid>/statm into a memlog CSV, for servers without the
-//! shim, and as a fallback when the shim writes no memlog).
+//! What one cell measures beside the harness: sysbench's figures (qps, tps, p95, errors) as the
+//! report needs them, the shim's JSON dump after SIGUSR1 moved into the output directory, and the
+//! runner's own RSS sampler (/proc/<pid>/statm into a memlog CSV, for servers without the shim,
+//! and as a fallback when the shim writes no memlog).
 
-use super::server::{Error, Res};
 use mallocshim_format::memlog::HEADER as MEMLOG_HEADER;
 use mallocshim_format::Dump;
 use mallocshim_mariadb::procfs::statm;
-use mallocshim_mariadb::SysbenchReport;
+use mallocshim_mariadb::{Error, Server, SysbenchReport};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,15 +27,18 @@ pub struct Sysbench {
     pub errors: u64,
 }
 
-/// Parses sysbench's report with the harness's parser (errors = ignored errors + reconnects +
-/// FATAL lines); a missing figure is an error.
-pub fn parse_sysbench(text: &str) -> Result<Sysbench, String> {
-    let r = SysbenchReport::parse(text, 0, PathBuf::new());
+/// The figures of a sysbench run from the harness's report (errors = ignored errors +
+/// reconnects + FATAL lines, at least 1 when sysbench failed); a missing figure is an error.
+pub fn figures(r: &SysbenchReport) -> Result<Sysbench, String> {
     match (r.queries, r.qps, r.tps, r.ignored_errors, r.reconnects) {
-        (Some(queries), Some(qps), Some(tps), Some(_), Some(_)) => {
-            Ok(Sysbench { qps, tps, queries, p95_ms: r.p95_ms.unwrap_or(0.0), errors: r.errors })
-        }
-        _ => Err("sysbench printed no complete report".into()),
+        (Some(queries), Some(qps), Some(tps), Some(_), Some(_)) => Ok(Sysbench {
+            qps,
+            tps,
+            queries,
+            p95_ms: r.p95_ms.unwrap_or(0.0),
+            errors: if r.exit != 0 { r.errors.max(1) } else { r.errors },
+        }),
+        _ => Err(format!("sysbench printed no complete report (exit status {})", r.exit)),
     }
 }
 
@@ -82,29 +84,11 @@ pub fn read_dump(path: &Path) -> Result<Dump, String> {
     Dump::read(path).map_err(|e| e.to_string())
 }
 
-/// Sends SIGUSR1 to the server and waits (up to 15 s) for a new JSON dump of it in `dir`; moves
-/// it to `dest` and parses it.
-pub fn take_dump(pid: u32, dir: &Path, dest: &Path) -> Res<Dump> {
-    let json_dumps = |dir: &Path| mallocshim_format::dumps_of(dir, pid, "json").unwrap_or_default();
-    let before = json_dumps(dir);
-    // SAFETY: kill(2) on the server we started.
-    if unsafe { libc::kill(pid as i32, libc::SIGUSR1) } != 0 {
-        return Err(Error::Failed(format!("cannot send SIGUSR1 to pid {pid}")));
-    }
-    let t0 = Instant::now();
-    loop {
-        let new: Vec<PathBuf> = json_dumps(dir).into_iter().filter(|p| !before.contains(p)).collect();
-        if let Some(p) = new.into_iter().max() {
-            crate::secure_write::move_into(&p, dest)
-                .map_err(|e| format!("cannot move {} into place: {e}", p.display()))?;
-            return Ok(read_dump(dest)?);
-        }
-        if t0.elapsed() > Duration::from_secs(15) {
-            return Err(Error::Failed(format!(
-                "no JSON dump appeared in {} within 15 s of SIGUSR1 to pid {pid}",
-                dir.display()
-            )));
-        }
-        super::server::nap(Duration::from_millis(50))?;
-    }
+/// Asks the server for a JSON dump (SIGUSR1, up to 15 s for it to appear in `dir`), moves it to
+/// `dest` and parses it.
+pub fn take_dump(srv: &Server, dir: &Path, dest: &Path) -> Result<Dump, Error> {
+    let (p, _) = srv.dump_now(dir, Duration::from_secs(15))?;
+    crate::secure_write::move_into(&p, dest)
+        .map_err(|e| format!("cannot move {} into place: {e}", p.display()))?;
+    Ok(read_dump(dest)?)
 }

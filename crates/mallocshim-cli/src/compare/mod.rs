@@ -1,26 +1,33 @@
 //! `mallocshim compare`: the allocator comparison runner. For each round and each configuration
 //! (a backend under the shim, or preloaded directly with --direct) it starts a throwaway
 //! mariadbd/mysqld, runs every sysbench workload at every thread count, and records one CSV line
-//! per cell as it ends; then writes the Markdown report and the plots. Modules: cli (flags and
-//! checks), server (processes, datadir, lock), measure (sysbench, /proc, dumps, RSS sampler),
-//! results (CSV, report, plots); beside them in the crate, plot (charts, shared with
-//! `mallocshim plot`) and secure_write (every file it writes: new, 0600, never through a
-//! symlink). It never links the shim: the shim is a cdylib exporting malloc.
+//! per cell as it ends; then writes the Markdown report and the plots. The server, its datadir,
+//! the machine-wide lock, sysbench and the dumps are the MariaDB harness's
+//! (`mallocshim_mariadb`: any mariadbd or MySQL mysqld, the work directory given here, every wait
+//! ended by Ctrl-C through [`INTERRUPTED`]). Modules: cli (flags and checks), measure (sysbench's
+//! figures, dumps, RSS sampler), results (CSV, report, plots), spread (ratio statistics); beside
+//! them in the crate, plot (charts, shared with `mallocshim plot`) and secure_write (every file
+//! it writes: new, 0600, never through a symlink). It never links the shim: the shim is a cdylib
+//! exporting malloc.
 
 pub mod cli;
 mod measure;
 mod results;
-mod server;
 mod spread;
 
 use crate::secure_write;
 use cli::{Config, Plan, Workload};
+use mallocshim_mariadb::{Error, Instance, Launch, Options, Sysbench, Tools};
 use results::{Cell, RunInfo, ServerRun};
-use server::{Error, Instance, Res, INTERRUPTED};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
-use std::sync::atomic::Ordering;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+/// Set by the Ctrl-C / SIGTERM handler; the harness's stop flag.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+type Res<T> = Result<T, Error>;
 
 fn say(msg: &str) {
     eprintln!("mallocshim compare: {msg}");
@@ -49,19 +56,6 @@ struct State {
     total: usize,
 }
 
-fn sysbench_base(plan: &Plan, inst: &Instance) -> Vec<String> {
-    let a = &plan.args;
-    vec![
-        "--db-driver=mysql".into(),
-        format!("--mysql-socket={}", inst.socket.display()),
-        "--mysql-user=root".into(),
-        "--mysql-password=".into(),
-        "--mysql-db=sbtest".into(),
-        format!("--tables={}", a.tables),
-        format!("--table-size={}", a.table_size),
-    ]
-}
-
 /// The lua script sysbench runs for a workload (generated for an SQL file).
 fn workload_script(w: &Workload, out: &Path) -> Result<String, String> {
     Ok(match w {
@@ -77,25 +71,22 @@ fn workload_script(w: &Workload, out: &Path) -> Result<String, String> {
     })
 }
 
-fn prepare(plan: &Plan, inst: &mut Instance, out: &Path) -> Res<()> {
+fn prepare(plan: &Plan, inst: &Instance, out: &Path) -> Res<()> {
     let t0 = Instant::now();
-    let mut srv = inst.start(&[], "prepare")?;
-    inst.sql("", Some("CREATE DATABASE IF NOT EXISTS sbtest"), None, &out.join("logs/create-db.log"))?;
-    let mut c = Command::new("sysbench");
-    mallocshim_mariadb::clean_env(&mut c);
-    c.arg("oltp_read_only")
-        .args(sysbench_base(plan, inst))
-        .arg(format!("--threads={}", plan.args.tables.min(4)))
-        .arg("prepare");
-    let log = out.join("logs/sysbench-prepare.log");
-    let st = server::run_logged(c, &log, "sysbench prepare", Duration::from_secs(24 * 3600))?;
-    if !st.success() {
-        return Err(Error::Failed(format!("sysbench prepare failed ({st}):\n{}", server::tail(&log, 20))));
-    }
+    let srv = inst.start(&Launch::plain().label("prepare"))?;
+    say(&format!("server pid {} datadir {} (prepare)", srv.pid(), inst.datadir.display()));
+    srv.sysbench_prepare()?;
     if let Some(f) = &plan.args.prepare_sql {
-        inst.sql("sbtest", None, Some(f), &out.join("logs/prepare-sql.log"))?;
+        srv.sql_file("sbtest", f, &out.join("logs/prepare-sql.log"))?;
     }
-    srv.stop(Duration::from_secs(300)).map_err(Error::Failed)?;
+    let stopped = srv.shutdown()?;
+    if stopped.status != 0 {
+        return Err(Error::Failed(format!(
+            "the server of the dataset's preparation exited with status {}; log {}",
+            stopped.status,
+            stopped.errlog.display()
+        )));
+    }
     say(&format!(
         "dataset prepared ({} tables x {} rows) in {:.1} s",
         plan.args.tables,
@@ -105,28 +96,31 @@ fn prepare(plan: &Plan, inst: &mut Instance, out: &Path) -> Res<()> {
     Ok(())
 }
 
-fn server_env(plan: &Plan, cfg: &Config, dumpdir: &Path, memlog: &Path) -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> = Vec::new();
-    if cfg.direct {
-        if let Some((lib, _)) = cli::backend_lib(&cfg.backend) {
-            env.push(("LD_PRELOAD".into(), lib.into()));
+/// How a config's server starts: the allocator preloaded directly (or nothing, for glibc), or
+/// the shim writing its dumps and memlog where the runner reads them; then `--env` in order.
+fn server_launch(plan: &Plan, cfg: &Config, dumpdir: &Path, memlog: &Path) -> Launch {
+    let mut l = if cfg.direct {
+        match cli::backend_lib(&cfg.backend) {
+            Some((lib, _)) => Launch::preload(lib),
+            None => Launch::plain(),
         }
     } else {
-        env.push(("LD_PRELOAD".into(), plan.shim.to_string_lossy().into_owned()));
-        env.push(("MALLOCSHIM_BACKEND".into(), cfg.backend.clone()));
-        env.push(("MALLOCSHIM_DUMP_DIR".into(), dumpdir.to_string_lossy().into_owned()));
-        env.push(("MALLOCSHIM_DUMP_FORMATS".into(), "json".into()));
-        env.push(("MALLOCSHIM_MEMLOG".into(), memlog.to_string_lossy().into_owned()));
-        env.push(("MALLOCSHIM_MEMLOG_INTERVAL_MS".into(), plan.args.memlog_interval_ms.to_string()));
+        Launch::shim(&plan.shim, &cfg.backend)
+            .var("MALLOCSHIM_DUMP_DIR", dumpdir.to_string_lossy())
+            .var("MALLOCSHIM_DUMP_FORMATS", "json")
+            .var("MALLOCSHIM_MEMLOG", memlog.to_string_lossy())
+            .var("MALLOCSHIM_MEMLOG_INTERVAL_MS", plan.args.memlog_interval_ms.to_string())
+    };
+    for (k, v) in &plan.envs {
+        l = l.var(k, v);
     }
-    env.extend(plan.envs.iter().cloned());
-    env
+    l
 }
 
 /// One server run: start, every workload x thread count, stop.
 fn server_run(
     plan: &Plan,
-    inst: &mut Instance,
+    inst: &Instance,
     out: &Path,
     st: &mut State,
     round: u32,
@@ -135,14 +129,13 @@ fn server_run(
 ) -> Res<()> {
     let a = &plan.args;
     let stem = format!("r{round}-{}", cfg.name());
-    let dumpdir = inst.dir.join(format!("dumps-{stem}"));
-    std::fs::create_dir_all(&dumpdir).map_err(|e| format!("cannot create {}: {e}", dumpdir.display()))?;
+    let dumpdir = inst.subdir(&format!("dumps-{stem}"))?;
     let memlog = out.join("memlog").join(format!("{stem}.csv"));
     let proc_memlog = out.join("memlog").join(format!("{stem}.proc.csv"));
-    let env = server_env(plan, cfg, &dumpdir, &memlog);
-    let mut srv = inst.start(&env, &stem)?;
+    let srv = inst.start(&server_launch(plan, cfg, &dumpdir, &memlog).label(stem.clone()))?;
+    say(&format!("server pid {} datadir {} ({stem})", srv.pid(), inst.datadir.display()));
     let sampler = measure::Sampler::start(
-        srv.pid,
+        srv.pid(),
         if cfg.direct { memlog.clone() } else { proc_memlog.clone() },
         Duration::from_millis(a.memlog_interval_ms),
     )?;
@@ -157,10 +150,8 @@ fn server_run(
     let mut prev = if cfg.direct {
         None
     } else {
-        Some(measure::take_dump(srv.pid, &dumpdir, &out.join("dumps").join(format!("{stem}-start.json")))?)
+        Some(measure::take_dump(&srv, &dumpdir, &out.join("dumps").join(format!("{stem}-start.json")))?)
     };
-    let mut base = sysbench_base(plan, inst);
-    base.extend(a.sysbench_opts.iter().cloned());
     for (wi, w) in plan.workloads.iter().enumerate() {
         for &t in &a.threads {
             let cellname = format!("{stem}-{}-t{t}", w.name());
@@ -180,38 +171,24 @@ fn server_run(
                 hms(elapsed),
                 if st.done > 0 { hms(eta) } else { "?".into() }
             ));
-            let sb = |secs: u32, log: &Path| -> Res<std::process::ExitStatus> {
-                let mut c = Command::new("sysbench");
-                mallocshim_mariadb::clean_env(&mut c);
-                c.arg(&scripts[wi]).args(&base).args([
-                    format!("--threads={t}"),
-                    format!("--time={secs}"),
-                    "--events=0".into(),
-                    "--report-interval=0".into(),
-                    "--histogram=off".into(),
-                    "--percentile=95".into(),
-                    "run".into(),
-                ]);
-                server::run_logged(c, log, "sysbench", Duration::from_secs(secs as u64 * 3 + 120))
+            // The harness gives every run its time limit (3 x --time + 2 min) and Ctrl-C.
+            let sb = |secs: u32, log: PathBuf| {
+                let mut s = Sysbench::new(scripts[wi].clone(), t).time(secs as u64).log(log);
+                s.extra = a.sysbench_opts.clone();
+                srv.sysbench(&s)
             };
             if a.warmup > 0 {
-                sb(a.warmup, &out.join("logs").join(format!("{cellname}.warmup.txt")))?;
+                sb(a.warmup, out.join("logs").join(format!("{cellname}.warmup.txt")))?;
             }
             let log = out.join("logs").join(format!("{cellname}.sysbench.txt"));
-            let cpu0 = mallocshim_mariadb::procfs::cpu_seconds(srv.pid)
-                .ok_or_else(|| format!("cannot read /proc/{}/stat", srv.pid))?;
-            let status = sb(a.time, &log)?;
-            let cpu1 = mallocshim_mariadb::procfs::cpu_seconds(srv.pid).ok_or_else(|| {
-                format!("server pid {} is gone after the cell (log {})", srv.pid, srv.errlog.display())
+            let cpu0 = mallocshim_mariadb::procfs::cpu_seconds(srv.pid())
+                .ok_or_else(|| format!("cannot read /proc/{}/stat", srv.pid()))?;
+            let report = sb(a.time, log.clone())?;
+            let cpu1 = mallocshim_mariadb::procfs::cpu_seconds(srv.pid()).ok_or_else(|| {
+                format!("server pid {} is gone after the cell (log {})", srv.pid(), srv.errlog().display())
             })?;
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            let mut r = measure::parse_sysbench(&text).map_err(|e| {
-                format!("{cellname}: {e} ({status}); {}:\n{}", log.display(), server::tail(&log, 15))
-            })?;
-            if !status.success() {
-                r.errors = r.errors.max(1);
-            }
-            let (rss, _) = mallocshim_mariadb::procfs::statm(srv.pid).unwrap_or((0, 0));
+            let r = measure::figures(&report).map_err(|e| format!("{cellname}: {e}; {}", log.display()))?;
+            let (rss, _) = mallocshim_mariadb::procfs::statm(srv.pid()).unwrap_or((0, 0));
             let mut cell = Cell {
                 round,
                 config: cfg.name(),
@@ -239,7 +216,7 @@ fn server_run(
             };
             if let Some(p) = prev.as_ref() {
                 let rel = format!("dumps/{cellname}.json");
-                let d = measure::take_dump(srv.pid, &dumpdir, &out.join(&rel))?;
+                let d = measure::take_dump(&srv, &dumpdir, &out.join(&rel))?;
                 if r.queries > 0 {
                     cell.allocs_per_query =
                         Some(r3(d.allocs().saturating_sub(p.allocs()) as f64 / r.queries as f64));
@@ -267,11 +244,20 @@ fn server_run(
         }
     }
     drop(sampler);
-    run.exit = match srv.stop(Duration::from_secs(300)) {
-        Ok(s) => s,
+    run.exit = match srv.shutdown() {
+        Ok(s) => {
+            if s.status != 0 {
+                st.notes.push(format!(
+                    "{stem}: server exited with status {}; log {}",
+                    s.status,
+                    s.errlog.display()
+                ));
+            }
+            format!("exit status: {}", s.status)
+        }
         Err(e) => {
             st.notes.push(format!("{stem}: {e}"));
-            e
+            e.to_string()
         }
     };
     // The shim's memlog when it wrote one; otherwise the runner's /proc sampling.
@@ -290,25 +276,32 @@ fn server_run(
     Ok(())
 }
 
-fn run(plan: &Plan, tools: server::Tools, out: &Path, workdir: &Path, st: &mut State) -> Res<()> {
-    let _lock = server::take_lock()?;
-    let maxc = plan.args.threads.iter().copied().max().unwrap_or(1) + 50;
-    let mut inst = Instance::create(
-        workdir.to_path_buf(),
-        tools,
-        &plan.args.buffer_pool,
-        maxc.max(200),
-        &plan.args.mysqld_opts,
-    )?;
-    prepare(plan, &mut inst, out)?;
+fn run(plan: &Plan, out: &Path, workdir: &Path, st: &mut State) -> Res<()> {
+    let a = &plan.args;
+    let maxc = a.threads.iter().copied().max().unwrap_or(1) + 50;
+    let inst = Instance::create(Options {
+        buffer_pool: a.buffer_pool.clone(),
+        sb_tables: a.tables,
+        sb_rows: a.table_size,
+        start_timeout: Duration::from_secs(120),
+        stop_timeout: Duration::from_secs(300),
+        extra_opts: a.mysqld_opts.clone(),
+        keep: false,
+        server: Some(plan.mysqld.clone()),
+        dir: Some(workdir.to_path_buf()),
+        max_connections: maxc.max(200),
+        stop: Some(&INTERRUPTED),
+        run_timeout: Duration::from_secs(24 * 3600),
+    })?;
+    prepare(plan, &inst, out)?;
     let scripts: Vec<String> =
         plan.workloads.iter().map(|w| workload_script(w, out)).collect::<Result<_, _>>()?;
     let n = plan.configs.len();
-    for round in 1..=plan.args.rounds {
+    for round in 1..=a.rounds {
         let off = (round as usize - 1) % n;
         for i in 0..n {
             let cfg = &plan.configs[(i + off) % n];
-            server_run(plan, &mut inst, out, st, round, cfg, &scripts)?;
+            server_run(plan, &inst, out, st, round, cfg, &scripts)?;
         }
     }
     Ok(())
@@ -343,10 +336,10 @@ pub fn main(args: cli::Args) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let tools = match server::tools(&plan.mysqld) {
+    let tools = match Tools::for_server(&plan.mysqld) {
         Ok(t) => t,
         Err(e) => {
-            say(&e);
+            say(&e.to_string());
             return ExitCode::from(2);
         }
     };
@@ -399,11 +392,11 @@ pub fn main(args: cli::Args) -> ExitCode {
         total,
     };
     say(&format!("{total} cells of {} s; output in {}", plan.args.time, out.display()));
-    let res = run(&plan, tools, &out, &workdir, &mut st);
+    let res = run(&plan, &out, &workdir, &mut st);
     let status = match &res {
         Ok(()) => "complete".to_string(),
         Err(Error::Interrupted) => format!("interrupted after {} of {} cells", st.done, st.total),
-        Err(Error::Failed(e)) => format!("failed after {} of {} cells: {e}", st.done, st.total),
+        Err(e) => format!("failed after {} of {} cells: {e}", st.done, st.total),
     };
     if !plan.args.keep_workdir {
         let _ = std::fs::remove_dir_all(&workdir);
@@ -436,8 +429,8 @@ pub fn main(args: cli::Args) -> ExitCode {
             say(&format!("{status}; cells in {}", out.join("cells.csv").display()));
             ExitCode::from(130)
         }
-        Err(Error::Failed(e)) => {
-            say(&e);
+        Err(e) => {
+            say(&e.to_string());
             ExitCode::from(1)
         }
     }
