@@ -47,6 +47,19 @@ pub fn wrapper(out_dir: &Path) -> Vec<String> {
     ]
 }
 
+/// [`wrapper`] for a server whose preloaded library must reach the guest itself:
+/// `valgrind ... --trace-children=yes /usr/bin/env LD_PRELOAD=<lib>`, then the server. Heaptrack's
+/// preload removes `LD_PRELOAD` from the environment of the first process that loads it (so that
+/// children are not traced); given to valgrind, that process is valgrind's own launcher and the
+/// guest starts without it. Here valgrind starts `env` as its guest, `env` sets the variable and
+/// execs the server, and valgrind follows the exec (same pid; `env`'s counts, all outside the
+/// toggle, go to `cg.<pid>`, the server's dumps to `cg.<pid>.<n>` as usual).
+pub fn wrapper_preloading(out_dir: &Path, lib: &str) -> Vec<String> {
+    let mut v = wrapper(out_dir);
+    v.extend(["--trace-children=yes".into(), "/usr/bin/env".into(), format!("LD_PRELOAD={lib}")]);
+    v
+}
+
 fn control(pid: u32, flag: &str, log: &Path) -> Result<()> {
     let f = std::fs::OpenOptions::new()
         .create(true)

@@ -183,6 +183,12 @@ impl Heaptrack {
         Ok(std::fs::metadata(&self.out).map(|m| m.len()).unwrap_or(0))
     }
 
+    /// The pids of its two processes (`heaptrack_interpret`, then gzip) while they run: their
+    /// CPU time is the profiler's cost beside the server's (read with [`crate::procfs::cpu_seconds`]).
+    pub fn helper_pids(&self) -> Vec<u32> {
+        [self.interpret.as_ref(), self.gzip.as_ref()].into_iter().flatten().map(|c| c.id()).collect()
+    }
+
     /// The recorded file.
     pub fn output(&self) -> &Path {
         &self.out
