@@ -8,13 +8,15 @@
 //!
 //! Part 1, wall clock: one instance; per round every config in rotated order, a fresh mariadbd,
 //! a 2 s warm-up, then `HP_SECONDS` of sysbench `HP_WORKLOAD` at `HP_THREADS` threads: its qps,
-//! and mariadbd's CPU time per query (/proc/PID/stat utime+stime over the run; heaptrack's
-//! interpreter, a separate process, is not in it). Median over `HP_ROUNDS` rounds; the ratio is
-//! against the direct config of the same allocator.
+//! and the CPU time per query (/proc/PID/stat utime+stime over the run) of mariadbd and of the
+//! profiler's own processes (heaptrack_interpret and gzip). Median over `HP_ROUNDS` rounds, and
+//! per round against that round's direct run; the ratio is against the direct config of the
+//! same allocator.
 //! Part 2, instructions per query: `mallocshim_mariadb::query_instr` (the callgrind method of
 //! benches/query_instr.rs) over the same configs, `HP_INSTR_WORKLOADS` at `HP_INSTR_THREADS`,
 //! N = `HP_PS_EVENTS` / `HP_RO_EVENTS`, `HP_INSTR_ROUNDS` rounds; `HP_INSTR=0` skips it.
-//! Whether heaptrack runs under callgrind is part of the result: its row says what happened.
+//! Heaptrack's preload reaches mariadbd under valgrind through
+//! `callgrind::launch_preloading_guest` (it would otherwise load into valgrind's launchers only).
 //!
 //! Knobs: `HP_CONFIGS` (default `glibc:direct glibc:shim-noheapprof glibc:shim-heapprof
 //! glibc:heaptrack jemalloc:direct jemalloc:shim-noheapprof jemalloc:shim-heapprof
@@ -25,8 +27,7 @@
 //! Output: Markdown on stdout and in `target/bench/heap-profilers.md`, the raw figures in
 //! `target/bench/heap-profilers.csv`. Fails (non-zero exit, one clear message) when a tool is
 //! missing, a sysbench run of part 1 has errors, a server lacks the expected allocator or
-//! profiler, a profiler wrote nothing, or a mariadbd does not stop cleanly; in part 2 the same,
-//! except that heaptrack's failures under callgrind are reported, not fatal.
+//! profiler, a profiler wrote nothing, or a mariadbd does not stop cleanly; in part 2 the same.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -411,15 +412,6 @@ fn main() {
         }
     }
 
-    if let Some((_, res)) = &instr {
-        if res.servers.iter().any(|v| v.mode == "heaptrack" && !v.loaded) {
-            let _ = writeln!(
-                md,
-                "\nheaptrack under valgrind: its file recorded only the first process that loaded the preload, and mariadbd's /proc/PID/maps lacks libheaptrack_preload.so. heaptrack's preload unsets `LD_PRELOAD` at its init so that children are not traced, and under valgrind the first process is not mariadbd but `/usr/bin/valgrind` (a `/bin/sh` script) and the dynamically linked launcher `valgrind.bin`; the guest starts without it. No instruction count of heaptrack is available here (the VM exposes no hardware counters to `perf stat`); its cost is in the wall-clock table."
-            );
-        }
-    }
-
     // The goals: the shim's overhead against jemalloc's profiler's and heaptrack's.
     let _ = writeln!(md, "\n## Against the goals\n");
     let o = |b: &str, m: &str| over.get(&(b.to_string(), m.to_string())).copied();
@@ -471,6 +463,20 @@ fn main() {
         }
         let _ = writeln!(md, "- Instructions, {w}: {} adds {:+.2}% per query.", name(b, m), 100.0 * r);
     }
+    // The goal "at least 20x cheaper than heaptrack", in the one metric both can be counted in.
+    let workloads: Vec<String> = ir_over.keys().map(|(_, _, w)| w.clone()).collect();
+    for w in workloads.iter().collect::<std::collections::BTreeSet<_>>() {
+        let ir = |m: &str| ir_over.get(&("glibc".to_string(), m.to_string(), w.clone())).copied();
+        if let (Some(s), Some(h)) = (ir("shim-heapprof"), ir("heaptrack")) {
+            let _ = writeln!(
+                md,
+                "- Instructions against heaptrack, {w}: heaptrack adds {:+.2}% per query, the shim with heap profiles {:+.2}%: {}.",
+                100.0 * h,
+                100.0 * s,
+                if s > 0.0 { format!("{:.0}x cheaper", h / s) } else { "the shim's cost is not above zero".into() }
+            );
+        }
+    }
 
     print!("{md}");
     std::fs::write(out_dir.join("heap-profilers.md"), &md).expect("write target/bench/heap-profilers.md");
@@ -480,17 +486,13 @@ fn main() {
         bad.push("a wall-clock run failed (see above)".to_string());
     }
     if let Some((_, res)) = &instr {
-        let not_ht = |b: &str, m: &str| !(b == "glibc" && m == "heaptrack");
-        if res
-            .cells
-            .iter()
-            .any(|c| not_ht(&c.backend, &c.mode) && (c.errors != 0 || !c.per_query.is_finite()))
-            || res.servers.iter().any(|v| {
-                not_ht(&v.backend, &v.mode)
-                    && (v.exit != Some(0) || v.crash || !v.loaded || v.profile_bytes == Some(0))
-            })
+        if res.cells.iter().any(|c| c.errors != 0 || !c.per_query.is_finite())
+            || res
+                .servers
+                .iter()
+                .any(|v| v.exit != Some(0) || v.crash || !v.loaded || v.profile_bytes == Some(0))
         {
-            bad.push("a callgrind config other than heaptrack failed (see above)".into());
+            bad.push("a callgrind config failed (see above)".into());
         }
     }
     if !bad.is_empty() {

@@ -4,7 +4,7 @@
 //! `callgrind_control` to zero the counters and to dump them.
 
 use crate::error::fail;
-use crate::{require, Result};
+use crate::{require, Launch, Result};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -47,17 +47,37 @@ pub fn wrapper(out_dir: &Path) -> Vec<String> {
     ]
 }
 
-/// [`wrapper`] for a server whose preloaded library must reach the guest itself:
-/// `valgrind ... --trace-children=yes /usr/bin/env LD_PRELOAD=<lib>`, then the server. Heaptrack's
-/// preload removes `LD_PRELOAD` from the environment of the first process that loads it (so that
-/// children are not traced); given to valgrind, that process is valgrind's own launcher and the
-/// guest starts without it. Here valgrind starts `env` as its guest, `env` sets the variable and
-/// execs the server, and valgrind follows the exec (same pid; `env`'s counts, all outside the
-/// toggle, go to `cg.<pid>`, the server's dumps to `cg.<pid>.<n>` as usual).
-pub fn wrapper_preloading(out_dir: &Path, lib: &str) -> Vec<String> {
-    let mut v = wrapper(out_dir);
-    v.extend(["--trace-children=yes".into(), "/usr/bin/env".into(), format!("LD_PRELOAD={lib}")]);
-    v
+/// `launch` under callgrind ([`wrapper`]) with its `LD_PRELOAD` loaded into the guest only.
+/// Heaptrack's preload removes `LD_PRELOAD` from the environment of the first process that loads
+/// it (so that children are not traced); given to valgrind, that process is valgrind's own
+/// launcher (Debian's `/usr/bin/valgrind` script, then the dynamically linked `valgrind.bin`), and
+/// the guest starts without it. So the launchers get `c/guest_preload.c` preloaded instead (built
+/// here with gcc into `out_dir`), with the library in `GUEST_LD_PRELOAD`: its execve wrapper
+/// hands the library to the static tool binary (`callgrind-amd64-linux`) as `LD_PRELOAD`, which
+/// valgrind loads into the guest. Needs gcc.
+pub fn launch_preloading_guest(launch: Launch, out_dir: &Path) -> Result<Launch> {
+    let Some(lib) = launch.get("LD_PRELOAD").map(str::to_string) else {
+        return Ok(launch.wrapper(wrapper(out_dir)));
+    };
+    let src = out_dir.join("guest_preload.c");
+    let so = out_dir.join("guest_preload.so");
+    std::fs::write(&src, include_str!("../c/guest_preload.c"))
+        .map_err(|e| format!("{}: {e}", src.display()))?;
+    let out = Command::new(require("gcc")?)
+        .args(["-shared", "-fPIC", "-O2", "-o"])
+        .arg(&so)
+        .arg(&src)
+        .arg("-ldl")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("gcc: {e}"))?;
+    if !out.status.success() {
+        fail!("gcc could not build {}: {}", so.display(), String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(launch
+        .var("LD_PRELOAD", so.display().to_string())
+        .var("GUEST_LD_PRELOAD", lib)
+        .wrapper(wrapper(out_dir)))
 }
 
 fn control(pid: u32, flag: &str, log: &Path) -> Result<()> {
@@ -101,4 +121,35 @@ pub fn dump(pid: u32, k: u32, out_dir: &Path) -> Result<u64> {
         std::thread::sleep(Duration::from_millis(100));
     }
     fail!("callgrind dump {} did not appear with a totals: line within 30 s", f.display())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profilers::HEAPTRACK_PRELOAD;
+
+    /// Heaptrack's preload given to a program under callgrind records that program (its file
+    /// names the guest), not valgrind's launchers. Fails when valgrind, heaptrack or gcc is missing.
+    #[test]
+    fn heaptrack_reaches_the_guest_under_callgrind() {
+        crate::require_file(HEAPTRACK_PRELOAD).unwrap();
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().join("heaptrack.out");
+        let l = Launch::preload(HEAPTRACK_PRELOAD).var("DUMP_HEAPTRACK_OUTPUT", out.display().to_string());
+        let l = launch_preloading_guest(l, d.path()).unwrap();
+        let mut c = Command::new(&l.wrapper[0]);
+        c.args(&l.wrapper[1..]).arg("/bin/echo").arg("guest");
+        crate::clean_env(&mut c);
+        c.envs(l.vars.iter().map(|(k, v)| (k, v)));
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "guest");
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        // heaptrack's header: "X <command line>" of the traced process.
+        assert!(
+            text.lines().any(|l| l.starts_with("X ") && l.contains("echo guest")),
+            "heaptrack did not record the guest: {}",
+            &text[..text.len().min(400)]
+        );
+    }
 }

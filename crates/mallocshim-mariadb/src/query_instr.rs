@@ -130,14 +130,11 @@ fn one_server(cfg: &Config, inst: &Instance, round: u32, b: &str, m: &str, res: 
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let started = profilers::start(&cfg.shim, b, m, &dir)?;
     let (lib, heaptrack) = (started.lib, started.heaptrack);
-    let launch = match (&heaptrack, started.launch.get("LD_PRELOAD").map(str::to_string)) {
-        // heaptrack: its preload set inside the guest (see callgrind::wrapper_preloading).
-        (Some(_), Some(lib)) => {
-            let mut l = started.launch;
-            l.vars.retain(|(k, _)| k != "LD_PRELOAD");
-            l.wrapper(callgrind::wrapper_preloading(&dir, &lib))
-        }
-        _ => started.launch.wrapper(callgrind::wrapper(&dir)),
+    let launch = if heaptrack.is_some() {
+        // heaptrack's preload must skip valgrind's launchers (see the function).
+        callgrind::launch_preloading_guest(started.launch, &dir)?
+    } else {
+        started.launch.wrapper(callgrind::wrapper(&dir))
     };
     let t0 = Instant::now();
     let mut row = ServerRow {
