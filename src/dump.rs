@@ -182,7 +182,7 @@ fn write(at_exit: bool) -> Result<Vec<PathBuf>, String> {
             FMT_PROM => report::prom::render(&snap).into_bytes(),
             FMT_HDR => report::hdr::render(&snap),
             FMT_TEXT => report::text::render(&snap).into_bytes(),
-            FMT_PPROF => crate::heapprof::pprof::render(),
+            FMT_PPROF => crate::heapprof::pprof::render(crate::route::heap_table()),
             _ => continue,
         };
         let ext = if bit == FMT_PPROF { "pb.gz" } else { ext };

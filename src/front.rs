@@ -2,12 +2,14 @@
 //! the call per op and size class (and per entry point where several share an op) for the
 //! calling thread, and on 1 call in `MALLOCSHIM_SAMPLE` time it with the cheap clock into the
 //! thread's and the size class's latency buckets. Skipped when the shim itself is calling (guard).
-//! Every function here is generic over the backend `B` and over `P` (profiling on): `route`
-//! puts one monomorphised set per backend and setting in its entry tables, so routing only
-//! (`P = false`) compiles to the C semantics alone, usually a tail call.
-//! Allocations also count their bytes down to the next heap-profile sample (`heapprof`), and
-//! frees test the heap profile's address filter; a sampled allocation and the free of a sampled
-//! block go out of line to `heapprof`, whose module doc gives their exceptions.
+//! Every function here is generic over the backend `B`, over `P` (profiling on) and over `H`
+//! (heap profiles on; meaningful with `P` only): `route` puts one monomorphised set per backend
+//! and setting in its entry tables, so routing only (`P = false`) compiles to the C semantics
+//! alone, usually a tail call. With `H`, allocations also count their bytes down to the next
+//! heap-profile sample (`heapprof`: about 4 instructions) and frees test the heap profile's
+//! address filter (about 9); a sampled allocation and the free of a sampled block go out of line
+//! to `heapprof`, whose module doc gives their exceptions. Without `H` (heap profiles off at
+//! start, `MALLOCSHIM_PROF_SAMPLE_BYTES=0`) neither is compiled in.
 //! The inline path never allocates, locks, panics or makes a syscall other than the clock. The
 //! out-of-line path has three exceptions, each rare and each under the reentrancy guard: a
 //! thread's first recorded call claims a slot (`slots::claim`: an mmap when the pool grows); under
@@ -62,7 +64,7 @@ fn tally(s: &Slot, shared: bool, op: Op, size: usize) {
 /// the guard, claiming a slot, the shared EXITED sink and sampled calls are out of line.
 /// `block(&result)` gives the allocated block (for a heap-profile sample; never called for free).
 #[inline(always)]
-fn recorded<B: Raw, R: Outcome>(
+fn recorded<B: Raw, R: Outcome, const H: bool>(
     e: Entry,
     op: Op,
     size: impl FnOnce() -> usize,
@@ -79,7 +81,7 @@ fn recorded<B: Raw, R: Outcome>(
         let cd = (*st).countdown;
         (*st).countdown = cd.wrapping_sub(1);
         if cd == 0 {
-            return recorded_slow::<B, R>(st, e, op, size, run, plain, block);
+            return recorded_slow::<B, R, H>(st, e, op, size, run, plain, block);
         }
         let s = (*st).slot;
         if !derived(e) {
@@ -88,7 +90,7 @@ fn recorded<B: Raw, R: Outcome>(
         let n = size();
         // Counted before the call, so the call itself is a tail call.
         tally(&*s, false, op, n);
-        if op != Op::Free && heapprof::countdown(&*s, n) {
+        if H && op != Op::Free && heapprof::countdown(&*s, n) {
             return heap_sampled(&*s, n, run, block);
         }
         run(n)
@@ -114,7 +116,7 @@ fn heap_sampled<R>(
 /// adds; the countdown stays 0, and 1 call in N is timed, chosen by the clock's low bits).
 #[cold]
 #[inline(never)]
-fn recorded_slow<B: Raw, R: Outcome>(
+fn recorded_slow<B: Raw, R: Outcome, const H: bool>(
     st: *mut tls::ThreadState,
     e: Entry,
     op: Op,
@@ -136,7 +138,7 @@ fn recorded_slow<B: Raw, R: Outcome>(
         }
         let n = size();
         // Threads without a slot of their own (EXITED) are not heap-sampled.
-        let heap = !shared && op != Op::Free && heapprof::countdown(&*s, n);
+        let heap = H && !shared && op != Op::Free && heapprof::countdown(&*s, n);
         let t0 = clock::ticks();
         let every = SAMPLE_EVERY.load(Relaxed);
         // The next period is drawn from [N/2, 3N/2) with the clock's low bits (mean N), so a
@@ -247,55 +249,55 @@ fn sample(s: &Slot, shared: bool, o: usize, c: usize, d: u64) {
 /// An entry point recorded as `e`/`op` with `size` bytes when profiling is on (`P`).
 /// The allocated block is the result itself unless `$block` says otherwise.
 macro_rules! entry {
-    ($P:ident, $e:expr, $op:expr, $size:expr, $call:expr) => {
-        entry!($P, $e, $op, $size, $call, |r: &*mut c_void| *r)
+    ($P:ident, $H:ident, $e:expr, $op:expr, $size:expr, $call:expr) => {
+        entry!($P, $H, $e, $op, $size, $call, |r: &*mut c_void| *r)
     };
-    ($P:ident, $e:expr, $op:expr, $size:expr, $call:expr, $block:expr) => {
+    ($P:ident, $H:ident, $e:expr, $op:expr, $size:expr, $call:expr, $block:expr) => {
         if $P {
             // `move`: the closures hold copies of the arguments, not references to them, so
             // the out-of-line paths get them in registers (no spill on the inline path).
-            recorded::<B, _>($e, $op, move || $size, move |_| $call, move || $call, $block)
+            recorded::<B, _, $H>($e, $op, move || $size, move |_| $call, move || $call, $block)
         } else {
             $call
         }
     };
 }
 
-pub unsafe extern "C" fn malloc<B: Raw, const P: bool>(size: usize) -> *mut c_void {
+pub unsafe extern "C" fn malloc<B: Raw, const P: bool, const H: bool>(size: usize) -> *mut c_void {
     // SAFETY: forwarded C contract.
-    entry!(P, Entry::Malloc, Op::Malloc, size, unsafe { csem::malloc::<B>(size) })
+    entry!(P, H, Entry::Malloc, Op::Malloc, size, unsafe { csem::malloc::<B>(size) })
 }
 
-pub unsafe extern "C" fn calloc<B: Raw, const P: bool>(n: usize, size: usize) -> *mut c_void {
+pub unsafe extern "C" fn calloc<B: Raw, const P: bool, const H: bool>(n: usize, size: usize) -> *mut c_void {
     // SAFETY: forwarded C contract.
-    entry!(P, Entry::Calloc, Op::Calloc, n.saturating_mul(size), unsafe { csem::calloc::<B>(n, size) })
+    entry!(P, H, Entry::Calloc, Op::Calloc, n.saturating_mul(size), unsafe { csem::calloc::<B>(n, size) })
 }
 
-pub unsafe extern "C" fn realloc<B: Raw, const P: bool>(p: *mut c_void, size: usize) -> *mut c_void {
-    if P && heapprof::maybe_sampled(p) {
+pub unsafe extern "C" fn realloc<B: Raw, const P: bool, const H: bool>(p: *mut c_void, size: usize) -> *mut c_void {
+    if P && H && heapprof::maybe_sampled(p) {
         // SAFETY: forwarded C contract.
         return realloc_sampled(p, size, || unsafe {
-            entry!(P, Entry::Realloc, Op::Realloc, size, csem::realloc::<B>(p, size))
+            entry!(P, H, Entry::Realloc, Op::Realloc, size, csem::realloc::<B>(p, size))
         });
     }
     // SAFETY: forwarded C contract.
-    entry!(P, Entry::Realloc, Op::Realloc, size, unsafe { csem::realloc::<B>(p, size) })
+    entry!(P, H, Entry::Realloc, Op::Realloc, size, unsafe { csem::realloc::<B>(p, size) })
 }
 
-pub unsafe extern "C" fn reallocarray<B: Raw, const P: bool>(
+pub unsafe extern "C" fn reallocarray<B: Raw, const P: bool, const H: bool>(
     p: *mut c_void,
     n: usize,
     size: usize,
 ) -> *mut c_void {
     let total = n.saturating_mul(size);
-    if P && heapprof::maybe_sampled(p) {
+    if P && H && heapprof::maybe_sampled(p) {
         // SAFETY: forwarded C contract.
         return realloc_sampled(p, total, || unsafe {
-            entry!(P, Entry::Reallocarray, Op::Realloc, total, csem::reallocarray::<B>(p, n, size))
+            entry!(P, H, Entry::Reallocarray, Op::Realloc, total, csem::reallocarray::<B>(p, n, size))
         });
     }
     // SAFETY: forwarded C contract.
-    entry!(P, Entry::Reallocarray, Op::Realloc, total, unsafe { csem::reallocarray::<B>(p, n, size) })
+    entry!(P, H, Entry::Reallocarray, Op::Realloc, total, unsafe { csem::reallocarray::<B>(p, n, size) })
 }
 
 /// Realloc of a block that may hold a heap-profile sample: the sample leaves the live set
@@ -317,17 +319,17 @@ fn realloc_sampled(p: *mut c_void, size: usize, call: impl FnOnce() -> *mut c_vo
 /// Free and its sized variants: the size class is the block's usable size, read before the
 /// free (and handed to the backend, which may then skip its own lookup).
 #[inline(always)]
-unsafe fn free_as<B: Raw, const P: bool>(e: Entry, p: *mut c_void) {
+unsafe fn free_as<B: Raw, const P: bool, const H: bool>(e: Entry, p: *mut c_void) {
     if !P {
         // SAFETY: forwarded C contract.
         return unsafe { csem::free::<B>(p) };
     }
-    if heapprof::maybe_sampled(p) {
+    if H && heapprof::maybe_sampled(p) {
         // SAFETY: forwarded C contract.
         return unsafe { free_sampled::<B>(e, p) };
     }
     // SAFETY: forwarded C contract.
-    unsafe { free_recorded::<B>(e, p) }
+    unsafe { free_recorded::<B, H>(e, p) }
 }
 
 /// A recorded free of a block that may hold a heap-profile sample: out of line, so that the
@@ -342,7 +344,7 @@ unsafe fn free_sampled<B: Raw>(e: Entry, p: *mut c_void) {
     // Out of the live set before the backend can hand the address out again.
     let _ = heapprof::forget(p);
     // SAFETY: forwarded contract.
-    unsafe { free_recorded::<B>(e, p) }
+    unsafe { free_recorded::<B, true>(e, p) }
 }
 
 /// The rest of a recorded free, once the block is out of the heap profile's live set.
@@ -350,9 +352,9 @@ unsafe fn free_sampled<B: Raw>(e: Entry, p: *mut c_void) {
 /// # Safety
 /// `p` is NULL or a live block (of `B` or the bootstrap pool).
 #[inline(always)]
-unsafe fn free_recorded<B: Raw>(e: Entry, p: *mut c_void) {
+unsafe fn free_recorded<B: Raw, const H: bool>(e: Entry, p: *mut c_void) {
     if p.is_null() || crate::bootstrap::contains(p) {
-        return free_unowned::<B>(e, p);
+        return free_unowned::<B, H>(e, p);
     }
     if B::COUNTS_FREED_BYTES {
         // SAFETY: `p` is a live backend block (the program's contract).
@@ -360,17 +362,17 @@ unsafe fn free_recorded<B: Raw>(e: Entry, p: *mut c_void) {
             return;
         }
         // SAFETY: as above.
-        return unsafe { free_looked_up_cold::<B>(e, p) };
+        return unsafe { free_looked_up_cold::<B, H>(e, p) };
     }
     // SAFETY: as above.
-    unsafe { free_looked_up::<B>(e, p) }
+    unsafe { free_looked_up::<B, H>(e, p) }
 }
 
 /// A recorded free of NULL or of a bootstrap-pool block: nothing for the backend to free;
 /// recorded with size 0 (NULL) or the pool block's size.
 #[cold]
 #[inline(never)]
-fn free_unowned<B: Raw>(e: Entry, p: *mut c_void) {
+fn free_unowned<B: Raw, const H: bool>(e: Entry, p: *mut c_void) {
     // SAFETY: a pool block's size is recorded in front of it.
     let n = if p.is_null() { 0 } else { unsafe { crate::bootstrap::usable_size(p) } };
     let st = tls::state();
@@ -392,7 +394,7 @@ fn free_unowned<B: Raw>(e: Entry, p: *mut c_void) {
             return;
         }
     }
-    recorded::<B, ()>(e, Op::Free, || n, |_| (), || (), |_| core::ptr::null_mut())
+    recorded::<B, (), H>(e, Op::Free, || n, |_| (), || (), |_| core::ptr::null_mut())
 }
 
 /// A recorded free that reads the block's usable size from the backend first.
@@ -400,8 +402,8 @@ fn free_unowned<B: Raw>(e: Entry, p: *mut c_void) {
 /// # Safety
 /// `p` is a live block of `B`, not a pool block.
 #[inline(always)]
-unsafe fn free_looked_up<B: Raw>(e: Entry, p: *mut c_void) {
-    recorded::<B, ()>(
+unsafe fn free_looked_up<B: Raw, const H: bool>(e: Entry, p: *mut c_void) {
+    recorded::<B, (), H>(
         e,
         Op::Free,
         // SAFETY: `p` is a live backend block (the caller's contract).
@@ -420,9 +422,9 @@ unsafe fn free_looked_up<B: Raw>(e: Entry, p: *mut c_void) {
 /// As [`free_looked_up`].
 #[cold]
 #[inline(never)]
-unsafe fn free_looked_up_cold<B: Raw>(e: Entry, p: *mut c_void) {
+unsafe fn free_looked_up_cold<B: Raw, const H: bool>(e: Entry, p: *mut c_void) {
     // SAFETY: forwarded contract.
-    unsafe { free_looked_up::<B>(e, p) }
+    unsafe { free_looked_up::<B, H>(e, p) }
 }
 
 /// The inline path of a recorded free for a backend that counts the bytes each thread frees
@@ -460,32 +462,33 @@ unsafe fn free_counted<B: Raw>(e: Entry, p: *mut c_void) -> bool {
     }
 }
 
-pub unsafe extern "C" fn free<B: Raw, const P: bool>(p: *mut c_void) {
+pub unsafe extern "C" fn free<B: Raw, const P: bool, const H: bool>(p: *mut c_void) {
     // SAFETY: forwarded C contract.
-    unsafe { free_as::<B, P>(Entry::Free, p) }
+    unsafe { free_as::<B, P, H>(Entry::Free, p) }
 }
 
-pub unsafe extern "C" fn free_sized<B: Raw, const P: bool>(p: *mut c_void, _size: usize) {
+pub unsafe extern "C" fn free_sized<B: Raw, const P: bool, const H: bool>(p: *mut c_void, _size: usize) {
     // SAFETY: forwarded C contract.
-    unsafe { free_as::<B, P>(Entry::FreeSized, p) }
+    unsafe { free_as::<B, P, H>(Entry::FreeSized, p) }
 }
 
-pub unsafe extern "C" fn free_aligned_sized<B: Raw, const P: bool>(
+pub unsafe extern "C" fn free_aligned_sized<B: Raw, const P: bool, const H: bool>(
     p: *mut c_void,
     _align: usize,
     _size: usize,
 ) {
     // SAFETY: forwarded C contract.
-    unsafe { free_as::<B, P>(Entry::FreeAlignedSized, p) }
+    unsafe { free_as::<B, P, H>(Entry::FreeAlignedSized, p) }
 }
 
-pub unsafe extern "C" fn posix_memalign<B: Raw, const P: bool>(
+pub unsafe extern "C" fn posix_memalign<B: Raw, const P: bool, const H: bool>(
     out: *mut *mut c_void,
     align: usize,
     size: usize,
 ) -> c_int {
     entry!(
         P,
+        H,
         Entry::PosixMemalign,
         Op::Memalign,
         size,
@@ -496,28 +499,28 @@ pub unsafe extern "C" fn posix_memalign<B: Raw, const P: bool>(
     )
 }
 
-pub unsafe extern "C" fn aligned_alloc<B: Raw, const P: bool>(align: usize, size: usize) -> *mut c_void {
+pub unsafe extern "C" fn aligned_alloc<B: Raw, const P: bool, const H: bool>(align: usize, size: usize) -> *mut c_void {
     // SAFETY: forwarded C contract.
-    entry!(P, Entry::AlignedAlloc, Op::Memalign, size, unsafe { csem::aligned_alloc::<B>(align, size) })
+    entry!(P, H, Entry::AlignedAlloc, Op::Memalign, size, unsafe { csem::aligned_alloc::<B>(align, size) })
 }
 
-pub unsafe extern "C" fn memalign<B: Raw, const P: bool>(align: usize, size: usize) -> *mut c_void {
+pub unsafe extern "C" fn memalign<B: Raw, const P: bool, const H: bool>(align: usize, size: usize) -> *mut c_void {
     // SAFETY: forwarded C contract.
-    entry!(P, Entry::Memalign, Op::Memalign, size, unsafe { csem::memalign::<B>(align, size) })
+    entry!(P, H, Entry::Memalign, Op::Memalign, size, unsafe { csem::memalign::<B>(align, size) })
 }
 
-pub unsafe extern "C" fn valloc<B: Raw, const P: bool>(size: usize) -> *mut c_void {
+pub unsafe extern "C" fn valloc<B: Raw, const P: bool, const H: bool>(size: usize) -> *mut c_void {
     // SAFETY: forwarded C contract.
-    entry!(P, Entry::Valloc, Op::Memalign, size, unsafe { csem::valloc::<B>(size) })
+    entry!(P, H, Entry::Valloc, Op::Memalign, size, unsafe { csem::valloc::<B>(size) })
 }
 
-pub unsafe extern "C" fn pvalloc<B: Raw, const P: bool>(size: usize) -> *mut c_void {
+pub unsafe extern "C" fn pvalloc<B: Raw, const P: bool, const H: bool>(size: usize) -> *mut c_void {
     // SAFETY: forwarded C contract.
-    entry!(P, Entry::Pvalloc, Op::Memalign, size, unsafe { csem::pvalloc::<B>(size) })
+    entry!(P, H, Entry::Pvalloc, Op::Memalign, size, unsafe { csem::pvalloc::<B>(size) })
 }
 
 /// Counted per entry point only (it is not an allocation op).
-pub unsafe extern "C" fn malloc_usable_size<B: Raw, const P: bool>(p: *mut c_void) -> usize {
+pub unsafe extern "C" fn malloc_usable_size<B: Raw, const P: bool, const H: bool>(p: *mut c_void) -> usize {
     if P {
         count_entry(Entry::MallocUsableSize);
     }

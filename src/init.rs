@@ -54,7 +54,7 @@ fn run() {
     crate::sys::init_errno();
     crate::report::mark_start();
     backend::publish(b);
-    crate::route::publish(b, cfg.profile);
+    crate::route::publish(b, cfg.profile, crate::heapprof::rate() != 0);
     crate::signals::install(cfg.dump_signal);
     if cfg.verbose > 0 {
         config::print_table();

@@ -1,9 +1,17 @@
-//! The entry table: which function serves each exported malloc-family symbol. One table per
-//! backend and profiling setting, each filled with `front`'s functions monomorphised for that
-//! pair, plus the bootstrap table in force until initialisation publishes the chosen one. An
-//! exported symbol is one load and one indirect jump, with no branch on the backend or on
-//! profiling. The bootstrap table lives with its pool in `bootstrap`. Owns nothing else; must not
-//! allocate or lock.
+//! The entry table: which function serves each exported malloc-family symbol. Three tables per
+//! backend — routing only, profiling without heap profiles, profiling with heap profiles — each
+//! filled with `front`'s functions monomorphised for that setting, plus the bootstrap table in
+//! force until initialisation publishes the chosen one. An exported symbol is one load and one
+//! indirect jump, with no branch on the backend or on profiling. The bootstrap table lives with
+//! its pool in `bootstrap`. Owns nothing else; must not allocate or lock.
+//!
+//! Heap profiles turned on at run time ([`heap_profiles_on`], from the C API) move the process to
+//! the heap-profiling table of its backend with one atomic store. Turned off, it stays there: the
+//! frees of blocks sampled earlier must still take them out of the live set, and only that
+//! table's free tests the filter (sampling itself stops with the rate). A thread that loaded the
+//! old table just before the switch may serve one more call from it: an allocation not counted
+//! towards a sample, or the free of a block sampled in those nanoseconds left in the live set
+//! (its address is replaced when it is sampled again): a figure slightly off, never a fault.
 
 use crate::backend::{Backend, Raw, ALL};
 use crate::{bootstrap, front};
@@ -27,31 +35,32 @@ pub struct Table {
     pub free_aligned_sized: unsafe extern "C" fn(*mut c_void, usize, usize),
 }
 
-const fn table<B: Raw, const P: bool>() -> Table {
+const fn table<B: Raw, const P: bool, const H: bool>() -> Table {
     Table {
-        malloc: front::malloc::<B, P>,
-        free: front::free::<B, P>,
-        calloc: front::calloc::<B, P>,
-        realloc: front::realloc::<B, P>,
-        reallocarray: front::reallocarray::<B, P>,
-        posix_memalign: front::posix_memalign::<B, P>,
-        aligned_alloc: front::aligned_alloc::<B, P>,
-        memalign: front::memalign::<B, P>,
-        valloc: front::valloc::<B, P>,
-        pvalloc: front::pvalloc::<B, P>,
-        malloc_usable_size: front::malloc_usable_size::<B, P>,
-        free_sized: front::free_sized::<B, P>,
-        free_aligned_sized: front::free_aligned_sized::<B, P>,
+        malloc: front::malloc::<B, P, H>,
+        free: front::free::<B, P, H>,
+        calloc: front::calloc::<B, P, H>,
+        realloc: front::realloc::<B, P, H>,
+        reallocarray: front::reallocarray::<B, P, H>,
+        posix_memalign: front::posix_memalign::<B, P, H>,
+        aligned_alloc: front::aligned_alloc::<B, P, H>,
+        memalign: front::memalign::<B, P, H>,
+        valloc: front::valloc::<B, P, H>,
+        pvalloc: front::pvalloc::<B, P, H>,
+        malloc_usable_size: front::malloc_usable_size::<B, P, H>,
+        free_sized: front::free_sized::<B, P, H>,
+        free_aligned_sized: front::free_aligned_sized::<B, P, H>,
     }
 }
 
-/// One pair of tables per row of [`crate::backend::backend_list`], in row order: without and
-/// with recording.
+/// Three tables per row of [`crate::backend::backend_list`], in row order: routing only,
+/// recording without heap profiles, recording with them.
 macro_rules! define_tables {
     ($($(#[$doc:meta])* $variant:ident, $module:ident, $raw:ident, $name:literal, $lib:literal;)*) => {
-        static TABLES: [[Table; 2]; ALL.len()] = [$([
-            table::<crate::backend::$module::$raw, false>(),
-            table::<crate::backend::$module::$raw, true>(),
+        static TABLES: [[Table; 3]; ALL.len()] = [$([
+            table::<crate::backend::$module::$raw, false, false>(),
+            table::<crate::backend::$module::$raw, true, false>(),
+            table::<crate::backend::$module::$raw, true, true>(),
         ],)*];
         // The tables are indexed by the enum's discriminant: rows and variants in the same order.
         const _: () = {
@@ -73,12 +82,45 @@ pub fn get() -> &'static Table {
     unsafe { &*ACTIVE.load(Ordering::Acquire) }
 }
 
-/// Makes backend `b`'s table, with or without recording, serve every later call (the last
-/// step of initialisation).
-pub fn publish(b: Backend, profile: bool) {
+/// The index in a row of [`TABLES`] of a setting.
+const fn column(profile: bool, heap: bool) -> usize {
+    match (profile, heap) {
+        (false, _) => 0,
+        (true, false) => 1,
+        (true, true) => 2,
+    }
+}
+
+fn ptr(t: &'static Table) -> *mut Table {
+    t as *const Table as *mut Table
+}
+
+/// Makes backend `b`'s table for the setting (recording; heap profiles, with recording only)
+/// serve every later call (the last step of initialisation).
+pub fn publish(b: Backend, profile: bool, heap: bool) {
     let t: &'static Table = match b {
         Backend::Bootstrap => &bootstrap::TABLE,
-        b => &TABLES[b as usize][profile as usize],
+        b => &TABLES[b as usize][column(profile, heap)],
     };
-    ACTIVE.store(t as *const Table as *mut Table, Ordering::Release);
+    ACTIVE.store(ptr(t), Ordering::Release);
+}
+
+/// Moves a process recording without heap profiles to the table with them (same backend);
+/// nothing otherwise (routing only, heap profiles already on, or not initialised yet). Safe from
+/// any thread at any time: one compare-and-swap.
+pub fn heap_profiles_on() {
+    for row in TABLES.iter() {
+        let from = ptr(&row[column(true, false)]);
+        let to = ptr(&row[column(true, true)]);
+        if ACTIVE.compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            return;
+        }
+    }
+}
+
+/// Whether the table in force tests frees against the heap profile (heap profiles were on at
+/// start or turned on since); for the dump and the tests.
+pub fn heap_table() -> bool {
+    let a = ACTIVE.load(Ordering::Acquire);
+    TABLES.iter().any(|row| core::ptr::eq(a, &row[column(true, true)]))
 }

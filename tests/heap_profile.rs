@@ -9,7 +9,9 @@
 //! - `mallocshim heap` (crates/mallocshim-cli) on the same profiles, glibc: site_a leads by
 //!   inuse_space, site_c by alloc_space; between the two dumps of `heap_sites grow` (site_a and
 //!   site_c, dump, site_b, dump) the growth against the first names site_b alone, about 16 MiB.
-//! - toggle: sampling off at start, turned on by `mallocshim_heap_profile_set`: A absent, B in.
+//! - toggle: sampling off at start, turned on by `mallocshim_heap_profile_set`: A absent, B in;
+//!   the profile's comments name the entry table in force: without the heap-profile tests before
+//!   the call, with them after (and with them when on from the start).
 //! - profiling off (`MALLOCSHIM_PROFILE=off`): the set call answers ENOTSUP, the profile parses
 //!   and holds no sample.
 //! - C++ semantics of the interposed operator new (bad_alloc, nothrow NULL, new_handler,
@@ -75,6 +77,21 @@ fn top(profile: &Path, index: &str) -> String {
     common::stdout(&o)
 }
 
+/// `go tool pprof -comments`: the profile's comments.
+fn comments(profile: &Path) -> String {
+    let o = Command::new(go())
+        .args(["tool", "pprof", "-comments"])
+        .arg(profile)
+        .env("HOME", common::work_dir())
+        .output()
+        .expect("run go tool pprof");
+    assert!(o.status.success(), "go tool pprof cannot read {}: {}", profile.display(), common::describe(&o));
+    common::stdout(&o)
+}
+
+const WITH_HEAP: &str = "entry table: with heap profiles";
+const WITHOUT_HEAP: &str = "entry table: without heap profiles";
+
 /// flat% and flat value of function `name` in a `-top` listing (None when absent).
 fn flat(top: &str, name: &str) -> Option<(f64, String)> {
     top.lines().find_map(|l| {
@@ -126,6 +143,8 @@ fn check_sites(backend: &str, cxx: bool, sample: &str) {
     }
     let alloc = top(&p[0], "alloc_space");
     assert_eq!(leader(&alloc), "site_c", "{what}: alloc_space not led by site_c\n{alloc}");
+    let c = comments(&p[0]);
+    assert!(c.contains(WITH_HEAP), "{what}: comments lack {WITH_HEAP:?}\n{c}");
 }
 
 #[test]
@@ -204,8 +223,13 @@ fn toggled_at_run_time() {
         let out = common::stdout(&o);
         assert!(out.contains("set_rc=0") && out.contains("api_rc=0"), "{what}: {}", common::describe(&o));
         let p = profiles(&dir);
-        assert_eq!(p.len(), 1, "{what}: {p:?}");
-        let inuse = top(&p[0], "inuse_space");
+        assert_eq!(p.len(), 2, "{what}: {p:?}");
+        // Off at start: the entry table without the heap-profile tests; turned on: the other.
+        let c = comments(&p[0]);
+        assert!(c.contains(WITHOUT_HEAP), "{what}: first dump's comments lack {WITHOUT_HEAP:?}\n{c}");
+        let c = comments(&p[1]);
+        assert!(c.contains(WITH_HEAP), "{what}: second dump's comments lack {WITH_HEAP:?}\n{c}");
+        let inuse = top(&p[1], "inuse_space");
         assert!(flat(&inuse, "site_a").is_none(), "{what}: site_a sampled while off\n{inuse}");
         let (b, _) = flat(&inuse, "site_b").unwrap_or_else(|| panic!("{what}: no site_b\n{inuse}"));
         assert!(b > 90.0, "{what}: site_b {b}%\n{inuse}");
@@ -230,8 +254,8 @@ fn profiling_off_gives_an_empty_profile() {
             common::describe(&o)
         );
         let p = profiles(&dir);
-        assert_eq!(p.len(), 1, "{what}: {p:?}");
-        let inuse = top(&p[0], "inuse_space");
+        assert_eq!(p.len(), 2, "{what}: {p:?}");
+        let inuse = top(&p[1], "inuse_space");
         assert!(inuse.contains("0 of 0 total") || inuse.contains("of 0 total"), "{what}: samples\n{inuse}");
     }
 }

@@ -40,7 +40,7 @@ impl Strings {
 }
 
 /// Builds the profile from the live set's copy (exposed for tests of the structure).
-pub fn build() -> Profile {
+pub fn build(heap_table: bool) -> Profile {
     let c = live::copy();
     let mean = super::rate().max(super::last_rate());
     let mut st = Strings::new();
@@ -175,6 +175,12 @@ pub fn build() -> Profile {
         live::DROPPED_RECORDS.load(core::sync::atomic::Ordering::Relaxed),
         live::MAX_RECORDS,
     ))];
+    let mut comment = comment;
+    comment.push(st.id(if heap_table {
+        "entry table: with heap profiles (allocations count down to the next sample, frees test the filter)"
+    } else {
+        "entry table: without heap profiles (off since start: allocations and frees pay nothing for them)"
+    }));
     let default_sample_type = st.id("inuse_space");
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -197,6 +203,8 @@ pub fn build() -> Profile {
 }
 
 /// The gzip'ed profile, ready to write as `mallocshim.<pid>.<seq>.pb.gz`.
-pub fn render() -> Vec<u8> {
-    build().to_gz()
+/// `heap_table`: whether the entry table in force has the heap-profile tests
+/// (`route::heap_table`), said in the profile's comments.
+pub fn render(heap_table: bool) -> Vec<u8> {
+    build(heap_table).to_gz()
 }

@@ -4,8 +4,9 @@
  *   site_b: holds 16 MiB live in 64 KiB blocks (operator new[] in C++, malloc in C)
  *   site_c: allocates and frees 1 GiB in total, 64 KiB at a time (nothing live)
  * Then writes one dump through mallocshim_dump() (dlsym) and prints api_rc=N.
- * argv[1] = "toggle": sampling starts off (MALLOCSHIM_PROF_SAMPLE_BYTES=0); site_a runs, then
- * mallocshim_heap_profile_set(65536) (prints set_rc=N), then site_b, site_c and the dump.
+ * argv[1] = "toggle": sampling starts off (MALLOCSHIM_PROF_SAMPLE_BYTES=0); site_a runs, a dump,
+ * then mallocshim_heap_profile_set(65536) (prints set_rc=N), then site_b, site_c and a second
+ * dump.
  * argv[1] = "grow": site_a and site_c, a dump, then site_b and a second dump (prints
  * api_rc=N for each): site_b is what grew between the two.
  * argv[1] = "cxx" (C++ only): operator new's C++ semantics through the shim, then exit; prints
@@ -103,12 +104,13 @@ int main(int argc, char **argv) {
   if (argc > 1 && !strcmp(argv[1], "cxx")) return cxx_semantics();
 #endif
   if (argc > 1 && !strcmp(argv[1], "toggle")) {
+    int (*dump)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "mallocshim_dump");
     site_a();
+    printf("api_rc=%d\n", dump ? dump() : -1);
     int (*set)(unsigned long) = (int (*)(unsigned long))dlsym(RTLD_DEFAULT, "mallocshim_heap_profile_set");
     printf("set_rc=%d\n", set ? set(65536) : -1);
     site_b();
     site_c();
-    int (*dump)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "mallocshim_dump");
     printf("api_rc=%d\n", dump ? dump() : -1);
     return 0;
   }
