@@ -16,6 +16,8 @@
 //! | shim->B (routing)      | libmallocshim.so                 | BACKEND=B, PROFILE=off               |
 //! | shim->B (profile)      | libmallocshim.so                 | BACKEND=B (profiling at defaults)    |
 //! | shim->B (SAMPLE=1)     | libmallocshim.so                 | BACKEND=B, SAMPLE=1 (every call timed) |
+//! | shim->B (heap profiles off) | libmallocshim.so            | BACKEND=B, PROF_SAMPLE_BYTES=0       |
+//! | shim->B (heap profiles on, no sample) | libmallocshim.so  | BACKEND=B, PROF_SAMPLE_BYTES=1099511627776 |
 //! | shim->B floor          | libmallocshim.so built with the `semantics-floor` feature | BACKEND=B, PROFILE=off |
 //!
 //! The floor rows measure the interposition alone: the same routing with the C semantics the
@@ -31,7 +33,11 @@
 //! (shim - direct) / 2 because a pair is two calls, and for profiling rows the ratio to the
 //! routing-only row of the same backend. Goals: routing alone (PROFILE=off) costs at most 1 ns
 //! per call, ratio at most 1.10 on pair64 (issue 2); profiling at defaults at most 1.25x routing
-//! only on pair64 and 1.15x on mixed (issue 3).
+//! only on pair64 and 1.15x on mixed (issue 3). Heap profiles on against off (issue 14): the
+//! profiling rows at the default mean (512 KiB: one sample per 8,192 pairs of 64 bytes, its stack
+//! walk included) and at 1 TiB (every pair unsampled: the countdown and the free filter alone)
+//! against `PROF_SAMPLE_BYTES=0` (the entry table without heap profiles), in ns per pair and in
+//! instructions per pair; goal at most +1 ns per unsampled pair.
 //!
 //! Environment knobs (all `MALLOCSHIM_*` variables and `LD_PRELOAD` are removed from the
 //! children's environment):
@@ -79,6 +85,10 @@ struct Config {
     expect_lib: String,
     /// A floor row: the `semantics-floor` build, routing only.
     floor: bool,
+    /// MALLOCSHIM_PROF_SAMPLE_BYTES for profiling rows (None = the default, 524288).
+    prof_bytes: Option<&'static str>,
+    /// Index of the heap-profiles-off row of the same backend (heap-profiling rows only).
+    heap_off: Option<usize>,
 }
 
 impl Config {
@@ -167,14 +177,19 @@ fn configs(shim: &Path, floor: Option<&Path>) -> Vec<Config> {
             baseline: None,
             expect_lib: if *b == "glibc" { "libc.so".into() } else { format!("lib{b}") },
             floor: false,
+            prof_bytes: None,
+            heap_off: None,
         });
     }
     for (&backend, &base) in backends.iter().zip(&base_of) {
         let routing = v.len();
-        for (mode, profile_off, sample) in [
-            ("routing, PROFILE=off", true, None),
-            ("profile default", false, None),
-            ("profile SAMPLE=1", false, Some("1")),
+        let heap_off = routing + 3;
+        for (mode, profile_off, sample, prof_bytes) in [
+            ("routing, PROFILE=off", true, None, None),
+            ("profile default", false, None, None),
+            ("profile SAMPLE=1", false, Some("1"), None),
+            ("heap profiles off", false, None, Some("0")),
+            ("heap profiles on, no sample", false, None, Some("1099511627776")),
         ] {
             v.push(Config {
                 name: format!("shim->{backend} ({mode})"),
@@ -186,6 +201,8 @@ fn configs(shim: &Path, floor: Option<&Path>) -> Vec<Config> {
                 baseline: Some(base),
                 expect_lib: "libmallocshim".into(),
                 floor: false,
+                heap_off: (!profile_off && sample.is_none() && prof_bytes != Some("0")).then_some(heap_off),
+                prof_bytes,
             });
         }
         if let Some(f) = floor {
@@ -199,6 +216,8 @@ fn configs(shim: &Path, floor: Option<&Path>) -> Vec<Config> {
                 baseline: Some(base),
                 expect_lib: "libmallocshim".into(),
                 floor: true,
+                prof_bytes: None,
+                heap_off: None,
             });
         }
     }
@@ -239,6 +258,9 @@ impl Runner {
             }
             if let Some(n) = cfg.sample {
                 c.env("MALLOCSHIM_SAMPLE", n);
+            }
+            if let Some(n) = cfg.prof_bytes {
+                c.env("MALLOCSHIM_PROF_SAMPLE_BYTES", n);
             }
         }
         c.stdin(Stdio::null());
@@ -334,10 +356,10 @@ fn callgrind(r: &Runner, cfgs: &[Config], out_dir: &Path) -> Option<String> {
     writeln!(md, "\nInstructions per pair under callgrind (pair64, 1 thread, ({n2} - {n1}) iterations; machine-independent):\n").unwrap();
     writeln!(
         md,
-        "| configuration | instr/pair | vs direct (instr/call) | ratio vs direct | ratio vs routing |"
+        "| configuration | instr/pair | vs direct (instr/call) | ratio vs direct | ratio vs routing | instr/pair vs heap profiles off |"
     )
     .unwrap();
-    writeln!(md, "|---|---:|---:|---:|---:|").unwrap();
+    writeln!(md, "|---|---:|---:|---:|---:|---:|").unwrap();
     let mut per_pair = vec![f64::NAN; cfgs.len()];
     for (i, cfg) in cfgs.iter().enumerate() {
         let mut total = [0f64; 2];
@@ -379,7 +401,10 @@ fn callgrind(r: &Runner, cfgs: &[Config], out_dir: &Path) -> Option<String> {
         };
         let vs_routing =
             cfg.routing.map(|r| format!("{:.3}", per_pair[i] / per_pair[r])).unwrap_or_else(|| "-".into());
-        writeln!(md, "| {} | {:.1} | {vs} | {ratio} | {vs_routing} |", cfg.name, per_pair[i]).unwrap();
+        let vs_heap_off =
+            cfg.heap_off.map(|h| format!("{:+.1}", per_pair[i] - per_pair[h])).unwrap_or_else(|| "-".into());
+        writeln!(md, "| {} | {:.1} | {vs} | {ratio} | {vs_routing} | {vs_heap_off} |", cfg.name, per_pair[i])
+            .unwrap();
     }
     writeln!(md, "\n(callgrind output files: {}/callgrind.*.out; `callgrind_annotate` them for a per-function breakdown)", out_dir.display()).unwrap();
     Some(md)
@@ -511,7 +536,7 @@ fn main() {
                 let vs_routing = match cfg.routing {
                     Some(r) => {
                         let q = med[ci] / med[r];
-                        if cfg.sample.is_none() {
+                        if cfg.sample.is_none() && cfg.prof_bytes.is_none() {
                             let goal = if *w == "pair64" { 1.25 } else { 1.15 };
                             verdicts.push(format!(
                                 "{} {w} t={t}: {q:.3}x routing only -> {}",
@@ -546,6 +571,39 @@ fn main() {
     .unwrap();
     for v in &verdicts {
         writeln!(md, "- {v}").unwrap();
+    }
+
+    // Heap profiles on against off, same backend, same run.
+    writeln!(
+        md,
+        "\nHeap profiles on against off (`MALLOCSHIM_PROF_SAMPLE_BYTES=0`, the entry table without them), same backend: \
+         ns per pair added, median of the per-round differences (min..max); goal at most +1 ns per unsampled pair.\n"
+    )
+    .unwrap();
+    writeln!(md, "| workload | threads | configuration | ns/pair added (median) | min..max over rounds |").unwrap();
+    writeln!(md, "|---|---:|---|---:|---:|").unwrap();
+    for (wi, w) in WORKLOADS.iter().enumerate() {
+        for &t in &THREADS {
+            let s = &samples[&(wi, t)];
+            for (ci, cfg) in cfgs.iter().enumerate() {
+                let Some(off) = cfg.heap_off else { continue };
+                // Round r ran both rows within seconds of each other: its difference cancels
+                // what drifts between rounds.
+                let mut d: Vec<f64> = s[ci].iter().zip(&s[off]).map(|(a, b)| a - b).collect();
+                let lo = d.iter().cloned().fold(f64::INFINITY, f64::min);
+                let hi = d.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let m = median(&mut d);
+                writeln!(md, "| {w} | {t} | {} | {m:+.2} | {lo:+.2}..{hi:+.2} |", cfg.name).unwrap();
+                if *w == "pair64" && t == 1 && cfg.prof_bytes.is_some() {
+                    verdicts.push(format!(
+                        "{} pair64 t=1: {m:+.2} ns per unsampled pair against heap profiles off -> {}",
+                        cfg.name,
+                        if m <= 1.0 { "meets goal (<= +1 ns)" } else { "MISSES goal (<= +1 ns)" }
+                    ));
+                    writeln!(md, "\n- {}\n", verdicts.last().unwrap()).unwrap();
+                }
+            }
+        }
     }
 
     if want_callgrind {

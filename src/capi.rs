@@ -177,6 +177,10 @@ pub unsafe extern "C" fn mallocshim_trim(out: *mut MallocshimTrimResult) -> c_in
 /// `sample_bytes` bytes allocated, on average (exponentially distributed gaps per thread), as
 /// `MALLOCSHIM_PROF_SAMPLE_BYTES` does at start; 0 turns sampling off (blocks already sampled
 /// stay in the profile until they are freed). Threads see the new rate at their next allocation.
+/// A process started with heap profiles off (`MALLOCSHIM_PROF_SAMPLE_BYTES=0`) runs the entry
+/// table without them (its calls pay nothing for heap profiles); the first non-zero rate moves it
+/// to the table with them, where it stays when sampling is turned off again (the frees of blocks
+/// sampled so far must still leave the profile).
 /// Returns 0; `ENOTSUP` when `MALLOCSHIM_PROFILE=off` (routing only: nothing is recorded);
 /// `ENOMEM` when the profile's tables could not be mapped (sampling stays as it was).
 #[no_mangle]
