@@ -193,7 +193,9 @@ pub extern "C" fn mallocshim_heap_profile_set(sample_bytes: u64) -> c_int {
     match crate::heapprof::set_rate(sample_bytes) {
         Ok(()) => {
             if sample_bytes != 0 {
-                // From the table without heap profiles, if the process started with them off.
+                // From the table without heap profiles, if the process started with them off
+                // (the fence pairs with initialisation's: a rate set while it runs is seen).
+                core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
                 crate::route::heap_profiles_on();
             }
             crate::heapprof::nudge_threads();

@@ -55,6 +55,13 @@ fn run() {
     crate::report::mark_start();
     backend::publish(b);
     crate::route::publish(b, cfg.profile, crate::heapprof::rate() != 0);
+    // A rate set through the C API by another thread while this ran found the bootstrap table
+    // in force, so its switch to the heap-profiling table did nothing: look at the rate again
+    // after the publish (the fence pairs with the C API's, so one of the two sees the other).
+    core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
+    if cfg.profile && crate::heapprof::rate() != 0 {
+        crate::route::heap_profiles_on();
+    }
     crate::signals::install(cfg.dump_signal);
     if cfg.verbose > 0 {
         config::print_table();

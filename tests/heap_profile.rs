@@ -12,6 +12,11 @@
 //! - toggle: sampling off at start, turned on by `mallocshim_heap_profile_set`: A absent, B in;
 //!   the profile's comments name the entry table in force: without the heap-profile tests before
 //!   the call, with them after (and with them when on from the start).
+//! - cycle: on, off, on through `mallocshim_heap_profile_set`, from 0 at start (off, on, off, on)
+//!   and from 65536 (on, off, on), per backend: the blocks sampled before sampling was turned off
+//!   and freed while it was off leave the profile (the entry table with the heap-profile tests is
+//!   kept when they are turned off: with the one without, they would stay), nothing is sampled
+//!   while off, sampling resumes when turned on again; both dumps name the table with them.
 //! - profiling off (`MALLOCSHIM_PROFILE=off`): the set call answers ENOTSUP, the profile parses
 //!   and holds no sample.
 //! - C++ semantics of the interposed operator new (bad_alloc, nothrow NULL, new_handler,
@@ -233,6 +238,46 @@ fn toggled_at_run_time() {
         assert!(flat(&inuse, "site_a").is_none(), "{what}: site_a sampled while off\n{inuse}");
         let (b, _) = flat(&inuse, "site_b").unwrap_or_else(|| panic!("{what}: no site_b\n{inuse}"));
         assert!(b > 90.0, "{what}: site_b {b}%\n{inuse}");
+    }
+}
+
+#[test]
+fn toggled_on_off_on() {
+    for backend in common::BACKENDS {
+        for start in ["0", "65536"] {
+            let what = format!("heap_sites cycle under {backend}, MALLOCSHIM_PROF_SAMPLE_BYTES={start} at start");
+            let dir = dump_dir(&format!("cycle-{backend}-{start}"));
+            let mut cmd = common::preloaded(sites_bin(true), backend);
+            cmd.arg("cycle")
+                .env("MALLOCSHIM_DUMP_DIR", &dir)
+                .env("MALLOCSHIM_DUMP_FORMATS", "pprof")
+                .env("MALLOCSHIM_PROF_SAMPLE_BYTES", start);
+            let o = run_limited(cmd, 120, &what);
+            let out = common::stdout(&o);
+            assert!(
+                out.matches("set_rc=0").count() == 3 && out.matches("api_rc=0").count() == 2,
+                "{what}: {}",
+                common::describe(&o)
+            );
+            let p = profiles(&dir);
+            assert_eq!(p.len(), 2, "{what}: {p:?}");
+            for (i, f) in p.iter().enumerate() {
+                let c = comments(f);
+                assert!(c.contains(WITH_HEAP), "{what}: dump {i}'s comments lack {WITH_HEAP:?}\n{c}");
+            }
+            // Dump 0: site_b's blocks, sampled while on, were freed while off; site_a ran while off.
+            let inuse = top(&p[0], "inuse_space");
+            assert!(
+                flat(&inuse, "site_b").is_none(),
+                "{what}: blocks freed while sampling was off stayed in the profile\n{inuse}"
+            );
+            assert!(flat(&inuse, "site_a").is_none(), "{what}: site_a sampled while off\n{inuse}");
+            // Dump 1: on again, site_b sampled anew.
+            let inuse = top(&p[1], "inuse_space");
+            assert!(flat(&inuse, "site_a").is_none(), "{what}: site_a sampled while off\n{inuse}");
+            let (b, _) = flat(&inuse, "site_b").unwrap_or_else(|| panic!("{what}: no site_b\n{inuse}"));
+            assert!(b > 90.0, "{what}: site_b {b}%\n{inuse}");
+        }
     }
 }
 

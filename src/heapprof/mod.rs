@@ -6,7 +6,9 @@
 //!
 //! Owns the per-thread sampler state ([`ThreadProf`], held in the thread's slot: TLS stays a
 //! pointer and two counters), the rate (changeable at run time through the C API), and the
-//! hooks the front calls. Costs and exceptions to the hot-path rules:
+//! hooks the front calls. Costs and exceptions to the hot-path rules (in the entry table with
+//! heap profiles; a process started with them off runs one without, and pays none of this until
+//! `mallocshim_heap_profile_set` turns them on, see `route`):
 //! - an unsampled allocation pays one load, compare and store of the slot's byte countdown;
 //! - an unsampled free pays one test of a 64 KiB bit filter of the blocks holding samples
 //!   ([`live::filter_hit`]); only a hit (a sampled block, or a rare false positive) looks in

@@ -7,6 +7,11 @@
  * argv[1] = "toggle": sampling starts off (MALLOCSHIM_PROF_SAMPLE_BYTES=0); site_a runs, a dump,
  * then mallocshim_heap_profile_set(65536) (prints set_rc=N), then site_b, site_c and a second
  * dump.
+ * argv[1] = "cycle": heap profiles turned on, off and on again through the C API, from whatever
+ * MALLOCSHIM_PROF_SAMPLE_BYTES gave at start: set(65536), site_b, set(0), site_b's blocks freed,
+ * site_a, a dump (site_b's samples must have left the profile although sampling was off; site_a
+ * was never sampled), set(65536), site_b, site_c and a second dump. Prints set_rc=N for each set
+ * and api_rc=N for each dump.
  * argv[1] = "grow": site_a and site_c, a dump, then site_b and a second dump (prints
  * api_rc=N for each): site_b is what grew between the two.
  * argv[1] = "cxx" (C++ only): operator new's C++ semantics through the shim, then exit; prints
@@ -43,6 +48,16 @@ NOINLINE void site_b(void) {
     b[i] = (char *)malloc(64 * 1024);
 #endif
     b[i][0] = 1;
+  }
+}
+
+NOINLINE void free_b(void) {
+  for (int i = 0; i < NB; i++) {
+#ifdef __cplusplus
+    delete[] b[i];
+#else
+    free(b[i]);
+#endif
   }
 }
 
@@ -115,6 +130,20 @@ int main(int argc, char **argv) {
     return 0;
   }
   int (*dump)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "mallocshim_dump");
+  if (argc > 1 && !strcmp(argv[1], "cycle")) {
+    int (*set)(unsigned long) = (int (*)(unsigned long))dlsym(RTLD_DEFAULT, "mallocshim_heap_profile_set");
+    printf("set_rc=%d\n", set ? set(65536) : -1);
+    site_b();
+    printf("set_rc=%d\n", set ? set(0) : -1);
+    free_b();
+    site_a();
+    printf("api_rc=%d\n", dump ? dump() : -1);
+    printf("set_rc=%d\n", set ? set(65536) : -1);
+    site_b();
+    site_c();
+    printf("api_rc=%d\n", dump ? dump() : -1);
+    return 0;
+  }
   if (argc > 1 && !strcmp(argv[1], "grow")) {
     site_a();
     site_c();
@@ -128,10 +157,6 @@ int main(int argc, char **argv) {
   site_c();
   printf("api_rc=%d\n", dump ? dump() : -1);
   for (int i = 0; i < NA; i++) free(a[i]);
-#ifdef __cplusplus
-  for (int i = 0; i < NB; i++) delete[] b[i];
-#else
-  for (int i = 0; i < NB; i++) free(b[i]);
-#endif
+  free_b();
   return 0;
 }
