@@ -51,7 +51,9 @@
 //! - `MALLOCSHIM_BENCH_BACKENDS` (default every backend of `tests/common`'s `BACKENDS`): the
 //!   backends measured, space- or comma-separated (glibc's rows always run: they are the base).
 //!
-//! Output: the Markdown table on stdout, also written to `target/bench/routing.md`.
+//! Output: the Markdown tables on stdout, also written to `target/bench/routing.md`; the last,
+//! "Heap profiles on vs off, per unsampled pair", gives per backend the pair64 1-thread ns and
+//! instructions per pair of the three heap-profile rows and what on adds against off.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -349,7 +351,8 @@ fn median(v: &mut [f64]) -> f64 {
 
 /// Instructions per pair under callgrind, by difference of two run lengths so process start-up
 /// and exit (including the shim's own initialisation and summary) cancel out.
-fn callgrind(r: &Runner, cfgs: &[Config], out_dir: &Path) -> Option<String> {
+/// The callgrind table, and the instructions per pair of each configuration (same order).
+fn callgrind(r: &Runner, cfgs: &[Config], out_dir: &Path) -> Option<(String, Vec<f64>)> {
     let valgrind = have("valgrind")?;
     let (n1, n2) = (100_000u64, 300_000u64);
     let mut md = String::new();
@@ -407,7 +410,7 @@ fn callgrind(r: &Runner, cfgs: &[Config], out_dir: &Path) -> Option<String> {
             .unwrap();
     }
     writeln!(md, "\n(callgrind output files: {}/callgrind.*.out; `callgrind_annotate` them for a per-function breakdown)", out_dir.display()).unwrap();
-    Some(md)
+    Some((md, per_pair))
 }
 
 fn main() {
@@ -580,6 +583,9 @@ fn main() {
          ns per pair added, median of the per-round differences (min..max); goal at most +1 ns per unsampled pair.\n"
     )
     .unwrap();
+    let mut heap_verdicts = Vec::new();
+    // pair64, 1 thread: (median, min, max) of the per-round differences, by configuration.
+    let mut added: BTreeMap<usize, (f64, f64, f64)> = BTreeMap::new();
     writeln!(md, "| workload | threads | configuration | ns/pair added (median) | min..max over rounds |").unwrap();
     writeln!(md, "|---|---:|---|---:|---:|").unwrap();
     for (wi, w) in WORKLOADS.iter().enumerate() {
@@ -594,23 +600,82 @@ fn main() {
                 let hi = d.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let m = median(&mut d);
                 writeln!(md, "| {w} | {t} | {} | {m:+.2} | {lo:+.2}..{hi:+.2} |", cfg.name).unwrap();
-                if *w == "pair64" && t == 1 && cfg.prof_bytes.is_some() {
-                    verdicts.push(format!(
-                        "{} pair64 t=1: {m:+.2} ns per unsampled pair against heap profiles off -> {}",
-                        cfg.name,
-                        if m <= 1.0 { "meets goal (<= +1 ns)" } else { "MISSES goal (<= +1 ns)" }
-                    ));
-                    writeln!(md, "\n- {}\n", verdicts.last().unwrap()).unwrap();
+                if *w == "pair64" && t == 1 {
+                    added.insert(ci, (m, lo, hi));
+                    if cfg.prof_bytes.is_some() {
+                        heap_verdicts.push(format!(
+                            "{} pair64 t=1: {m:+.2} ns per unsampled pair against heap profiles off -> {}",
+                            cfg.name,
+                            if m <= 1.0 { "meets goal (<= +1 ns)" } else { "MISSES goal (<= +1 ns)" }
+                        ));
+                    }
                 }
             }
         }
     }
+    writeln!(md).unwrap();
+    for v in &heap_verdicts {
+        writeln!(md, "- {v}").unwrap();
+    }
 
+    let mut instr = None;
     if want_callgrind {
         match callgrind(&runner, &cfgs, &out_dir) {
-            Some(cg) => md.push_str(&cg),
+            Some((cg, per_pair)) => {
+                md.push_str(&cg);
+                instr = Some(per_pair);
+            }
             None => writeln!(md, "\n(callgrind skipped: valgrind not installed)").unwrap(),
         }
+    }
+
+    // The summary of issue 14, per backend: pair64, 1 thread, both measures of the same run.
+    let pair1 = &samples[&(0, 1)];
+    writeln!(
+        md,
+        "\n## Heap profiles on vs off, per unsampled pair\n\npair64, 1 thread, per backend: median ns per pair over \
+         {rounds} interleaved rounds, and the ns added against heap profiles off (`PROF_SAMPLE_BYTES=0`) as the median of \
+         the per-round differences (min..max); instructions per pair under callgrind and those added against off. \
+         `on, 512 KiB` is the default mean (one sample per 8,192 pairs); `on, no sample` is 1 TiB (the countdown and \
+         the free filter on every pair, never a sample).\n"
+    )
+    .unwrap();
+    writeln!(
+        md,
+        "| backend | off: ns/pair | on, 512 KiB: ns/pair | added | on, no sample: ns/pair | added | off: instr/pair | on, 512 KiB: instr/pair (added) | on, no sample: instr/pair (added) |"
+    )
+    .unwrap();
+    writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|").unwrap();
+    for (off, cfg) in cfgs.iter().enumerate().filter(|(_, c)| c.prof_bytes == Some("0")) {
+        let on: Vec<usize> = (0..cfgs.len()).filter(|&i| cfgs[i].heap_off == Some(off)).collect();
+        let by = |bytes: Option<&str>| on.iter().copied().find(|&i| cfgs[i].prof_bytes == bytes);
+        let (Some(dflt), Some(never)) = (by(None), on.iter().copied().find(|&i| cfgs[i].prof_bytes.is_some()))
+        else {
+            continue;
+        };
+        let ns = |i: usize| median(&mut pair1[i].clone());
+        let add = |i: usize| {
+            added.get(&i).map(|(m, lo, hi)| format!("{m:+.2} ({lo:+.2}..{hi:+.2})")).unwrap_or_else(|| "-".into())
+        };
+        let ins = |i: usize| match &instr {
+            Some(v) if i != off => format!("{:.1} ({:+.1})", v[i], v[i] - v[off]),
+            Some(v) => format!("{:.1}", v[i]),
+            None => "-".into(),
+        };
+        writeln!(
+            md,
+            "| {} | {:.2} | {:.2} | {} | {:.2} | {} | {} | {} | {} |",
+            cfg.backend.unwrap_or("?"),
+            ns(off),
+            ns(dflt),
+            add(dflt),
+            ns(never),
+            add(never),
+            ins(off),
+            ins(dflt),
+            ins(never)
+        )
+        .unwrap();
     }
 
     print!("{md}");
