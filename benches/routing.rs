@@ -586,7 +586,8 @@ fn main() {
     let mut heap_verdicts = Vec::new();
     // pair64, 1 thread: (median, min, max) of the per-round differences, by configuration.
     let mut added: BTreeMap<usize, (f64, f64, f64)> = BTreeMap::new();
-    writeln!(md, "| workload | threads | configuration | ns/pair added (median) | min..max over rounds |").unwrap();
+    writeln!(md, "| workload | threads | configuration | ns/pair added (median) | min..max over rounds |")
+        .unwrap();
     writeln!(md, "|---|---:|---|---:|---:|").unwrap();
     for (wi, w) in WORKLOADS.iter().enumerate() {
         for &t in &THREADS {
@@ -649,13 +650,17 @@ fn main() {
     for (off, cfg) in cfgs.iter().enumerate().filter(|(_, c)| c.prof_bytes == Some("0")) {
         let on: Vec<usize> = (0..cfgs.len()).filter(|&i| cfgs[i].heap_off == Some(off)).collect();
         let by = |bytes: Option<&str>| on.iter().copied().find(|&i| cfgs[i].prof_bytes == bytes);
-        let (Some(dflt), Some(never)) = (by(None), on.iter().copied().find(|&i| cfgs[i].prof_bytes.is_some()))
+        let (Some(dflt), Some(never)) =
+            (by(None), on.iter().copied().find(|&i| cfgs[i].prof_bytes.is_some()))
         else {
             continue;
         };
         let ns = |i: usize| median(&mut pair1[i].clone());
         let add = |i: usize| {
-            added.get(&i).map(|(m, lo, hi)| format!("{m:+.2} ({lo:+.2}..{hi:+.2})")).unwrap_or_else(|| "-".into())
+            added
+                .get(&i)
+                .map(|(m, lo, hi)| format!("{m:+.2} ({lo:+.2}..{hi:+.2})"))
+                .unwrap_or_else(|| "-".into())
         };
         let ins = |i: usize| match &instr {
             Some(v) if i != off => format!("{:.1} ({:+.1})", v[i], v[i] - v[off]),

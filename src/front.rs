@@ -273,7 +273,10 @@ pub unsafe extern "C" fn calloc<B: Raw, const P: bool, const H: bool>(n: usize, 
     entry!(P, H, Entry::Calloc, Op::Calloc, n.saturating_mul(size), unsafe { csem::calloc::<B>(n, size) })
 }
 
-pub unsafe extern "C" fn realloc<B: Raw, const P: bool, const H: bool>(p: *mut c_void, size: usize) -> *mut c_void {
+pub unsafe extern "C" fn realloc<B: Raw, const P: bool, const H: bool>(
+    p: *mut c_void,
+    size: usize,
+) -> *mut c_void {
     if P && H && heapprof::maybe_sampled(p) {
         // SAFETY: forwarded C contract.
         return realloc_sampled(p, size, || unsafe {
@@ -499,12 +502,18 @@ pub unsafe extern "C" fn posix_memalign<B: Raw, const P: bool, const H: bool>(
     )
 }
 
-pub unsafe extern "C" fn aligned_alloc<B: Raw, const P: bool, const H: bool>(align: usize, size: usize) -> *mut c_void {
+pub unsafe extern "C" fn aligned_alloc<B: Raw, const P: bool, const H: bool>(
+    align: usize,
+    size: usize,
+) -> *mut c_void {
     // SAFETY: forwarded C contract.
     entry!(P, H, Entry::AlignedAlloc, Op::Memalign, size, unsafe { csem::aligned_alloc::<B>(align, size) })
 }
 
-pub unsafe extern "C" fn memalign<B: Raw, const P: bool, const H: bool>(align: usize, size: usize) -> *mut c_void {
+pub unsafe extern "C" fn memalign<B: Raw, const P: bool, const H: bool>(
+    align: usize,
+    size: usize,
+) -> *mut c_void {
     // SAFETY: forwarded C contract.
     entry!(P, H, Entry::Memalign, Op::Memalign, size, unsafe { csem::memalign::<B>(align, size) })
 }

@@ -245,7 +245,8 @@ fn toggled_at_run_time() {
 fn toggled_on_off_on() {
     for backend in common::BACKENDS {
         for start in ["0", "65536"] {
-            let what = format!("heap_sites cycle under {backend}, MALLOCSHIM_PROF_SAMPLE_BYTES={start} at start");
+            let what =
+                format!("heap_sites cycle under {backend}, MALLOCSHIM_PROF_SAMPLE_BYTES={start} at start");
             let dir = dump_dir(&format!("cycle-{backend}-{start}"));
             let mut cmd = common::preloaded(sites_bin(true), backend);
             cmd.arg("cycle")
