@@ -168,6 +168,15 @@ fn write(at_exit: bool) -> Result<Vec<PathBuf>, String> {
     };
     // This dump answers any request still waiting for a thread to write it.
     clear_pending();
+    if !memory_to_spare() {
+        let msg = format!(
+            "dump skipped: malloc returned NULL for a {} KiB probe (out of memory); ask again when memory is free",
+            PROBE_BYTES >> 10
+        );
+        crate::shim_warn!("{}", msg);
+        return Err(msg);
+    }
+    let reserve_before = crate::reserve::counts();
     let formats = config::get().dump_formats;
     let snap = report::snapshot();
     let dir = dir();
@@ -207,7 +216,34 @@ fn write(at_exit: bool) -> Result<Vec<PathBuf>, String> {
             }
         }
     }
+    let (served, refused) = crate::reserve::counts();
+    if (served, refused) != reserve_before {
+        crate::shim_warn!(
+            "memory ran out while writing dump {}: {} of its allocations came from the shim's reserve, {} did not fit (symbols or parts left out)",
+            seq,
+            served - reserve_before.0,
+            refused - reserve_before.1
+        );
+    }
     Ok(written)
+}
+
+/// The block a dump asks the backend for before it starts: a sign that the backend can still
+/// serve the dump's allocations (what fails later comes from the reserve; symbol files are read
+/// fallibly).
+const PROBE_BYTES: usize = 256 << 10;
+
+/// False when the backend cannot give a [`PROBE_BYTES`] block: memory has run out (an exhausted
+/// `RLIMIT_AS`, strict overcommit), and a dump would have to live on the shim's small reserve
+/// (`reserve`) or fail. Nothing is touched: the probe costs no RSS.
+fn memory_to_spare() -> bool {
+    // SAFETY: malloc/free of a block of our own, under the caller's reentrancy guard (black_box:
+    // the compiler removes an unused malloc/free pair and would call the probe a success).
+    unsafe {
+        let p = core::hint::black_box(libc::malloc(PROBE_BYTES));
+        libc::free(p);
+        !p.is_null()
+    }
 }
 
 /// Sequence numbers tried past files that already exist before a dump gives up with EEXIST.

@@ -51,6 +51,7 @@ fn run() {
     clock::start();
     front::set_sample_every(cfg.sample_every);
     crate::heapprof::init(cfg.prof_sample_bytes, cfg.profile);
+    crate::reserve::map();
     crate::sys::init_errno();
     crate::report::mark_start();
     backend::publish(b);

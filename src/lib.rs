@@ -54,6 +54,7 @@ mod latency;
 mod memlog;
 mod procfs;
 mod report;
+mod reserve;
 mod route;
 mod signals;
 mod slots;
@@ -62,6 +63,10 @@ mod textfile;
 mod tls;
 mod trim;
 mod worker;
+
+/// The shim's own allocations: the backend, and a reserve when it returns NULL (`reserve`).
+#[global_allocator]
+static SHIM_HEAP: reserve::ShimHeap = reserve::ShimHeap;
 
 /// Runs when the library is loaded (`.init_array`): initialises the shim if no allocation has
 /// done so yet, so a program that never allocates still gets its configuration checked.

@@ -20,6 +20,15 @@
 //! parent), resets the dump flag, and, if the parent had a worker, starts one of its own, so a
 //! child that keeps running is trimmed and dumps itself. The worker holds no lock across fork and
 //! its handler is a child handler only (the backend's prepare handlers are `atfork`'s).
+//! Start-up handshake: `spawn` waits (at most `READY_WAIT_NS`) until the new worker has made its
+//! first allocator calls, so that the backend's per-thread set-up for it (jemalloc's tsd, thread
+//! cache and arena choice, which may create an arena) happens while the program that created
+//! it still has memory. Without the wait the program's thread could exhaust an address-space
+//! limit first, and jemalloc 5.3 dereferences NULL when a new thread's arena cannot be created
+//! (`arena_choose_impl` after `arena_choose_hard` fails): a crash the program did not cause. The
+//! worker is a plain POSIX thread, not a `std::thread` (whose start takes the loader's lock, held
+//! by a program creating its first thread from a library constructor), and the wait is bounded
+//! all the same.
 
 use crate::tls::{self, Reentry};
 use core::ffi::{c_int, c_void};
@@ -29,6 +38,11 @@ static WAKE_RD: AtomicI32 = AtomicI32::new(-1);
 static WAKE_WR: AtomicI32 = AtomicI32::new(-1);
 static STARTED: AtomicBool = AtomicBool::new(false);
 static ATFORK: AtomicBool = AtomicBool::new(false);
+/// Set by the worker once its first allocator calls are done (see the module doc).
+static READY: AtomicBool = AtomicBool::new(false);
+/// How long `spawn` waits for `READY`: far above a thread's start (tens of µs), short enough
+/// to be harmless when the creator holds a lock the worker's start needs.
+const READY_WAIT_NS: u64 = 100_000_000;
 /// The program is creating a thread (`pthread_create`): start the worker first.
 pub fn on_thread_create() {
     if STARTED.load(Relaxed) || !LOADED.load(Relaxed) || !wanted() || STARTED.swap(true, AcqRel) {
@@ -82,11 +96,57 @@ fn spawn(child: bool) {
         let mut old: libc::sigset_t = core::mem::zeroed();
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        let r = std::thread::Builder::new().name("mallocshim".into()).spawn(run);
+        READY.store(false, Relaxed);
+        let r = create_detached();
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
-        if r.is_err() {
+        if r != 0 {
             crate::shim_warn!("cannot start the worker thread: no dumps on signal, no trims");
+            return;
         }
+    }
+    wait_ready();
+}
+
+/// Stack of the worker thread (std's default for its threads).
+const STACK_BYTES: usize = 2 << 20;
+
+/// Creates the worker as a detached POSIX thread named `mallocshim`; returns pthread_create's
+/// error number (0 on success). Not `std::thread`: std's start-up registers a thread-local
+/// destructor (`__cxa_thread_atexit_impl`, which takes the loader's lock) before the thread's
+/// function runs, and the start-up handshake must not wait on a lock the creator may hold.
+///
+/// # Safety
+/// Called with the signal mask the worker must inherit (every signal blocked).
+unsafe fn create_detached() -> c_int {
+    extern "C" fn start(_: *mut c_void) -> *mut c_void {
+        // SAFETY: naming the calling thread (prctl for the thread itself: no file, no allocation).
+        unsafe { libc::pthread_setname_np(libc::pthread_self(), c"mallocshim".as_ptr()) };
+        run();
+        core::ptr::null_mut()
+    }
+    // SAFETY: a local attribute object, initialised, used for one pthread_create, destroyed.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+        if libc::pthread_attr_init(&mut attr) != 0 {
+            return libc::EAGAIN;
+        }
+        libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
+        libc::pthread_attr_setstacksize(&mut attr, STACK_BYTES);
+        let mut t: libc::pthread_t = 0;
+        let rc = libc::pthread_create(&mut t, &attr, start, core::ptr::null_mut());
+        libc::pthread_attr_destroy(&mut attr);
+        rc
+    }
+}
+
+/// Waits, at most `READY_WAIT_NS`, for the new worker's `READY` (nanosleep: async-signal-safe,
+/// as the fork child's handler needs).
+fn wait_ready() {
+    let deadline = crate::clock::mono_ns().saturating_add(READY_WAIT_NS);
+    while !READY.load(Acquire) && crate::clock::mono_ns() < deadline {
+        let ts = libc::timespec { tv_sec: 0, tv_nsec: 20_000 };
+        // SAFETY: a valid timespec; an interrupted sleep just loops.
+        unsafe { libc::nanosleep(&ts, core::ptr::null_mut()) };
     }
 }
 
@@ -147,6 +207,11 @@ fn now_ms() -> u64 {
 fn run() {
     // SAFETY: this thread's TLS: everything it allocates goes straight to the backend.
     unsafe { (*tls::state()).guard = 1 };
+    // The backend's per-thread set-up for this thread, now (module doc: start-up handshake).
+    // SAFETY: a malloc/free pair through the interposed entry points, under this thread's guard
+    // (black_box: the compiler removes an unused malloc/free pair).
+    unsafe { libc::free(core::hint::black_box(libc::malloc(64))) };
+    READY.store(true, Release);
     let cfg = crate::config::get();
     let now = now_ms();
     let mut dump = Job::new(cfg.dump_interval_s.saturating_mul(1000), now);

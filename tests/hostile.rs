@@ -81,6 +81,16 @@ fn catches_usr1(pid: i32) -> bool {
 /// Runs `prog args` under every backend and setting, REPEATS times each, and returns, for the
 /// checks of the caller, every (configuration, output, dump dir).
 fn each_config(prog: &Path, args: &[&str], check: impl Fn(&str, &Output, &Path)) {
+    each_config_with(prog, args, &[], check)
+}
+
+/// [`each_config`] with `extra` environment for every run.
+fn each_config_with(
+    prog: &Path,
+    args: &[&str],
+    extra: &[(&str, &str)],
+    check: impl Fn(&str, &Output, &Path),
+) {
     for (backend, setting, env) in common::matrix() {
         for rep in 0..REPEATS {
             let what = format!(
@@ -92,7 +102,7 @@ fn each_config(prog: &Path, args: &[&str], check: impl Fn(&str, &Output, &Path))
             let tag: String = what.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
             let dir = dump_dir(&tag);
             let mut c = common::preloaded(prog, backend);
-            c.args(args).envs(env.iter().copied());
+            c.args(args).envs(env.iter().copied()).envs(extra.iter().copied());
             c.env("MALLOCSHIM_DUMP_DIR", &dir).env("MALLOCSHIM_DUMP_AT_EXIT", "1");
             let o = run_stormed(c, &what, true);
             assert!(o.status.success(), "{what}: {}", common::describe(&o));
@@ -219,16 +229,46 @@ fn dlopen_dlclose_under_churn() {
     each_config(&prog, &[&lib_s, "100"], |_, _, _| {});
 }
 
+/// Children forked one after the other by each hostile_rlimit run.
+const RLIMIT_CHILDREN: &str = "50";
+
 #[test]
 fn rlimit_as_runs_out() {
     let prog = common::cc("hostile_rlimit.c", "hostile_rlimit", &[]);
-    let base = run_stormed(common::plain(&prog), "hostile_rlimit without the shim", false);
+    // 50 children per run: each starts the shim's worker afresh against its own thread racing to
+    // the limit (a race the worker once lost in about 1 child of 100 under jemalloc).
+    let mut plain = common::plain(&prog);
+    plain.arg(RLIMIT_CHILDREN);
+    let base = run_stormed(plain, "hostile_rlimit without the shim", false);
     let base_line =
         common::stdout(&base).lines().find(|l| l.starts_with("child_status")).unwrap_or("").to_string();
     assert!(base.status.success(), "hostile_rlimit without the shim: {}", common::describe(&base));
-    each_config(&prog, &[], |what, o, _| {
+    each_config(&prog, &[RLIMIT_CHILDREN], |what, o, _| {
         let line =
             common::stdout(o).lines().find(|l| l.starts_with("child_status")).unwrap_or("").to_string();
         assert_eq!(line, base_line, "{what}: differs from glibc alone");
+    });
+}
+
+#[test]
+fn dump_asked_for_when_memory_has_run_out() {
+    let prog = common::cc("hostile_oom_dump.c", "hostile_oom_dump", &[]);
+    // Heap profiles on every allocation too: the pprof writer reads symbol files (tens of MiB).
+    let extra = [("MALLOCSHIM_DUMP_FORMATS", "json,pprof"), ("MALLOCSHIM_PROF_SAMPLE_BYTES", "4096")];
+    each_config_with(&prog, &[], &extra, |what, o, dir| {
+        let out = common::stdout(o);
+        assert!(
+            out.contains("exhausted blocks=") && out.contains("freed"),
+            "{what}: {}",
+            common::describe(o)
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("memory allocation of"), "{what}: an allocation of the shim failed: {err}");
+        let json = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+            .count();
+        assert!(json >= 1, "{what}: no dump written once memory was free again\n{err}");
     });
 }

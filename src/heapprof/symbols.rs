@@ -30,7 +30,7 @@ pub struct Elf {
 
 impl Elf {
     fn load(path: &str) -> Elf {
-        let Ok(data) = std::fs::read(path) else { return Elf::default() };
+        let Some(data) = read_fallibly(path) else { return Elf::default() };
         let Ok(f) = object::File::parse(&*data) else { return Elf::default() };
         let build_id = f.build_id().ok().flatten().map(|b| b.to_vec());
         let segments = f
@@ -99,4 +99,16 @@ pub fn elf(m: &Map) -> Arc<Elf> {
     let e = Arc::new(if m.path.starts_with('/') { Elf::load(&m.path) } else { Elf::default() });
     map.insert(key, e.clone());
     e
+}
+
+/// The whole file, or None when it cannot be read or its size cannot be allocated (memory has
+/// run out: an executable's symbols are tens of MiB, more than the shim's reserve holds).
+fn read_fallibly(path: &str) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).ok()?;
+    let len = f.metadata().ok()?.len() as usize;
+    let mut data = Vec::new();
+    data.try_reserve_exact(len).ok()?;
+    f.read_to_end(&mut data).ok()?;
+    Some(data)
 }

@@ -2,8 +2,11 @@
  * address space to 256 MiB above its current size (mimalloc maps its 32 MiB segments 32 MiB-
  * aligned: its first one alone takes 64 MiB of address space), starts a thread (its first allocation happens
  * there) and allocates 1 MiB and 1 KiB blocks until malloc returns NULL, then frees them all
- * and allocates again. Prints `child_status=N blocks=N` from the parent; exits 0 when the child
- * exited 0 (no crash: malloc returned NULL with errno ENOMEM). */
+ * and allocates again. With an argument N, N such children one after the other (each a fresh
+ * start of the shim's worker thread racing the child's own thread to the limit). Prints
+ * `blocks=N` from each child and `child_status=...` from the parent (the first child that did
+ * not exit 0, else the last); exits 0 when every child exited 0 (no crash: malloc returned NULL
+ * with errno ENOMEM). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -59,9 +62,8 @@ static void *hog(void *a)
     return NULL;
 }
 
-int main(void)
+static int one_child(void)
 {
-    usleep(100 * 1000); /* long enough for the test's SIGUSR1 storm to reach the parent */
     pid_t pid = fork();
     if (pid == 0) {
         struct rlimit r = {0, 0};
@@ -80,7 +82,21 @@ int main(void)
         _exit(blocks > 0 ? 0 : 8);
     }
     int st = 0;
-    waitpid(pid, &st, 0);
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    return st;
+}
+
+int main(int argc, char **argv)
+{
+    int children = argc > 1 ? atoi(argv[1]) : 1;
+    usleep(100 * 1000); /* long enough for the test's SIGUSR1 storm to reach the parent */
+    int st = 0;
+    for (int i = 0; i < children; i++) {
+        st = one_child();
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            break;
+    }
     printf("child_status=%s%d\n", WIFSIGNALED(st) ? "signal " : "exit ", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
     return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
 }

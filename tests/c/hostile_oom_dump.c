@@ -1,0 +1,74 @@
+/* A dump asked for when memory has run out (tests/hostile.rs): the process limits RLIMIT_AS to
+ * 256 MiB above its size, starts an idle thread (the shim's worker starts with it), allocates
+ * 64 KiB and then 1 KiB blocks until malloc returns NULL and holds them, sends itself SIGUSR1 twice (kill: a process-directed signal)
+ * and waits: the shim must skip the dump (it cannot have memory), not abort the process. Then
+ * it frees everything and sends SIGUSR1 again: that dump must be written. Prints
+ * `exhausted blocks=N` and `freed`; exits 0. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+static long vm_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    long pages = 0;
+    if (f) {
+        if (fscanf(f, "%ld", &pages) != 1)
+            pages = 0;
+        fclose(f);
+    }
+    return pages * sysconf(_SC_PAGESIZE);
+}
+
+static void *idle(void *a)
+{
+    pause();
+    return a;
+}
+
+int main(void)
+{
+    struct rlimit r;
+    r.rlim_cur = r.rlim_max = (rlim_t)vm_bytes() + (256L << 20);
+    if (setrlimit(RLIMIT_AS, &r) != 0)
+        return 7;
+    pthread_t t;
+    if (pthread_create(&t, NULL, idle, NULL) != 0)
+        return 8;
+    pthread_detach(t);
+    /* Each held block points to the previous one: no other memory is needed to hold them. */
+    void **head = NULL;
+    long n = 0;
+    for (size_t sz = 64 << 10; sz >= 1024; sz /= 64) {
+        for (;;) {
+            void **b = malloc(sz);
+            if (!b) {
+                if (errno != ENOMEM)
+                    return 6;
+                break;
+            }
+            *b = head;
+            head = b;
+            n++;
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        kill(getpid(), SIGUSR1);
+        usleep(300 * 1000);
+    }
+    printf("exhausted blocks=%ld\n", n);
+    fflush(stdout);
+    while (head) {
+        void **prev = *head;
+        free(head);
+        head = prev;
+    }
+    kill(getpid(), SIGUSR1);
+    usleep(300 * 1000);
+    printf("freed\n");
+    return n > 0 ? 0 : 9;
+}
