@@ -2,7 +2,7 @@
 //!
 //! `libmallocshim.so`, loaded with `LD_PRELOAD` into mysqld (or any program), interposes the
 //! malloc family and routes every call to the backend chosen by `MALLOCSHIM_BACKEND`: glibc,
-//! jemalloc or tcmalloc, with glibc's C semantics whatever the backend, and counts calls per
+//! jemalloc, tcmalloc or mimalloc, with glibc's C semantics whatever the backend, and counts calls per
 //! entry point and thread.
 //!
 //! Layout (a thin front over a core, after heaptrack and snmalloc):
@@ -10,7 +10,7 @@
 //! - [`route`]: the entry table, one per backend and profiling setting;
 //! - [`front`]: the hot path's recording;
 //! - [`csem`]: glibc's C semantics shared by every backend;
-//! - [`backend`]: glibc, jemalloc, tcmalloc and the bootstrap pseudo-backend;
+//! - [`backend`]: glibc, jemalloc, tcmalloc, mimalloc and the bootstrap pseudo-backend;
 //! - [`bootstrap`]: the static pool for allocations made while a backend loads;
 //! - [`init`], [`config`]: lazy start-up and the option table;
 //! - [`atfork`]: the backend's fork handlers, under glibc's fork rules;
@@ -21,6 +21,8 @@
 //! - [`account`]: the RSS account (live, allocator free and metadata, non-heap);
 //! - [`worker`], [`trim`], [`memlog`], [`dump`], [`textfile`]: the shim's thread and its jobs;
 //! - [`heapprof`]: sampled heap profiles by call site (pprof output);
+//! - [`reserve`]: the Rust global allocator of the .so (the backend, then a reserve: no abort
+//!   when malloc returns NULL to the shim's own code);
 //! - [`capi`]: the shim's own C API (`shim/include/mallocshim.h`).
 //!
 //! Dependencies run one way — `exports` → `route` → `front` → `csem` → `backend`; on the cold
