@@ -33,18 +33,8 @@ pub fn map() {
     if BASE.load(Acquire) != 0 {
         return;
     }
-    // SAFETY: an anonymous private mapping with no address hint; checked for MAP_FAILED.
-    let p = unsafe {
-        libc::mmap(
-            core::ptr::null_mut(),
-            RESERVE_BYTES,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
+    let p = crate::sys::map_anon(RESERVE_BYTES, true);
+    if p.is_null() {
         return;
     }
     if BASE.compare_exchange(0, p as usize, AcqRel, Acquire).is_err() {

@@ -241,18 +241,9 @@ pub fn claim(st: *mut tls::ThreadState) -> *mut Slot {
 /// Maps a chunk of zeroed slots and publishes it in `cell` (or adopts a racing thread's).
 fn new_chunk(cell: &AtomicPtr<Slot>) -> *mut Slot {
     let bytes = CHUNK_SLOTS * core::mem::size_of::<Slot>();
-    // SAFETY: an anonymous private mapping; zeroed memory is a valid array of free slots.
-    let m = unsafe {
-        libc::mmap(
-            ptr::null_mut(),
-            bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if m == libc::MAP_FAILED {
+    // Zeroed memory is a valid array of free slots.
+    let m = crate::sys::map_anon(bytes, false);
+    if m.is_null() {
         return ptr::null_mut();
     }
     match cell.compare_exchange(ptr::null_mut(), m.cast(), AcqRel, Acquire) {

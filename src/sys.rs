@@ -2,7 +2,8 @@
 //! from the thread pointer, which lets the hot path keep errno around a backend's free without a
 //! call) and glibc's definition of an interposed symbol (`dlsym(RTLD_NEXT)`, looked up once and
 //! cached). Depends on `tls` alone. `next` runs under the reentrancy guard (dlsym may allocate)
-//! and is never called on the hot path; the errno functions never allocate, lock or fail.
+//! and is never called on the hot path; the errno functions never allocate, lock or fail. Also
+//! the anonymous mapping behind the shim's own tables (slots, heap-profile tables, reserve).
 
 use crate::tls::Reentry;
 use core::ffi::{c_int, CStr};
@@ -62,4 +63,19 @@ pub(crate) fn next(cache: &AtomicUsize, name: &CStr) -> usize {
     let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
     cache.store(p, Relaxed);
     p
+}
+
+/// A fresh anonymous private read-write mapping of `bytes` (zero-filled), or null when mmap
+/// fails. `noreserve` adds `MAP_NORESERVE` (no swap reserved: address space that is touched as it
+/// fills). Never calls an allocator.
+pub fn map_anon(bytes: usize, noreserve: bool) -> *mut core::ffi::c_void {
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | if noreserve { libc::MAP_NORESERVE } else { 0 };
+    // SAFETY: an anonymous mapping with no address hint; the result is checked for MAP_FAILED.
+    let m =
+        unsafe { libc::mmap(core::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
+    if m == libc::MAP_FAILED {
+        core::ptr::null_mut()
+    } else {
+        m
+    }
 }

@@ -151,22 +151,8 @@ pub fn filter_hit(addr: usize) -> bool {
 }
 
 fn map(bytes: usize) -> *mut u8 {
-    // SAFETY: an anonymous private mapping, zero-filled; never unmapped.
-    let m = unsafe {
-        libc::mmap(
-            core::ptr::null_mut(),
-            bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if m == libc::MAP_FAILED {
-        core::ptr::null_mut()
-    } else {
-        m.cast()
-    }
+    // Zero-filled and never unmapped.
+    crate::sys::map_anon(bytes, true).cast()
 }
 
 /// Maps the tables once (under the guard). False when they cannot be.

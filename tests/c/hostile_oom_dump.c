@@ -1,7 +1,7 @@
 /* A dump asked for when memory has run out (tests/hostile.rs): the process limits RLIMIT_AS to
  * 256 MiB above its size, starts an idle thread (the shim's worker starts with it), allocates
- * 64 KiB and then 1 KiB blocks until malloc returns NULL and holds them, sends itself SIGUSR1 twice (kill: a process-directed signal)
- * and waits: the shim must skip the dump (it cannot have memory), not abort the process. Then
+ * 64 KiB and then 1 KiB blocks until malloc returns NULL and holds them, sends itself SIGUSR1
+ * twice (kill: a process-directed signal) and waits: the shim must skip the dump (it cannot have memory), not abort the process. Then
  * it frees everything and sends SIGUSR1 again: that dump must be written. Prints
  * `exhausted blocks=N` and `freed`; exits 0. */
 #include <errno.h>
@@ -9,20 +9,9 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
-static long vm_bytes(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    long pages = 0;
-    if (f) {
-        if (fscanf(f, "%ld", &pages) != 1)
-            pages = 0;
-        fclose(f);
-    }
-    return pages * sysconf(_SC_PAGESIZE);
-}
+#include "rlimit_util.h"
 
 static void *idle(void *a)
 {
@@ -32,9 +21,7 @@ static void *idle(void *a)
 
 int main(void)
 {
-    struct rlimit r;
-    r.rlim_cur = r.rlim_max = (rlim_t)vm_bytes() + (256L << 20);
-    if (setrlimit(RLIMIT_AS, &r) != 0)
+    if (limit_address_space(256L << 20) != 0)
         return 7;
     pthread_t t;
     if (pthread_create(&t, NULL, idle, NULL) != 0)

@@ -12,21 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-static long vm_bytes(void)
-{
-    FILE *f = fopen("/proc/self/statm", "r");
-    long pages = 0;
-    if (f) {
-        if (fscanf(f, "%ld", &pages) != 1)
-            pages = 0;
-        fclose(f);
-    }
-    return pages * sysconf(_SC_PAGESIZE);
-}
+#include "rlimit_util.h"
 
 static void *hog(void *a)
 {
@@ -66,9 +55,7 @@ static int one_child(void)
 {
     pid_t pid = fork();
     if (pid == 0) {
-        struct rlimit r = {0, 0};
-        r.rlim_cur = r.rlim_max = (rlim_t)vm_bytes() + (256L << 20);
-        if (setrlimit(RLIMIT_AS, &r) != 0)
+        if (limit_address_space(256L << 20) != 0)
             _exit(7);
         long blocks = 0;
         pthread_t t;
