@@ -4,8 +4,10 @@
 //! When that returns NULL (an exhausted `RLIMIT_AS`, `vm.overcommit_memory=2`), the block comes
 //! from a reserve of [`RESERVE_BYTES`] mapped at start-up instead: Rust aborts the process on a
 //! failed infallible allocation, and the shim must never abort its host, least of all when a
-//! DBA asks for a dump because memory ran out. Fallible requests (`try_reserve`, used for
-//! whole files) get NULL when the reserve cannot hold them either.
+//! DBA asks for a dump because memory ran out. Fallible requests (`try_reserve`: the heap
+//! profile's copy of its tables) get NULL when the reserve cannot hold them either. Nothing kept
+//! for the life of the process may come from here (caches check [`counts`] around their fills):
+//! one such block would keep the reserve from ever starting over.
 //!
 //! The reserve is a lock-free bump region with a count of live blocks: it is reused from its
 //! start once every block in it is freed. It is `MAP_NORESERVE` address space, touched only

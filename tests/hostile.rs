@@ -81,30 +81,33 @@ fn catches_usr1(pid: i32) -> bool {
 /// Runs `prog args` under every backend and setting, REPEATS times each, and returns, for the
 /// checks of the caller, every (configuration, output, dump dir).
 fn each_config(prog: &Path, args: &[&str], check: impl Fn(&str, &Output, &Path)) {
-    each_config_with(prog, args, &[], check)
+    each_config_with(prog, args, &[], true, check)
 }
 
-/// [`each_config`] with `extra` environment for every run.
+/// [`each_config`] with `extra` environment for every run, and the SIGUSR1 storm only when
+/// `storm`.
 fn each_config_with(
     prog: &Path,
     args: &[&str],
     extra: &[(&str, &str)],
+    storm: bool,
     check: impl Fn(&str, &Output, &Path),
 ) {
     for (backend, setting, env) in common::matrix() {
         for rep in 0..REPEATS {
             let what = format!(
-                "{} {} under {backend}, {setting} (run {})",
+                "{} {} under {backend}, {setting} (run {}{})",
                 prog.file_name().unwrap().to_string_lossy(),
                 args.join(" "),
-                rep + 1
+                rep + 1,
+                if storm { "" } else { ", no storm" }
             );
             let tag: String = what.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
             let dir = dump_dir(&tag);
             let mut c = common::preloaded(prog, backend);
             c.args(args).envs(env.iter().copied()).envs(extra.iter().copied());
             c.env("MALLOCSHIM_DUMP_DIR", &dir).env("MALLOCSHIM_DUMP_AT_EXIT", "1");
-            let o = run_stormed(c, &what, true);
+            let o = run_stormed(c, &what, storm);
             assert!(o.status.success(), "{what}: {}", common::describe(&o));
             let stray: Vec<_> = std::fs::read_dir(&dir)
                 .unwrap()
@@ -255,7 +258,7 @@ fn dump_asked_for_when_memory_has_run_out() {
     let prog = common::cc("hostile_oom_dump.c", "hostile_oom_dump", &[]);
     // Heap profiles on every allocation too: the pprof writer reads symbol files (tens of MiB).
     let extra = [("MALLOCSHIM_DUMP_FORMATS", "json,pprof"), ("MALLOCSHIM_PROF_SAMPLE_BYTES", "4096")];
-    each_config_with(&prog, &[], &extra, |what, o, dir| {
+    let check = |what: &str, o: &Output, dir: &Path| {
         let out = common::stdout(o);
         assert!(
             out.contains("exhausted blocks=") && out.contains("freed"),
@@ -270,5 +273,29 @@ fn dump_asked_for_when_memory_has_run_out() {
             .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
             .count();
         assert!(json >= 1, "{what}: no dump written once memory was free again\n{err}");
-    });
+    };
+    // With the storm, dumps come before, during and after the exhaustion; without it, the first
+    // dumps are asked for while memory is exhausted (before the symbol cache is filled).
+    each_config_with(&prog, &[], &extra, true, check);
+    each_config_with(&prog, &[], &extra, false, check);
+
+    // glibc with one arena: the shim's thread shares the exhausted arena, so both dumps asked
+    // for while the blocks are held must be skipped with the line, and the one after written.
+    let dir = dump_dir("oom-one-arena");
+    let mut c = common::preloaded(&prog, "glibc");
+    c.envs(extra).env("MALLOC_ARENA_MAX", "1").env("MALLOCSHIM_DUMP_DIR", &dir);
+    let o = run_stormed(c, "hostile_oom_dump, glibc, MALLOC_ARENA_MAX=1", false);
+    assert!(o.status.success(), "one arena: {}", common::describe(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let skipped = err.matches("mallocshim: dump skipped: malloc returned NULL").count();
+    assert_eq!(skipped, 2, "one arena: both dumps asked for while memory ran out are skipped: {err}");
+    let written: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    let json = written.iter().filter(|n| n.ends_with(".json")).count();
+    let pprof = written.iter().filter(|n| n.ends_with(".pb.gz")).count();
+    assert_eq!((json, pprof), (1, 1), "one arena: the dump after the free is written: {written:?}\n{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

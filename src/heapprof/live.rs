@@ -422,31 +422,56 @@ pub fn inuse_by_class() -> Option<[u64; CLASSES]> {
 }
 
 /// A copy of the tables for a dump: records with their frames, and the live blocks.
+#[derive(Default)]
 pub struct Copy {
     pub records: Vec<Record>,
     pub frames: Vec<usize>,
     pub live: Vec<Live>,
+    /// Memory ran out for the copy (its buffers could not be allocated, or the tables grew past
+    /// them between the two looks): what is here is a consistent prefix, the rest left out.
+    pub left_out: bool,
 }
 
 /// Copies the tables (the caller runs under the reentrancy guard: this allocates, before
-/// taking the lock).
+/// taking the lock). The buffers are sized from the tables' counts plus a margin for what
+/// arrives meanwhile, and allocated fallibly: a dump asked for when memory has run out gets
+/// an empty or partial copy marked [`Copy::left_out`], never an abort. Under the lock nothing
+/// allocates: every push stays within the capacity reserved.
 pub fn copy() -> Copy {
-    let mut c = Copy { records: Vec::new(), frames: Vec::new(), live: Vec::new() };
+    let mut c = Copy::default();
     if !ready() {
         return c;
     }
-    c.records.reserve(MAX_RECORDS);
-    c.frames.reserve(FRAMES_CAP.min(1 << 20));
-    c.live.reserve(MAX_LIVE);
+    let (nrecs, nframes, nlive) = {
+        let _l = lock();
+        // SAFETY: under the lock.
+        let t = unsafe { &*T.0.get() };
+        (t.nrecs, t.nframes, t.nlive)
+    };
+    let margin = |n: usize, cap: usize| (n + n / 8 + 64).min(cap);
+    if c.records.try_reserve_exact(margin(nrecs, MAX_RECORDS)).is_err()
+        || c.frames.try_reserve_exact(margin(nframes, FRAMES_CAP)).is_err()
+        || c.live.try_reserve_exact(margin(nlive, MAX_LIVE)).is_err()
+    {
+        return Copy { left_out: true, ..Copy::default() };
+    }
     let _l = lock();
-    // SAFETY: under the lock; reads within the counts the tables hold.
+    // SAFETY: under the lock; reads within the counts the tables hold; every copy stays within
+    // the capacity reserved above (records and frames are append-only, so a prefix is whole).
     unsafe {
         let t = &*T.0.get();
-        c.records.extend_from_slice(core::slice::from_raw_parts(t.recs, t.nrecs));
-        c.frames.extend_from_slice(core::slice::from_raw_parts(t.frames, t.nframes));
+        let nr = t.nrecs.min(c.records.capacity());
+        let nf = t.nframes.min(c.frames.capacity());
+        c.left_out = nr < t.nrecs || nf < t.nframes;
+        c.records.extend_from_slice(core::slice::from_raw_parts(t.recs, nr));
+        c.frames.extend_from_slice(core::slice::from_raw_parts(t.frames, nf));
         for i in 0..LIVE_SLOTS {
             let e = *t.live.add(i);
             if e.addr != 0 {
+                if c.live.len() == c.live.capacity() {
+                    c.left_out = true;
+                    break;
+                }
                 c.live.push(e);
             }
         }

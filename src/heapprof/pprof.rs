@@ -176,6 +176,11 @@ pub fn build(heap_table: bool) -> Profile {
         live::MAX_RECORDS,
     ))];
     let mut comment = comment;
+    if c.left_out {
+        comment.push(
+            st.id("memory ran out while copying the heap profile's tables for this dump: samples left out"),
+        );
+    }
     comment.push(st.id(if heap_table {
         "entry table: with heap profiles (allocations count down to the next sample, frees test the filter)"
     } else {

@@ -1,8 +1,9 @@
 //! Where code addresses come from, for the pprof writer: the executable mappings of
 //! /proc/self/maps (start, end, file offset, path) and, per mapped ELF file, its build ID and
-//! function symbols (`.symtab` when present, else `.dynsym`), read with the `object` crate and
-//! cached per file (path and inode) for the life of the process. Dump side only: runs on the
-//! thread writing the dump, under the reentrancy guard; it allocates and reads files.
+//! function symbols (`.symtab` when present, else `.dynsym`), read with the `object` crate from
+//! the file mapped read-only (never copied into the heap) and cached per file (path and inode)
+//! for the life of the process, unless memory ran out while reading it. Dump side only: runs on
+//! the thread writing the dump, under the reentrancy guard; it allocates and maps files.
 
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 use std::collections::HashMap;
@@ -29,9 +30,15 @@ pub struct Elf {
 }
 
 impl Elf {
-    fn load(path: &str) -> Elf {
-        let Some(data) = read_fallibly(path) else { return Elf::default() };
-        let Ok(f) = object::File::parse(&*data) else { return Elf::default() };
+    /// The file's description, and false when the file could not be mapped (out of address
+    /// space: worth trying again later).
+    fn load(path: &str) -> (Elf, bool) {
+        let Ok(file) = std::fs::File::open(path) else { return (Elf::default(), true) };
+        // SAFETY: a private read-only mapping of a file this process already maps (its
+        // executable or a loaded library); a file truncated in place would fault the process's
+        // own mappings of it just as well. Dropped (unmapped) before this returns.
+        let Ok(data) = (unsafe { memmap2::Mmap::map(&file) }) else { return (Elf::default(), false) };
+        let Ok(f) = object::File::parse(&*data) else { return (Elf::default(), true) };
         let build_id = f.build_id().ok().flatten().map(|b| b.to_vec());
         let segments = f
             .segments()
@@ -48,7 +55,7 @@ impl Elf {
             .collect();
         syms.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
         syms.dedup_by_key(|s| s.0);
-        Elf { build_id, segments, syms }
+        (Elf { build_id, segments, syms }, true)
     }
 
     /// The function containing file offset `off` (None when no symbol covers it).
@@ -86,29 +93,22 @@ pub fn exec_maps() -> Vec<Map> {
 /// Parsed files by (path, inode).
 type Cache = Mutex<Option<HashMap<(String, u64), Arc<Elf>>>>;
 
-/// The ELF file behind a mapping (cached; an empty description for `[vdso]` and unreadable
-/// files).
+/// The ELF file behind a mapping (an empty description for `[vdso]` and unreadable files).
+/// Cached, unless memory ran out while reading it: the file could not be mapped, or the shim's
+/// reserve (`reserve`) served part of it — kept for the life of the process, those blocks
+/// would keep the reserve from ever being reused. A later dump then reads the file again.
 pub fn elf(m: &Map) -> Arc<Elf> {
     static CACHE: Cache = Mutex::new(None);
-    let key = (m.path.clone(), m.inode);
+    let before = crate::reserve::counts();
     let mut c = CACHE.lock().unwrap_or_else(|e| e.into_inner());
-    let map = c.get_or_insert_with(HashMap::new);
-    if let Some(e) = map.get(&key) {
+    let key = (m.path.clone(), m.inode);
+    if let Some(e) = c.as_ref().and_then(|map| map.get(&key)) {
         return e.clone();
     }
-    let e = Arc::new(if m.path.starts_with('/') { Elf::load(&m.path) } else { Elf::default() });
-    map.insert(key, e.clone());
+    let (e, mapped) = if m.path.starts_with('/') { Elf::load(&m.path) } else { (Elf::default(), true) };
+    let e = Arc::new(e);
+    if mapped && crate::reserve::counts() == before {
+        c.get_or_insert_with(|| HashMap::with_capacity(64)).insert(key, e.clone());
+    }
     e
-}
-
-/// The whole file, or None when it cannot be read or its size cannot be allocated (memory has
-/// run out: an executable's symbols are tens of MiB, more than the shim's reserve holds).
-fn read_fallibly(path: &str) -> Option<Vec<u8>> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(path).ok()?;
-    let len = f.metadata().ok()?.len() as usize;
-    let mut data = Vec::new();
-    data.try_reserve_exact(len).ok()?;
-    f.read_to_end(&mut data).ok()?;
-    Some(data)
 }
