@@ -109,17 +109,21 @@ fn each_config_with(
             c.env("MALLOCSHIM_DUMP_DIR", &dir).env("MALLOCSHIM_DUMP_AT_EXIT", "1");
             let o = run_stormed(c, &what, storm);
             assert!(o.status.success(), "{what}: {}", common::describe(&o));
-            let stray: Vec<_> = std::fs::read_dir(&dir)
-                .unwrap()
-                .filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.ends_with(".tmp"))
-                .collect();
+            let stray: Vec<_> = file_names(&dir).into_iter().filter(|n| n.ends_with(".tmp")).collect();
             assert!(stray.is_empty(), "{what}: temporary dump files left behind: {stray:?}");
             check(&what, &o, &dir);
             let _ = std::fs::remove_dir_all(&dir);
         }
     }
+}
+
+/// The names of the files in `dir`.
+fn file_names(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
 }
 
 /// The exit dump: the JSON file of the run's main process with the highest sequence number.
@@ -256,7 +260,7 @@ fn rlimit_as_runs_out() {
 #[test]
 fn dump_asked_for_when_memory_has_run_out() {
     let prog = common::cc("hostile_oom_dump.c", "hostile_oom_dump", &[]);
-    // Heap profiles on every allocation too: the pprof writer reads symbol files (tens of MiB).
+    // Heap profiles too: the pprof writer copies the profile's tables and maps symbol files.
     let extra = [("MALLOCSHIM_DUMP_FORMATS", "json,pprof"), ("MALLOCSHIM_PROF_SAMPLE_BYTES", "4096")];
     let check = |what: &str, o: &Output, dir: &Path| {
         let out = common::stdout(o);
@@ -267,11 +271,7 @@ fn dump_asked_for_when_memory_has_run_out() {
         );
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!err.contains("memory allocation of"), "{what}: an allocation of the shim failed: {err}");
-        let json = std::fs::read_dir(dir)
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
-            .count();
+        let json = file_names(dir).iter().filter(|n| n.ends_with(".json")).count();
         assert!(json >= 1, "{what}: no dump written once memory was free again\n{err}");
     };
     // With the storm, dumps come before, during and after the exhaustion; without it, the first
@@ -286,14 +286,10 @@ fn dump_asked_for_when_memory_has_run_out() {
     c.envs(extra).env("MALLOC_ARENA_MAX", "1").env("MALLOCSHIM_DUMP_DIR", &dir);
     let o = run_stormed(c, "hostile_oom_dump, glibc, MALLOC_ARENA_MAX=1", false);
     assert!(o.status.success(), "one arena: {}", common::describe(&o));
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = common::stderr(&o);
     let skipped = err.matches("mallocshim: dump skipped: malloc returned NULL").count();
     assert_eq!(skipped, 2, "one arena: both dumps asked for while memory ran out are skipped: {err}");
-    let written: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
+    let written = file_names(&dir);
     let json = written.iter().filter(|n| n.ends_with(".json")).count();
     let pprof = written.iter().filter(|n| n.ends_with(".pb.gz")).count();
     assert_eq!((json, pprof), (1, 1), "one arena: the dump after the free is written: {written:?}\n{err}");
