@@ -64,7 +64,7 @@ const fn table<B: Raw, const P: bool, const H: bool>() -> Table {
 /// Three tables per row of [`crate::backend::backend_list`], in row order: routing only,
 /// recording without heap profiles, recording with them.
 macro_rules! define_tables {
-    ($($(#[$doc:meta])* $variant:ident, $module:ident, $raw:ident, $name:literal, $lib:literal;)*) => {
+    ($($(#[$doc:meta])* $variant:ident, $module:ident, $raw:ident;)*) => {
         static TABLES: [[Table; 3]; ALL.len()] = [$([
             table::<crate::backend::$module::$raw, false, false>(),
             table::<crate::backend::$module::$raw, true, false>(),

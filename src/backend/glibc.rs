@@ -194,3 +194,43 @@ pub(super) unsafe fn version(out: &mut crate::diag::LineBuf) {
     out.put(b"glibc ");
     out.put(v.to_bytes());
 }
+
+/// The account's figures (see `crate::account`): live bytes mallinfo2 `uordblks + hblkhd`;
+/// resident, the pages of the main heap and the arena heaps found resident by mincore(2), plus
+/// the mmapped chunks (`hblkhd`: mapped on demand, so resident); no metadata figure (inside the
+/// arenas). One mallinfo2 (it walks every free chunk) gives `stats` too, as [`mem_stats`] does.
+pub(super) fn account() -> super::AccountFigures {
+    let mi = mallinfo2();
+    let hblkhd = mi.hblkhd as u64;
+    let stats = MemStats {
+        allocated: mi.uordblks as u64 + hblkhd,
+        resident: mi.arena as u64 + hblkhd,
+        free: mi.fordblks as u64,
+    };
+    super::AccountFigures { stats, live: Some(stats.allocated), resident: heap_resident() + hblkhd, metadata: None }
+}
+
+/// glibc's `HEAP_MAX_SIZE` on 64-bit: every non-main arena heap is a mapping aligned to it.
+const HEAP_MAX: u64 = 64 << 20;
+
+/// Resident bytes of glibc's main heap (`[heap]`, the brk area) and of its arena heaps. An arena
+/// heap is recognised as an anonymous read-write private mapping aligned to `HEAP_MAX`, no
+/// longer, whose `heap_info` header (first words: arena pointer, previous heap, size,
+/// mprotect_size) says `mprotect_size` = the mapping's length.
+fn heap_resident() -> u64 {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let mut total = 0;
+    for (start, end, perms, inode, path) in maps.lines().filter_map(super::figures::maps_line) {
+        let len = end.saturating_sub(start);
+        if path == "[heap]" {
+            total += super::figures::resident(start, len);
+        } else if perms == "rw-p" && inode == "0" && path.is_empty() && start % HEAP_MAX == 0 && len <= HEAP_MAX {
+            // SAFETY: the mapping is readable and writable (rw-p) and at least a page long.
+            let hdr = unsafe { core::ptr::read_volatile(start as *const [u64; 4]) };
+            if hdr[0] != 0 && hdr[3] == len && hdr[2] <= len {
+                total += super::figures::resident(start, len);
+            }
+        }
+    }
+    total
+}

@@ -130,6 +130,16 @@ pub(super) unsafe fn mem_stats() -> MemStats {
     MemStats { allocated, resident, free: resident.saturating_sub(allocated) }
 }
 
+/// The account's figures (see `crate::account`): live `stats.allocated`, resident
+/// `stats.resident`, metadata `stats.metadata`, all as of one `epoch` refresh.
+pub(super) fn account() -> super::AccountFigures {
+    // SAFETY: the backend is loaded (the account is measured only once the shim is ready).
+    let stats = unsafe { mem_stats() };
+    // stats.metadata as of the `epoch` refresh that mem_stats just made.
+    let md = tikv_jemalloc_ctl::stats::metadata::read().map(|v| v as u64).unwrap_or(0);
+    super::AccountFigures { stats, live: Some(stats.allocated), resident: stats.resident, metadata: Some(md) }
+}
+
 /// `mallctl("arena.4096.purge", NULL, NULL, NULL, 0)`, or `.decay` for [`Release::Decay`]
 /// (`MALLOCSHIM_JEMALLOC_RELEASE=decay`). True when mallctl returned 0.
 pub(super) unsafe fn release(_pad: usize, mode: Release) -> bool {

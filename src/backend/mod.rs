@@ -8,6 +8,7 @@
 //! realloc edge cases) live in `csem`, never here.
 
 mod dl;
+mod figures;
 pub mod glibc;
 pub mod jemalloc;
 pub mod mimalloc;
@@ -15,23 +16,28 @@ pub mod tcmalloc;
 
 use core::ffi::{c_void, CStr};
 use core::sync::atomic::{AtomicU8, Ordering};
+use mallocshim_format::backends::TABLE;
 
-/// The backends, one row each: `Variant, module, Raw type (in the module), name, default
-/// library (dlopen()ed backends; `c""` for the others)`. [`define_backends`] turns the list
-/// into [`Backend`], its names, [`active`] and the dispatch of the cold-path calls; `route`
-/// turns it into the entry tables. Adding a backend is one file in this directory (with its `mod` line above) and one
-/// row here. Row order is the enum's order and the order the docs list backends in.
+pub use figures::AccountFigures;
+
+/// The backends, one row each: `Variant, module, Raw type (in the module)`, in the order of
+/// `mallocshim_format::backends::TABLE`, the workspace's backend table, which gives each
+/// its name, default library (dlopen()ed backends) and the rest; a compile-time assertion below
+/// fails when the rows and the table disagree (count, or a module not named as its row).
+/// [`define_backends`] turns the list into [`Backend`], its names, [`active`] and the dispatch
+/// of the cold-path calls; `route` turns it into the entry tables. Adding a backend is one file
+/// in this directory (with its `mod` line above), one row here and one row in the table.
 macro_rules! backend_list {
     ($then:ident) => {
         $then! {
             /// glibc's ptmalloc through its exported `__libc_*` entry points.
-            Glibc, glibc, Glibc, c"glibc", c"";
+            Glibc, glibc, Glibc;
             /// jemalloc statically linked from tikv-jemalloc-sys (`_rjem_` prefix).
-            Jemalloc, jemalloc, Jemalloc, c"jemalloc", c"";
+            Jemalloc, jemalloc, Jemalloc;
             /// gperftools' tcmalloc, dlopen()ed RTLD_LOCAL and called through `tc_*`.
-            Tcmalloc, tcmalloc, Tcmalloc, c"tcmalloc", c"libtcmalloc_minimal.so.4";
+            Tcmalloc, tcmalloc, Tcmalloc;
             /// mimalloc (Debian's libmimalloc.so.2), dlopen()ed RTLD_LOCAL, called through `mi_*`.
-            Mimalloc, mimalloc, Mimalloc, c"mimalloc", c"libmimalloc.so.2";
+            Mimalloc, mimalloc, Mimalloc;
         }
     };
 }
@@ -41,7 +47,7 @@ pub(crate) use backend_list;
 /// [`backend_list`]'s rows. Each backend module provides `load(lib, why)`, `mem_stats()`,
 /// `release(pad, mode)` and `version(out)`.
 macro_rules! define_backends {
-    ($($(#[$doc:meta])* $variant:ident, $module:ident, $raw:ident, $name:literal, $lib:literal;)*) => {
+    ($($(#[$doc:meta])* $variant:ident, $module:ident, $raw:ident;)*) => {
         /// An allocator the shim can route to.
         #[derive(Clone, Copy, PartialEq, Eq, Debug)]
         #[repr(u8)]
@@ -56,19 +62,21 @@ macro_rules! define_backends {
         pub const ALL: &[Backend] = &[$(Backend::$variant),*];
 
         impl Backend {
-            /// NUL-terminated lower-case name (also for the C API).
+            /// NUL-terminated lower-case name (also for the C API), from the backend table.
             pub const fn c_name(self) -> &'static CStr {
                 match self {
-                    $(Backend::$variant => $name,)*
                     Backend::Bootstrap => c"bootstrap",
+                    _ => TABLE[self as usize].c_name,
                 }
             }
 
-            /// The library dlopen()ed by default for a backend loaded that way (`""` otherwise).
-            pub fn default_lib(self) -> &'static CStr {
+            /// The library dlopen()ed by default for a backend loaded that way (`""` otherwise),
+            /// from the backend table.
+            pub const fn default_lib(self) -> &'static CStr {
                 match self {
-                    $(Backend::$variant => $lib,)*
                     Backend::Bootstrap => c"",
+                    _ if TABLE[self as usize].dlopen => TABLE[self as usize].lib,
+                    _ => c"",
                 }
             }
 
@@ -80,6 +88,16 @@ macro_rules! define_backends {
                 }
             }
         }
+
+        // The rows and the workspace's backend table agree: as many, and each row's module
+        // named as its table row (so a swapped or missing row fails to compile).
+        const _: () = {
+            assert!(ALL.len() == TABLE.len(), "backend_list! and mallocshim_format::backends::TABLE differ in length");
+            $(assert!(
+                bytes_eq(stringify!($module).as_bytes(), TABLE[Backend::$variant as usize].c_name.to_bytes()),
+                concat!("backend_list!'s row ", stringify!($variant), " is not its mallocshim_format::backends::TABLE row")
+            );)*
+        };
 
         /// Loads or initialises `want` (`lib`: the library to dlopen, for a backend loaded that
         /// way). On failure writes the reason into `why`.
@@ -105,6 +123,17 @@ macro_rules! define_backends {
                     $(Backend::$variant => $module::mem_stats(),)*
                     Backend::Bootstrap => crate::bootstrap::mem_stats(),
                 }
+            }
+        }
+
+        /// Reads the active backend's figures for the RSS account (`crate::account`): each
+        /// backend says in its own file where they come from. Reads /proc and probes residency:
+        /// worker or dump only, under the reentrancy guard.
+        pub fn account_figures() -> AccountFigures {
+            match active() {
+                $(Backend::$variant => $module::account(),)*
+                // Not reached (the account is measured once the shim is ready): glibc's.
+                Backend::Bootstrap => glibc::account(),
             }
         }
 
@@ -158,6 +187,21 @@ pub enum Release {
     Purge,
     /// Only what the backend's decay schedule says is due (jemalloc `arena.<all>.decay`).
     Decay,
+}
+
+/// Byte-wise equality, at compile time.
+const fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
 }
 
 /// `prefix` then the backends' names joined with `sep`, in a fixed buffer, at compile time.

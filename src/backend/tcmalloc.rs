@@ -167,6 +167,22 @@ pub(super) unsafe fn mem_stats() -> MemStats {
     }
 }
 
+/// The account's figures (see `crate::account`): live `generic.current_allocated_bytes`;
+/// resident `generic.total_physical_bytes` (at least the mapped heap); metadata what is
+/// physical beyond the mapped heap, `generic.total_physical_bytes - (generic.heap_size -
+/// tcmalloc.pageheap_unmapped_bytes)`.
+pub(super) fn account() -> super::AccountFigures {
+    // SAFETY: the backend is loaded (the account is measured only once the shim is ready).
+    let stats = unsafe { mem_stats() };
+    let phys = property(c"generic.total_physical_bytes");
+    super::AccountFigures {
+        stats,
+        live: Some(stats.allocated),
+        resident: phys.max(stats.resident),
+        metadata: Some(phys.saturating_sub(stats.resident)),
+    }
+}
+
 /// `MallocExtension_ReleaseFreeMemory()` (one release call: `_mode` is unused).
 pub(super) unsafe fn release(_pad: usize, _mode: super::Release) -> bool {
     match tc().release {

@@ -8,7 +8,10 @@
 //! - [`pprof`]: the heap profile `mallocshim.<pid>.<seq>.pb.gz`, gzip'ed profile.proto
 //!   ([`pprof::Profile`], read with [`pprof::Profile::read`]);
 //! - [`classes`]: the size classes (bounds, labels) and the ops and entry points they count;
-//! - [`BACKENDS`]: the backend names `MALLOCSHIM_BACKEND` accepts and dumps carry.
+//! - [`backends`]: the backend table (names, Debian packages and libraries, environment,
+//!   what the memory figures mean) every list of backends in the workspace reads, and
+//!   [`BACKENDS`], its names as `MALLOCSHIM_BACKEND` accepts them and dumps carry them;
+//! - [`stats`]: the median every report, test and bench takes.
 //!
 //! Compatibility: fields may be added to every object (a reader ignores what it does not know;
 //! fields a newer writer adds are `#[serde(default)]` here, so older dumps still read); the
@@ -19,10 +22,12 @@
 //! prost and flate2 (default features off) for the heap profile only,
 //! no I/O on its own but the reading functions, no global state.
 
+pub mod backends;
 pub mod classes;
 pub mod dump;
 pub mod memlog;
 pub mod pprof;
+pub mod stats;
 
 pub use classes::{ENTRY_NAMES, OP_NAMES};
 pub use dump::{
@@ -30,7 +35,4 @@ pub use dump::{
     Memory, ParseError, ReadError, ThreadOp, ThreadRow, Total, Trim, TrimReasons, FORMAT, VERSION,
 };
 pub use memlog::MemRow;
-
-/// The backends, as `MALLOCSHIM_BACKEND` names them and dumps carry them in `backend`; the first
-/// is the default.
-pub const BACKENDS: [&str; 4] = ["glibc", "jemalloc", "tcmalloc", "mimalloc"];
+pub use backends::BACKENDS;
