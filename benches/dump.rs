@@ -16,7 +16,7 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
-use common::{env_u64, median};
+use common::{env_u64, median_or_nan};
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -72,7 +72,7 @@ fn main() {
             let d = mallocshim_format::Dump::read(&last).unwrap_or_else(|e| panic!("{e}"));
             live = d.live_threads().count();
         }
-        let mut m = |k: &str| median(cols.remove(k).unwrap_or_default());
+        let mut m = |k: &str| median_or_nan(cols.remove(k).unwrap_or_default());
         let _ = writeln!(
             md,
             "| {b} | {:.1} | {:.1} | {live} | {:.2} | {:.0} / {:.0} |",

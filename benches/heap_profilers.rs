@@ -31,7 +31,7 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
-use common::{env_str, median, words};
+use common::{env_str, median_or_nan, words};
 
 use mallocshim_mariadb::query_instr::{self, Config};
 use mallocshim_mariadb::{procfs, profilers, ErrorLog, Instance, Options, Sysbench};
@@ -279,7 +279,7 @@ fn main() {
         by.entry((r.backend.clone(), r.mode.clone())).or_default().push(r);
     }
     let med = |b: &str, m: &str, f: fn(&QpsRun) -> f64| -> Option<f64> {
-        by.get(&(b.to_string(), m.to_string())).map(|v| median(v.iter().map(|r| f(r)).collect()))
+        by.get(&(b.to_string(), m.to_string())).map(|v| median_or_nan(v.iter().map(|r| f(r)).collect()))
     };
     let rounds = runs.iter().map(|r| r.round + 1).max().unwrap_or(0);
     let _ = writeln!(
@@ -325,7 +325,7 @@ fn main() {
     let spread = |v: &[f64]| -> String {
         let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        format!("{:+.1}% ({:+.1}% to {:+.1}%)", 100.0 * median(v.to_vec()), 100.0 * lo, 100.0 * hi)
+        format!("{:+.1}% ({:+.1}% to {:+.1}%)", 100.0 * median_or_nan(v.to_vec()), 100.0 * lo, 100.0 * hi)
     };
     let _ = writeln!(
         md,
@@ -377,7 +377,7 @@ fn main() {
         for w in &cfg.workloads {
             for (b, m) in &configs {
                 let k = |m: &str| (b.clone(), m.to_string(), w.clone());
-                match (cells.get(&k(m)).cloned().map(median), cells.get(&k("direct")).cloned().map(median)) {
+                match (cells.get(&k(m)).cloned().map(median_or_nan), cells.get(&k("direct")).cloned().map(median_or_nan)) {
                     (Some(v), Some(d)) => {
                         ir_over.insert(k(m), v / d - 1.0);
                         let _ =
@@ -426,7 +426,7 @@ fn main() {
     if !sv.is_empty() && !hv.is_empty() {
         // The shim's overhead can be at or below 0 in a round (noise): the ratio is then
         // unbounded; the bound that noise allows is what matters, so it is said as such.
-        let (sm, hm) = (median(sv.clone()), median(hv.clone()));
+        let (sm, hm) = (median_or_nan(sv.clone()), median_or_nan(hv.clone()));
         let s_hi = sv.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let _ = writeln!(
             md,

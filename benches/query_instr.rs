@@ -22,7 +22,7 @@
 //! varies by 10-25% between rounds; these counts by about 0.1%).
 //!
 //! Knobs (environment):
-//! - `QI_BACKENDS` (default `glibc jemalloc tcmalloc`), `QI_MODES` (`direct shim routing`),
+//! - `QI_BACKENDS` (default every backend of the table, `mallocshim_format::BACKENDS`), `QI_MODES` (`direct shim routing`),
 //!   `QI_WORKLOADS` (`oltp_point_select oltp_read_only`), `QI_THREADS` (`2 8`);
 //! - `QI_ROUNDS` (default 1): every config once per round, order rotated; the table shows medians
 //!   and, with 2 or more rounds, the spread of each config's counts;
@@ -39,7 +39,7 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
-use common::{env_str, median, words};
+use common::{env_str, median_or_nan, words};
 
 use mallocshim_mariadb::query_instr::{self, Config};
 use std::collections::BTreeMap;
@@ -56,7 +56,7 @@ fn main() {
     let out_dir = common::target_dir().join("bench");
     std::fs::create_dir_all(&out_dir).expect("create target/bench");
 
-    let backends = words("QI_BACKENDS", "glibc jemalloc tcmalloc");
+    let backends = words("QI_BACKENDS", &common::BACKENDS.join(" "));
     let modes = words("QI_MODES", "direct shim routing");
     let workloads = words("QI_WORKLOADS", "oltp_point_select oltp_read_only");
     let threads: Vec<u32> =
@@ -173,9 +173,9 @@ fn main() {
         for w in &workloads {
             for &t in &threads {
                 for b in &backends {
-                    let d = get(b, "direct", w, t).map(median);
+                    let d = get(b, "direct", w, t).map(median_or_nan);
                     let cell = |m: &str| -> (String, String, String, Option<f64>) {
-                        match (d, get(b, m, w, t).map(median)) {
+                        match (d, get(b, m, w, t).map(median_or_nan)) {
                             (Some(d), Some(s)) => (
                                 format!("{s:.0}"),
                                 format!("{:.4}", s / d),
@@ -225,8 +225,8 @@ fn main() {
             for &t in &threads {
                 for b in &backends {
                     if let (Some(off), Some(on)) = (
-                        get(b, "shim-noheapprof", w, t).map(median),
-                        get(b, "shim-heapprof", w, t).map(median),
+                        get(b, "shim-noheapprof", w, t).map(median_or_nan),
+                        get(b, "shim-heapprof", w, t).map(median_or_nan),
                     ) {
                         let r = on / off;
                         if worst_hp.as_ref().is_none_or(|(x, _)| r > *x) {
@@ -259,7 +259,7 @@ fn main() {
         for ((b, m, w, t), v) in &by {
             let lo = v.iter().cloned().fold(f64::INFINITY, f64::min);
             let hi = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-            let med = median(v.clone());
+            let med = median_or_nan(v.clone());
             let _ = writeln!(
                 md,
                 "| {w} | {t} | {b} | {m} | {lo:.0} | {med:.0} | {hi:.0} | {:.3}% |",

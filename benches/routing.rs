@@ -63,6 +63,7 @@ use std::time::Instant;
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+use common::median_or_nan;
 
 const WORKLOADS: [&str; 2] = ["pair64", "mixed"];
 const THREADS: [u32; 2] = [1, 2];
@@ -339,15 +340,6 @@ fn loadavg() -> String {
         .unwrap_or_else(|| "?".into())
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
 
 /// Instructions per pair under callgrind, by difference of two run lengths so process start-up
 /// and exit (including the shim's own initialisation and summary) cancel out.
@@ -510,7 +502,7 @@ fn main() {
     for (wi, w) in WORKLOADS.iter().enumerate() {
         for &t in &THREADS {
             let s = &samples[&(wi, t)];
-            let med: Vec<f64> = s.iter().map(|v| median(&mut v.clone())).collect();
+            let med: Vec<f64> = s.iter().map(|v| median_or_nan(&mut v.clone())).collect();
             for (ci, cfg) in cfgs.iter().enumerate() {
                 let lo = s[ci].iter().cloned().fold(f64::INFINITY, f64::min);
                 let hi = s[ci].iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -599,7 +591,7 @@ fn main() {
                 let mut d: Vec<f64> = s[ci].iter().zip(&s[off]).map(|(a, b)| a - b).collect();
                 let lo = d.iter().cloned().fold(f64::INFINITY, f64::min);
                 let hi = d.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let m = median(&mut d);
+                let m = median_or_nan(&mut d);
                 writeln!(md, "| {w} | {t} | {} | {m:+.2} | {lo:+.2}..{hi:+.2} |", cfg.name).unwrap();
                 if *w == "pair64" && t == 1 {
                     added.insert(ci, (m, lo, hi));
@@ -655,7 +647,7 @@ fn main() {
         else {
             continue;
         };
-        let ns = |i: usize| median(&mut pair1[i].clone());
+        let ns = |i: usize| median_or_nan(&mut pair1[i].clone());
         let add = |i: usize| {
             added
                 .get(&i)

@@ -31,7 +31,7 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
-use common::{env_u64, median};
+use common::{env_u64, median_or_nan};
 
 use mallocshim_mariadb::fulltext::{self, RunConfig, Settings};
 use mallocshim_mariadb::{newest_json_dump, read_dump, Instance, Launch, Options, Sysbench};
@@ -118,8 +118,9 @@ fn section_frag(md: &mut String, rounds: u64) {
     let mut fin_off: HashMap<&str, Vec<f64>> = HashMap::new();
     let mut durs: HashMap<(&str, &str), Vec<f64>> = HashMap::new();
     for r in 0..rounds as usize {
-        for i in 0..3 {
-            let b = common::BACKENDS[(i + r) % 3];
+        let n = common::BACKENDS.len();
+        for i in 0..n {
+            let b = common::BACKENDS[(i + r) % n];
             let on = run_frag(b, &[("MALLOCSHIM_TRIM_INTERVAL_MS", "500")], &["--watch-ms", "3000"]);
             after.entry(b).or_default().push(on.after_frees());
             peak.entry(b).or_default().push(on.num("rss_peak_bytes"));
@@ -144,10 +145,10 @@ fn section_frag(md: &mut String, rounds: u64) {
     let _ = writeln!(md, "| backend | peak RSS MiB | RSS after frees MiB | trim 500 ms: lowest within 3 s MiB | % of after frees | trim off: after 3 s MiB |");
     let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|");
     for b in common::BACKENDS {
-        let a = median(after[b].clone());
-        let l = median(low_on[b].clone());
-        let o = median(fin_off[b].clone());
-        let p = median(peak[b].clone());
+        let a = median_or_nan(after[b].clone());
+        let l = median_or_nan(low_on[b].clone());
+        let o = median_or_nan(fin_off[b].clone());
+        let p = median_or_nan(peak[b].clone());
         let _ = writeln!(
             md,
             "| {b} | {:.1} | {:.1} | {:.1} | {:.1}% | {:.1} |",
@@ -334,12 +335,12 @@ fn section_qps(md: &mut String, rounds: u64) {
             .collect();
         let (lo, hi) =
             ratios.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &r| (a.min(r), b.max(r)));
-        let med = median(ratios.clone());
+        let med = median_or_nan(ratios.clone());
         let _ = writeln!(
             md,
             "| {name} | {ms} | {} | {:.1} | {:.4} [{:.4}-{:.4}] | {:+.2}% | {} |",
             min.map(|m| m.to_string()).unwrap_or("default".into()),
-            median(qs),
+            median_or_nan(qs),
             med,
             lo,
             hi,

@@ -134,6 +134,11 @@ DEPENDS=$(cd "$SHL" && dpkg-shlibdeps -O "$STAGE/usr/lib/$MULTIARCH/libmallocshi
     sed -n 's/^shlibs:Depends=//p')
 [[ $DEPENDS == *libc6* ]] || die "dpkg-shlibdeps gave no libc6 dependency: '$DEPENDS'"
 
+# The libraries the shim dlopen()s (tcmalloc, mimalloc): from the backend table, through the
+# command just built.
+RECOMMENDS=$("$BIN" backends --packages | paste -s -d, | sed 's/,/, /g')
+[[ -n $RECOMMENDS ]] || die "mallocshim backends --packages printed nothing"
+
 SIZE=$(du -k -s --apparent-size "$STAGE" | cut -f1)
 cat >"$STAGE/DEBIAN/control" <<EOF
 Package: mallocshim
@@ -142,8 +147,8 @@ Architecture: $ARCH
 Maintainer: $MAINT
 Installed-Size: $SIZE
 Depends: $DEPENDS
-Recommends: libtcmalloc-minimal4
-Suggests: libmimalloc2.0, golang-go
+Recommends: $RECOMMENDS
+Suggests: golang-go
 Section: devel
 Priority: optional
 Homepage: https://github.com/mallocshim/mallocshim

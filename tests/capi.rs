@@ -30,7 +30,7 @@ fn c_api_example_under_each_backend() {
         let grew = kv(&out.replace('\n', " "), "allocated_growth").expect("allocated_growth");
         // jemalloc counts thread-cached blocks lazily: allow 2%.
         let kept = 1000 * 64 * 1024 * 98 / 100;
-        if common::COARSE_FIGURES.contains(&b) {
+        if common::is_coarse(b) {
             // Committed bytes grow by whole segments: they bound what is kept alive.
             let now = kv(&out.replace('\n', " "), "allocated_bytes").expect("allocated_bytes");
             assert!(now >= kept, "{b}: allocated (committed) bytes {now} below what is kept\n{out}");

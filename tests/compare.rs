@@ -5,6 +5,7 @@
 //! Needs mariadbd and sysbench: fails when they are missing.
 
 mod common;
+use common::median_or_nan;
 
 use common::{describe, require, shim, stderr, work_dir};
 use std::collections::BTreeMap;
@@ -68,15 +69,6 @@ fn f(row: &BTreeMap<String, String>, k: &str) -> f64 {
     row[k].parse().unwrap_or_else(|_| panic!("column {k} is not a number: {row:?}"))
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
 
 /// The rows of the Markdown table under `## <heading>`: header cells and data rows.
 fn md_table(md: &str, heading: &str) -> (Vec<String>, Vec<Vec<String>>) {
@@ -206,7 +198,7 @@ fn short_run_csv_report_and_plots_agree() {
     let md = std::fs::read_to_string(out.join("report.md")).expect("report.md");
     assert!(md.contains("Run complete, 8 cells"), "{md}");
     let med = |cfg: &str, t: &str, col: &str| {
-        median(rows.iter().filter(|r| r["config"] == cfg && r["threads"] == t).map(|r| f(r, col)).collect())
+        median_or_nan(rows.iter().filter(|r| r["config"] == cfg && r["threads"] == t).map(|r| f(r, col)).collect())
     };
     for (section, col, dec) in
         [("oltp_point_select: qps", "qps", 1usize), ("oltp_point_select: CPU/query", "cpu_us_per_query", 2)]

@@ -38,8 +38,8 @@ fn run_backend(backend: &str) {
     let (bin, lib) = programs();
     let mut cmd = common::preloaded(&bin, backend);
     cmd.arg(&lib).arg("shim").env("MALLOCSHIM_VERBOSE", "1");
-    // Coarse figures (common::COARSE_FIGURES): the mallinfo growth checks are printed, not asserted.
-    if common::COARSE_FIGURES.contains(&backend) {
+    // Coarse figures (common::is_coarse): the mallinfo growth checks are printed, not asserted.
+    if common::is_coarse(backend) {
         cmd.env("SEMANTICS_COARSE_FIGURES", "1");
     }
     let o = cmd.output().expect("start semantics");

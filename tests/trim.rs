@@ -21,7 +21,6 @@ use std::sync::Mutex;
 
 const MIB: u64 = 1 << 20;
 const DEFAULT_MIN_BYTES: u64 = 67_108_864;
-const JEMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
 
 /// One fragmentation run at a time: RSS figures and "within 3 s" need the machine's 2 cores.
 static HEAVY: Mutex<()> = Mutex::new(());
@@ -361,7 +360,7 @@ fn periodic_trim_tcmalloc() {
 #[test]
 fn periodic_trim_jemalloc() {
     let _h = heavy();
-    let lib = require_file(JEMALLOC_LIB);
+    let lib = require_file(common::JEMALLOC_LIB);
     let mut direct = plain(fragment());
     direct.env("LD_PRELOAD", &lib);
     let base = run(direct, &[], "fragment with libjemalloc.so.2 preloaded directly");

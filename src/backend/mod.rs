@@ -75,7 +75,7 @@ macro_rules! define_backends {
             pub const fn default_lib(self) -> &'static CStr {
                 match self {
                     Backend::Bootstrap => c"",
-                    _ if TABLE[self as usize].dlopen => TABLE[self as usize].lib,
+                    _ if TABLE[self as usize].dlopen => TABLE[self as usize].file_name(),
                     _ => c"",
                 }
             }

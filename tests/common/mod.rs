@@ -26,27 +26,29 @@ pub fn matrix() -> impl Iterator<Item = (&'static str, &'static str, &'static [(
     BACKENDS.into_iter().flat_map(|b| SETTINGS.into_iter().map(move |(n, e)| (b, n, e)))
 }
 
-/// Debian's gperftools library, needed by the tcmalloc backend and the direct-preload baselines.
-pub const TCMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4";
+/// Debian's gperftools library, needed by the tcmalloc backend and the direct-preload baselines
+/// (the backend table's path, `mallocshim_format::backends`).
+pub const TCMALLOC_LIB: &str = mallocshim_format::backends::lib("tcmalloc");
 /// Debian's mimalloc (libmimalloc2.0), needed by the mimalloc backend and its direct preload.
-pub const MIMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2";
+pub const MIMALLOC_LIB: &str = mallocshim_format::backends::lib("mimalloc");
 /// Debian's jemalloc (libjemalloc2), the jemalloc direct-preload baseline.
-pub const JEMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+pub const JEMALLOC_LIB: &str = mallocshim_format::backends::lib("jemalloc");
 
 /// Backends that count no live bytes: their allocated-bytes figure is the committed bytes (an
-/// upper bound that moves by whole segments), so tests check it as a bound, not as growth.
-pub const COARSE_FIGURES: [&str; 1] = ["mimalloc"];
+/// upper bound that moves by whole segments), so tests check it as a bound, not as growth
+/// (the backend table's `coarse_figures`).
+pub fn is_coarse(backend: &str) -> bool {
+    mallocshim_format::backends::by_name(backend).is_some_and(|b| b.coarse_figures)
+}
 
 /// The library a backend's direct-preload baseline loads (`LD_PRELOAD=<it>`, no shim); None
 /// for glibc, which needs no preload.
-pub fn direct_lib(backend: &str) -> Option<&'static str> {
-    match backend {
-        "jemalloc" => Some(JEMALLOC_LIB),
-        "tcmalloc" => Some(TCMALLOC_LIB),
-        "mimalloc" => Some(MIMALLOC_LIB),
-        _ => None,
-    }
-}
+#[allow(unused_imports)] // not every test binary uses it
+pub use mallocshim_format::backends::direct_lib;
+
+/// The median (the workspace's one, `mallocshim_format::stats`), NaN for no values.
+#[allow(unused_imports)]
+pub use mallocshim_format::stats::median_or_nan;
 
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -221,16 +223,3 @@ pub fn words(key: &str, default: &str) -> Vec<String> {
     env_str(key, default).split_whitespace().map(str::to_string).collect()
 }
 
-/// The median (NaN for no values).
-pub fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n == 0 {
-        return f64::NAN;
-    }
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}

@@ -3,9 +3,10 @@
 //! process and wait for its dump), `top` (a live interval view), `heap` (heap profiles' top call
 //! sites and growth), `plot` (memlog CSVs), `diagnose` (a memlog's verdict),
 //! `compare` (the MariaDB comparison runner); the hidden `generate DIR` writes the man
-//! pages and shell completions. Every dump and memlog is read through the format crate
+//! pages and shell completions, the hidden `backends` prints the backend table for scripts. Every dump and memlog is read through the format crate
 //! (`mallocshim_format`); the command never links the shim (a cdylib exporting malloc).
 
+mod backends;
 mod compare;
 mod diagnose;
 mod diff;
@@ -57,6 +58,9 @@ enum Cmd {
     Diagnose(diagnose::Args),
     Compare(compare::cli::Args),
     /// Write the man pages (man1/*.1) and shell completions (bash, zsh, fish) into DIR.
+    /// The backend table, for scripts (hidden): name, package, library, dlopen, environment.
+    #[command(hide = true)]
+    Backends(backends::Args),
     #[command(hide = true)]
     Generate {
         /// Output directory (created).
@@ -154,6 +158,7 @@ fn main() -> ExitCode {
         Cmd::Plot(a) => ("plot", plot_cmd::run(a)),
         Cmd::Diagnose(a) => ("diagnose", diagnose::run(a)),
         Cmd::Generate { dir } => ("generate", generate(dir)),
+        Cmd::Backends(a) => ("backends", backends::run(a)),
     };
     match res.and_then(|text| print(&text)) {
         Ok(()) => ExitCode::SUCCESS,

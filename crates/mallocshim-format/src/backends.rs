@@ -9,9 +9,6 @@
 
 use core::ffi::CStr;
 
-/// Where Debian (amd64, multiarch) installs the libraries of [`BackendInfo::lib`].
-pub const LIB_DIR: &str = "/usr/lib/x86_64-linux-gnu";
-
 /// One backend.
 #[derive(Clone, Copy, Debug)]
 pub struct BackendInfo {
@@ -20,9 +17,10 @@ pub struct BackendInfo {
     pub c_name: &'static CStr,
     /// The Debian package of [`BackendInfo::lib`]; None when nothing needs installing (glibc).
     pub package: Option<&'static str>,
-    /// The allocator's shared library, a file name in [`LIB_DIR`]: what a direct-preload
-    /// baseline (`LD_PRELOAD=<it>`, no shim) loads and, for a [`BackendInfo::dlopen`] backend,
-    /// the shim's default library. `c""` for glibc (nothing to preload).
+    /// The allocator's shared library where Debian (amd64) installs it: what a direct-preload
+    /// baseline (`LD_PRELOAD=<it>`, no shim) loads; for a [`BackendInfo::dlopen`] backend its
+    /// file name ([`BackendInfo::file_name`]) is the shim's default library, found through the
+    /// loader's search path. `c""` for glibc (nothing to preload).
     pub lib: &'static CStr,
     /// The shim dlopen()s [`BackendInfo::lib`] (RTLD_LOCAL) when the backend is chosen; false
     /// for glibc (always there) and jemalloc (statically linked into `libmallocshim.so`).
@@ -61,10 +59,25 @@ impl BackendInfo {
         }
     }
 
-    /// [`BackendInfo::lib`]'s path in [`LIB_DIR`]; None for glibc.
-    pub fn lib_path(&self) -> Option<String> {
-        let lib = self.lib.to_str().ok().filter(|l| !l.is_empty())?;
-        Some(format!("{LIB_DIR}/{lib}"))
+    /// [`BackendInfo::lib`] as `&str`; None for glibc (nothing to preload).
+    pub const fn lib_path(&self) -> Option<&'static str> {
+        match self.lib.to_str() {
+            Ok(s) if !s.is_empty() => Some(s),
+            _ => None,
+        }
+    }
+
+    /// [`BackendInfo::lib`]'s file name (after the last `/`), at compile time.
+    pub const fn file_name(&self) -> &'static CStr {
+        let b = self.lib.to_bytes_with_nul();
+        let mut i = b.len();
+        while i > 0 && b[i - 1] != b'/' {
+            i -= 1;
+        }
+        match CStr::from_bytes_with_nul(b.split_at(i).1) {
+            Ok(c) => c,
+            Err(_) => panic!("a library path is one C string"),
+        }
     }
 }
 
@@ -88,7 +101,7 @@ pub const TABLE: [BackendInfo; 4] = [
     BackendInfo {
         c_name: c"jemalloc",
         package: Some("libjemalloc2"),
-        lib: c"libjemalloc.so.2",
+        lib: c"/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
         dlopen: false,
         env: &["MALLOC_CONF", "_RJEM_*"],
         coarse_figures: false,
@@ -102,7 +115,7 @@ pub const TABLE: [BackendInfo; 4] = [
     BackendInfo {
         c_name: c"tcmalloc",
         package: Some("libtcmalloc-minimal4"),
-        lib: c"libtcmalloc_minimal.so.4",
+        lib: c"/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
         dlopen: true,
         env: &["TCMALLOC_*"],
         coarse_figures: false,
@@ -116,7 +129,7 @@ pub const TABLE: [BackendInfo; 4] = [
     BackendInfo {
         c_name: c"mimalloc",
         package: Some("libmimalloc2.0"),
-        lib: c"libmimalloc.so.2",
+        lib: c"/usr/lib/x86_64-linux-gnu/libmimalloc.so.2",
         dlopen: true,
         env: &["MIMALLOC_*"],
         coarse_figures: true,
@@ -139,6 +152,40 @@ pub const BACKENDS: [&str; TABLE.len()] = {
     }
     out
 };
+
+/// The library of the backend `name` ([`BackendInfo::lib`]), for constants:
+/// `const JEMALLOC_LIB: &str = lib("jemalloc");` fails to compile for a backend with none.
+pub const fn lib(name: &str) -> &'static str {
+    let mut i = 0;
+    while i < TABLE.len() {
+        let n = TABLE[i].name().as_bytes();
+        if n.len() == name.len() {
+            let mut k = 0;
+            while k < n.len() && n[k] == name.as_bytes()[k] {
+                k += 1;
+            }
+            if k == n.len() {
+                match TABLE[i].lib_path() {
+                    Some(l) => return l,
+                    None => panic!("this backend has no library"),
+                }
+            }
+        }
+        i += 1;
+    }
+    panic!("no such backend")
+}
+
+/// The library a backend's direct-preload baseline loads (`LD_PRELOAD=<it>`, no shim); None for
+/// glibc, which needs no preload, and for an unknown name.
+pub fn direct_lib(name: &str) -> Option<&'static str> {
+    by_name(name)?.lib_path()
+}
+
+/// The names of the backends that count no live bytes ([`BackendInfo::coarse_figures`]).
+pub fn coarse_figures() -> impl Iterator<Item = &'static str> {
+    TABLE.iter().filter(|b| b.coarse_figures).map(|b| b.name())
+}
 
 /// The row of a backend name (exact, lower case); None for an unknown name.
 pub fn by_name(name: &str) -> Option<&'static BackendInfo> {
@@ -173,9 +220,16 @@ mod tests {
         for b in &TABLE {
             assert_eq!(b.package.is_some(), !b.lib.is_empty(), "{}", b.name());
             assert!(!b.dlopen || !b.lib.is_empty(), "{} is dlopen()ed from no library", b.name());
-            assert!(b.lib_path().is_none_or(|p| p.starts_with(LIB_DIR) && p.contains(".so")));
+            assert!(b.lib_path().is_none_or(|p| p.starts_with("/usr/lib/x86_64-linux-gnu/lib") && p.contains(".so")));
         }
-        assert_eq!(TABLE[2].lib_path().as_deref(), Some("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"));
+        assert_eq!(TABLE[2].lib_path(), Some("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"));
+        assert_eq!(TABLE[2].file_name(), c"libtcmalloc_minimal.so.4");
+        assert_eq!(TABLE[0].file_name(), c"");
+        const JE: &str = lib("jemalloc");
+        assert_eq!(JE, "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2");
+        assert_eq!(direct_lib("mimalloc"), Some("/usr/lib/x86_64-linux-gnu/libmimalloc.so.2"));
+        assert_eq!(direct_lib("glibc"), None);
+        assert_eq!(coarse_figures().collect::<Vec<_>>(), ["mimalloc"]);
     }
 
     #[test]

@@ -41,7 +41,7 @@ impl RunConfig {
     pub fn parse(spec: &str, default_trim_ms: u64) -> Result<RunConfig> {
         let (mode, backend) = match spec.split_once('@') {
             Some((m, b)) if crate::BACKENDS.contains(&b) => (m, Some(b.to_string())),
-            Some(_) => fail!("{spec}: unknown backend (none|off|on|on:MS, then @glibc|@jemalloc|@tcmalloc)"),
+            Some(_) => fail!("{spec}: unknown backend (none|off|on|on:MS, then @ and one of {})", crate::BACKENDS.join(", ")),
             None => (spec, None),
         };
         let trim_ms = match mode {
@@ -337,7 +337,7 @@ mod tests {
         assert_eq!(RunConfig::parse("on", 1000).unwrap().trim_ms, Some(1000));
         assert_eq!(RunConfig::parse("off", 1000).unwrap().trim_ms, Some(0));
         assert_eq!(RunConfig::parse("none", 1000).unwrap().trim_ms, None);
-        for bad in ["none@glibc", "on@mimalloc", "sometimes", "on:x"] {
+        for bad in ["none@glibc", "on@nosuch", "sometimes", "on:x"] {
             assert!(RunConfig::parse(bad, 1000).is_err(), "{bad}");
         }
         assert_eq!(word(0), "kakaka");

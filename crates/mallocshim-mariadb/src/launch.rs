@@ -61,19 +61,16 @@ impl Launch {
     }
 }
 
-/// Removes `LD_PRELOAD`, `MALLOCSHIM_*` and the allocators' and profilers' own variables
-/// (`MALLOC_CONF`, `_RJEM_*`, `TCMALLOC_*`, `MIMALLOC_*`, `DUMP_HEAPTRACK_OUTPUT`) of the caller's
-/// environment from `cmd`.
+/// Removes `LD_PRELOAD`, `MALLOCSHIM_*`, the allocators' own variables (the backend table's
+/// `env`: `MALLOC_CONF`, `_RJEM_*`, `TCMALLOC_*`, `MIMALLOC_*`) and the profilers'
+/// (`DUMP_HEAPTRACK_OUTPUT`) of the caller's environment from `cmd`.
 pub fn clean_env(cmd: &mut Command) {
     for (k, _) in std::env::vars_os() {
         let ks = k.to_string_lossy();
         if ks == "LD_PRELOAD"
-            || ks == "MALLOC_CONF"
             || ks == "DUMP_HEAPTRACK_OUTPUT"
             || ks.starts_with("MALLOCSHIM_")
-            || ks.starts_with("_RJEM_")
-            || ks.starts_with("TCMALLOC_")
-            || ks.starts_with("MIMALLOC_")
+            || mallocshim_format::backends::is_allocator_var(&ks)
         {
             cmd.env_remove(&k);
         }

@@ -46,9 +46,10 @@ pub use server::{Server, Stopped};
 pub use sysbench::{Sysbench, SysbenchReport};
 pub use tools::{is_exec, require, require_file, Tools};
 
-/// The backends the shim routes to, in the order the tests and the README use.
-pub const BACKENDS: [&str; 3] = ["glibc", "jemalloc", "tcmalloc"];
+/// The backends the shim routes to, in the order the tests and the README use, and the library
+/// of each one's direct-preload baseline: the workspace's backend table
+/// (`mallocshim_format::backends`).
+pub use mallocshim_format::backends::{direct_lib, BACKENDS};
 
-/// Debian's gperftools and jemalloc libraries: the tcmalloc backend and the direct-preload baselines.
-pub const TCMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4";
-pub const JEMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
+/// Debian's jemalloc (libjemalloc2): the jemalloc direct baseline and jeprof's preload.
+pub const JEMALLOC_LIB: &str = mallocshim_format::backends::lib("jemalloc");

@@ -44,6 +44,8 @@ pub fn expected_lib(backend: &str, mode: &str, lib: &str) -> bool {
         ("heaptrack", _) | ("direct", "glibc") => lib == "system",
         ("direct", "jemalloc") | ("jeprof", _) => lib.starts_with("jemalloc 5."),
         ("direct", "tcmalloc") => lib.starts_with("tcmalloc gperftools"),
+        // MariaDB names jemalloc (by `mallctl`) and tcmalloc (by `tc_version`), else "system".
+        ("direct", "mimalloc") => lib == "system",
         ("direct", _) => false,
         (_, b) => lib.starts_with("jemalloc mallocshim ") && lib.contains(&format!("({b} ")),
     }
@@ -65,13 +67,10 @@ pub fn start(shim: &Path, backend: &str, mode: &str, dir: &Path) -> Result<Start
     }
     let shim_s = shim.display().to_string();
     let (launch, lib, heaptrack) = match (mode, backend) {
-        ("direct", "jemalloc") => {
-            (Launch::preload(crate::JEMALLOC_LIB), Some(crate::JEMALLOC_LIB.into()), None)
-        }
-        ("direct", "tcmalloc") => {
-            (Launch::preload(crate::TCMALLOC_LIB), Some(crate::TCMALLOC_LIB.into()), None)
-        }
-        ("direct", _) => (Launch::plain(), None, None),
+        ("direct", b) => match crate::direct_lib(b) {
+            Some(lib) => (Launch::preload(lib), Some(lib.into()), None),
+            None => (Launch::plain(), None, None),
+        },
         ("jeprof", _) => {
             crate::require_file(crate::JEMALLOC_LIB)?;
             let conf = format!("{JEPROF_CONF},prof_final:true,prof_prefix:{}/jeprof", dir.display());

@@ -86,8 +86,11 @@ pub fn expected_lib(backend: &str, mode: &str, lib: &str) -> bool {
 /// Runs the whole measurement. Errors only when the instance cannot be set up; failures of a
 /// config are in its rows and make `ok` false.
 pub fn run(cfg: &Config) -> Result<Results> {
-    crate::require_file(crate::JEMALLOC_LIB)?;
-    crate::require_file(crate::TCMALLOC_LIB)?;
+    for b in &cfg.backends {
+        if let Some(lib) = crate::direct_lib(b) {
+            crate::require_file(lib)?;
+        }
+    }
     callgrind::check(&crate::require("mariadbd")?)?;
     let bp = std::env::var("MDB_BUFFER_POOL").unwrap_or_else(|_| "64M".into());
     let opts = Options {
@@ -164,8 +167,10 @@ fn one_server(cfg: &Config, inst: &Instance, round: u32, b: &str, m: &str, res: 
     row.malloc_lib = srv.sql_value("SELECT @@version_malloc_library").unwrap_or_else(|_| "n/a".into());
     row.loaded = match &lib {
         Some(l) => procfs::maps_contains(row.pid, l) == Some(true),
-        None => ["libjemalloc", "libtcmalloc", "libmallocshim"]
+        None => mallocshim_format::backends::TABLE
             .iter()
+            .filter_map(|b| b.file_name().to_str().ok().filter(|f| !f.is_empty()))
+            .chain(["libmallocshim"])
             .all(|n| procfs::maps_contains(row.pid, n) == Some(false)),
     };
     if !expected_lib(b, m, &row.malloc_lib) {

@@ -5,19 +5,13 @@
 use std::path::{Path, PathBuf};
 
 pub use mallocshim_format::BACKENDS;
-pub const TCMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4";
-pub const JEMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2";
-pub const MIMALLOC_LIB: &str = "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2";
 
-/// A backend's Debian library and package: what "<backend>-direct" preloads, and what the shim
-/// dlopen()s for tcmalloc and mimalloc. None for glibc.
+/// A backend's Debian library and package, from the backend table: what "<backend>-direct"
+/// preloads, and what the shim dlopen()s for a dlopen()ed backend (tcmalloc, mimalloc). None
+/// for glibc.
 pub fn backend_lib(backend: &str) -> Option<(&'static str, &'static str)> {
-    match backend {
-        "jemalloc" => Some((JEMALLOC_LIB, "libjemalloc2")),
-        "tcmalloc" => Some((TCMALLOC_LIB, "libtcmalloc-minimal4")),
-        "mimalloc" => Some((MIMALLOC_LIB, "libmimalloc2.0")),
-        _ => None,
-    }
+    let b = mallocshim_format::backends::by_name(backend)?;
+    Some((b.lib_path()?, b.package?))
 }
 
 /// sysbench's bundled lua workloads that run on the oltp_* dataset.
@@ -238,10 +232,12 @@ pub fn check(args: Args) -> Result<Plan, String> {
         return Err("--backends is empty".into());
     }
     for b in &backends {
-        // The shim dlopen()s every library but jemalloc's (linked in); --direct preloads them all.
+        // The shim dlopen()s the libraries of the table's dlopen()ed backends (jemalloc is linked
+        // in); --direct preloads them all.
         if let Some((lib, pkg)) = backend_lib(b) {
-            if (args.direct || b != "jemalloc") && !Path::new(lib).exists() {
-                let why = if b == "jemalloc" { "--direct with jemalloc" } else { &format!("backend {b}") };
+            let dlopen = mallocshim_format::backends::by_name(b).is_some_and(|r| r.dlopen);
+            if (args.direct || dlopen) && !Path::new(lib).exists() {
+                let why = if !dlopen { &format!("--direct with {b}") } else { &format!("backend {b}") };
                 return Err(format!("{why} needs {lib} (apt-get install {pkg})"));
             }
         }

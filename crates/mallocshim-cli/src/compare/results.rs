@@ -3,6 +3,7 @@
 //! CPU per query, peak/final RSS, malloc/free latency per size class) and the plots
 //! (qps_<workload>.png, rss.png, latency.png). Also the lua script that runs an SQL file.
 
+use mallocshim_format::stats::median;
 use super::cli::Plan;
 use super::measure::read_dump;
 use super::spread;
@@ -183,17 +184,6 @@ pub fn sql_to_lua(sql: &str) -> Result<String, String> {
          function event()\n  for _, q in ipairs(stmts) do\n    con:query(q)\n  end\nend\n",
     );
     Ok(lua)
-}
-
-/// Median; the mean of the two middle values for an even count.
-pub fn median(v: &[f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    let mut s = v.to_vec();
-    s.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-    let n = s.len();
-    Some(if n % 2 == 1 { s[n / 2] } else { (s[n / 2 - 1] + s[n / 2]) / 2.0 })
 }
 
 fn mib(b: f64) -> String {

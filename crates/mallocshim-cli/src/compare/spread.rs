@@ -6,7 +6,7 @@
 //! whose range includes 1.0 is marked `~`: at this number of rounds it cannot be told from
 //! noise. One round gives no range and no verdict on noise.
 
-use super::results::median;
+use mallocshim_format::stats::median;
 
 /// The mark of a ratio that cannot be told from noise.
 pub const NOISE_MARK: &str = "~";
