@@ -4,6 +4,7 @@
 //! under the shim (no libmallocshim in /proc/PID/maps); it never signals by name.
 
 use mallocshim_format::dump::parse_dump_file_name;
+use mallocshim_proc::environ_var;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -45,16 +46,6 @@ fn fail(code: u8, msg: String) -> Fail {
     Fail { code, msg }
 }
 
-/// One variable of a process's environment, from /proc/PID/environ.
-fn environ_var(pid: u32, key: &str) -> Option<String> {
-    let raw = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-    raw.split(|&b| b == 0).find_map(|kv| {
-        let kv = std::str::from_utf8(kv).ok()?;
-        let (k, v) = kv.split_once('=')?;
-        (k == key && !v.is_empty()).then(|| v.to_string())
-    })
-}
-
 /// The process's dump directory, as the shim chooses it; relative to the process's cwd.
 pub fn dump_dir(pid: u32) -> PathBuf {
     let d = environ_var(pid, "MALLOCSHIM_DUMP_DIR")
@@ -62,7 +53,7 @@ pub fn dump_dir(pid: u32) -> PathBuf {
         .unwrap_or_else(|| "/tmp".into());
     let d = PathBuf::from(d);
     if d.is_relative() {
-        if let Ok(cwd) = std::fs::read_link(format!("/proc/{pid}/cwd")) {
+        if let Some(cwd) = mallocshim_proc::cwd(pid) {
             return cwd.join(d);
         }
     }

@@ -6,7 +6,11 @@
 //! pages and shell completions, the hidden `backends` prints the backend table for scripts. Every dump and memlog is read through the format crate
 //! (`mallocshim_format`); the command never links the shim (a cdylib exporting malloc).
 
+// Without the `compare` feature, the helpers only compare uses (plot formatters, secure writes).
+#![cfg_attr(not(feature = "compare"), allow(dead_code))]
+
 mod backends;
+#[cfg(feature = "compare")]
 mod compare;
 mod diagnose;
 mod diff;
@@ -56,6 +60,7 @@ enum Cmd {
     Top(top::Args),
     Plot(plot_cmd::Args),
     Diagnose(diagnose::Args),
+    #[cfg(feature = "compare")]
     Compare(compare::cli::Args),
     /// Write the man pages (man1/*.1) and shell completions (bash, zsh, fish) into DIR.
     /// The backend table, for scripts (hidden): name, package, library, dlopen, environment.
@@ -146,6 +151,7 @@ fn main() -> ExitCode {
         }
     };
     let (name, res) = match &cli.cmd {
+        #[cfg(feature = "compare")]
         Cmd::Compare(_) => {
             let Cmd::Compare(args) = cli.cmd else { unreachable!() };
             return compare::main(args);

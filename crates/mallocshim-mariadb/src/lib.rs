@@ -30,10 +30,13 @@ mod sysbench;
 mod tools;
 
 pub mod callgrind;
+#[cfg(feature = "fulltext")]
 pub mod fulltext;
-pub mod procfs;
 pub mod profilers;
 pub mod query_instr;
+
+/// /proc readings of a running server (the `mallocshim-proc` crate, shared with the command).
+pub use mallocshim_proc as procfs;
 
 pub use cleanup::on_interrupt;
 pub use dump::{dumps, json_dumps, newest_json_dump, read_dump, DumpSummary, DumpWaiter};

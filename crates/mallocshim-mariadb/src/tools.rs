@@ -7,11 +7,7 @@ use std::process::{Command, Stdio};
 
 /// The absolute path of `prog` found in PATH, or [`Error::MissingTool`].
 pub fn require(prog: &str) -> Result<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|d| d.join(prog))
-        .find(|p| is_exec(p))
-        .ok_or_else(|| Error::MissingTool(format!("program `{prog}`")))
+    mallocshim_proc::find_in_path(prog).ok_or_else(|| Error::MissingTool(format!("program `{prog}`")))
 }
 
 /// `path` itself when it exists, or [`Error::MissingTool`] (a library such as tcmalloc's).
@@ -23,11 +19,7 @@ pub fn require_file(path: &str) -> Result<PathBuf> {
     }
 }
 
-/// Whether `p` is a regular file with an execute bit.
-pub fn is_exec(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    p.metadata().map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
-}
+pub use mallocshim_proc::is_exec;
 
 /// The server (MariaDB's mariadbd or MySQL's mysqld), its client programs and sysbench.
 #[derive(Clone, Debug)]

@@ -5,7 +5,7 @@
 
 use mallocshim_format::memlog::HEADER as MEMLOG_HEADER;
 use mallocshim_format::Dump;
-use mallocshim_mariadb::procfs::statm;
+use mallocshim_proc::statm;
 use mallocshim_mariadb::{Error, Server, SysbenchReport};
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -181,14 +181,14 @@ fn server_run(
                 sb(a.warmup, out.join("logs").join(format!("{cellname}.warmup.txt")))?;
             }
             let log = out.join("logs").join(format!("{cellname}.sysbench.txt"));
-            let cpu0 = mallocshim_mariadb::procfs::cpu_seconds(srv.pid())
+            let cpu0 = mallocshim_proc::cpu_seconds(srv.pid())
                 .ok_or_else(|| format!("cannot read /proc/{}/stat", srv.pid()))?;
             let report = sb(a.time, log.clone())?;
-            let cpu1 = mallocshim_mariadb::procfs::cpu_seconds(srv.pid()).ok_or_else(|| {
+            let cpu1 = mallocshim_proc::cpu_seconds(srv.pid()).ok_or_else(|| {
                 format!("server pid {} is gone after the cell (log {})", srv.pid(), srv.errlog().display())
             })?;
             let r = measure::figures(&report).map_err(|e| format!("{cellname}: {e}; {}", log.display()))?;
-            let (rss, _) = mallocshim_mariadb::procfs::statm(srv.pid()).unwrap_or((0, 0));
+            let (rss, _) = mallocshim_proc::statm(srv.pid()).unwrap_or((0, 0));
             let mut cell = Cell {
                 round,
                 config: cfg.name(),
