@@ -109,7 +109,7 @@ pub static OPTIONS: [Opt; 22] = [
     },
     Opt {
         name: "MALLOCSHIM_TCMALLOC_LIB",
-        default: "libtcmalloc_minimal.so.4",
+        default: Backend::Tcmalloc.default_lib_str(),
         doc: "gperftools library dlopen()ed (RTLD_LOCAL) for the tcmalloc backend",
         path: true,
         parse: |v, c| {

@@ -167,6 +167,14 @@ macro_rules! define_backends {
 backend_list!(define_backends);
 
 impl Backend {
+    /// [`Backend::default_lib`] as `&str`, for the option table's defaults.
+    pub const fn default_lib_str(self) -> &'static str {
+        match self.default_lib().to_str() {
+            Ok(s) => s,
+            Err(_) => "",
+        }
+    }
+
     /// The backend of a name, ignoring ASCII case (`JeMalloc` is jemalloc).
     pub fn from_name(v: &[u8]) -> Option<Backend> {
         ALL.iter().copied().find(|b| b.c_name().to_bytes().eq_ignore_ascii_case(v))
