@@ -279,7 +279,8 @@ fn main() {
         by.entry((r.backend.clone(), r.mode.clone())).or_default().push(r);
     }
     let med = |b: &str, m: &str, f: fn(&QpsRun) -> f64| -> Option<f64> {
-        by.get(&(b.to_string(), m.to_string())).map(|v| median_or_nan(v.iter().map(|r| f(r)).collect()))
+        by.get(&(b.to_string(), m.to_string()))
+            .map(|v| median_or_nan(v.iter().map(|r| f(r)).collect::<Vec<f64>>()))
     };
     let rounds = runs.iter().map(|r| r.round + 1).max().unwrap_or(0);
     let _ = writeln!(
@@ -377,7 +378,10 @@ fn main() {
         for w in &cfg.workloads {
             for (b, m) in &configs {
                 let k = |m: &str| (b.clone(), m.to_string(), w.clone());
-                match (cells.get(&k(m)).cloned().map(median_or_nan), cells.get(&k("direct")).cloned().map(median_or_nan)) {
+                match (
+                    cells.get(&k(m)).cloned().map(median_or_nan),
+                    cells.get(&k("direct")).cloned().map(median_or_nan),
+                ) {
                     (Some(v), Some(d)) => {
                         ir_over.insert(k(m), v / d - 1.0);
                         let _ =

@@ -340,7 +340,6 @@ fn loadavg() -> String {
         .unwrap_or_else(|| "?".into())
 }
 
-
 /// Instructions per pair under callgrind, by difference of two run lengths so process start-up
 /// and exit (including the shim's own initialisation and summary) cancel out.
 /// The callgrind table, and the instructions per pair of each configuration (same order).
@@ -502,7 +501,7 @@ fn main() {
     for (wi, w) in WORKLOADS.iter().enumerate() {
         for &t in &THREADS {
             let s = &samples[&(wi, t)];
-            let med: Vec<f64> = s.iter().map(|v| median_or_nan(&mut v.clone())).collect();
+            let med: Vec<f64> = s.iter().map(median_or_nan).collect();
             for (ci, cfg) in cfgs.iter().enumerate() {
                 let lo = s[ci].iter().cloned().fold(f64::INFINITY, f64::min);
                 let hi = s[ci].iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -588,10 +587,10 @@ fn main() {
                 let Some(off) = cfg.heap_off else { continue };
                 // Round r ran both rows within seconds of each other: its difference cancels
                 // what drifts between rounds.
-                let mut d: Vec<f64> = s[ci].iter().zip(&s[off]).map(|(a, b)| a - b).collect();
+                let d: Vec<f64> = s[ci].iter().zip(&s[off]).map(|(a, b)| a - b).collect();
                 let lo = d.iter().cloned().fold(f64::INFINITY, f64::min);
                 let hi = d.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let m = median_or_nan(&mut d);
+                let m = median_or_nan(&d);
                 writeln!(md, "| {w} | {t} | {} | {m:+.2} | {lo:+.2}..{hi:+.2} |", cfg.name).unwrap();
                 if *w == "pair64" && t == 1 {
                     added.insert(ci, (m, lo, hi));
@@ -647,7 +646,7 @@ fn main() {
         else {
             continue;
         };
-        let ns = |i: usize| median_or_nan(&mut pair1[i].clone());
+        let ns = |i: usize| median_or_nan(&pair1[i]);
         let add = |i: usize| {
             added
                 .get(&i)

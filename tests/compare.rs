@@ -69,7 +69,6 @@ fn f(row: &BTreeMap<String, String>, k: &str) -> f64 {
     row[k].parse().unwrap_or_else(|_| panic!("column {k} is not a number: {row:?}"))
 }
 
-
 /// The rows of the Markdown table under `## <heading>`: header cells and data rows.
 fn md_table(md: &str, heading: &str) -> (Vec<String>, Vec<Vec<String>>) {
     let start = md
@@ -198,7 +197,12 @@ fn short_run_csv_report_and_plots_agree() {
     let md = std::fs::read_to_string(out.join("report.md")).expect("report.md");
     assert!(md.contains("Run complete, 8 cells"), "{md}");
     let med = |cfg: &str, t: &str, col: &str| {
-        median_or_nan(rows.iter().filter(|r| r["config"] == cfg && r["threads"] == t).map(|r| f(r, col)).collect())
+        median_or_nan(
+            rows.iter()
+                .filter(|r| r["config"] == cfg && r["threads"] == t)
+                .map(|r| f(r, col))
+                .collect::<Vec<f64>>(),
+        )
     };
     for (section, col, dec) in
         [("oltp_point_select: qps", "qps", 1usize), ("oltp_point_select: CPU/query", "cpu_us_per_query", 2)]

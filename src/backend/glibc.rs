@@ -207,7 +207,12 @@ pub(super) fn account() -> super::AccountFigures {
         resident: mi.arena as u64 + hblkhd,
         free: mi.fordblks as u64,
     };
-    super::AccountFigures { stats, live: Some(stats.allocated), resident: heap_resident() + hblkhd, metadata: None }
+    super::AccountFigures {
+        stats,
+        live: Some(stats.allocated),
+        resident: heap_resident() + hblkhd,
+        metadata: None,
+    }
 }
 
 /// glibc's `HEAP_MAX_SIZE` on 64-bit: every non-main arena heap is a mapping aligned to it.
@@ -224,7 +229,12 @@ fn heap_resident() -> u64 {
         let len = end.saturating_sub(start);
         if path == "[heap]" {
             total += super::figures::resident(start, len);
-        } else if perms == "rw-p" && inode == "0" && path.is_empty() && start % HEAP_MAX == 0 && len <= HEAP_MAX {
+        } else if perms == "rw-p"
+            && inode == "0"
+            && path.is_empty()
+            && start % HEAP_MAX == 0
+            && len <= HEAP_MAX
+        {
             // SAFETY: the mapping is readable and writable (rw-p) and at least a page long.
             let hdr = unsafe { core::ptr::read_volatile(start as *const [u64; 4]) };
             if hdr[0] != 0 && hdr[3] == len && hdr[2] <= len {

@@ -222,4 +222,3 @@ pub fn env_str(key: &str, default: &str) -> String {
 pub fn words(key: &str, default: &str) -> Vec<String> {
     env_str(key, default).split_whitespace().map(str::to_string).collect()
 }
-

@@ -220,7 +220,9 @@ mod tests {
         for b in &TABLE {
             assert_eq!(b.package.is_some(), !b.lib.is_empty(), "{}", b.name());
             assert!(!b.dlopen || !b.lib.is_empty(), "{} is dlopen()ed from no library", b.name());
-            assert!(b.lib_path().is_none_or(|p| p.starts_with("/usr/lib/x86_64-linux-gnu/lib") && p.contains(".so")));
+            assert!(b
+                .lib_path()
+                .is_none_or(|p| p.starts_with("/usr/lib/x86_64-linux-gnu/lib") && p.contains(".so")));
         }
         assert_eq!(TABLE[2].lib_path(), Some("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"));
         assert_eq!(TABLE[2].file_name(), c"libtcmalloc_minimal.so.4");
@@ -248,7 +250,8 @@ mod tests {
     fn install_deps_installs_every_backend_package() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/install-deps.sh");
         let script = std::fs::read_to_string(path).expect("scripts/install-deps.sh");
-        let list = script.split_once("PACKAGES=(").and_then(|(_, r)| r.split_once(')')).expect("PACKAGES=(...)").0;
+        let list =
+            script.split_once("PACKAGES=(").and_then(|(_, r)| r.split_once(')')).expect("PACKAGES=(...)").0;
         let listed: Vec<&str> = list.split_whitespace().collect();
         for b in &TABLE {
             if let Some(p) = b.package {

@@ -29,10 +29,10 @@ pub mod memlog;
 pub mod pprof;
 pub mod stats;
 
+pub use backends::BACKENDS;
 pub use classes::{ENTRY_NAMES, OP_NAMES};
 pub use dump::{
     dump_file_name, dumps_of, newest_dump, Buckets, ClassRow, Dump, DurationUs, LatencyBuckets, LiveClass,
     Memory, ParseError, ReadError, ThreadOp, ThreadRow, Total, Trim, TrimReasons, FORMAT, VERSION,
 };
 pub use memlog::MemRow;
-pub use backends::BACKENDS;

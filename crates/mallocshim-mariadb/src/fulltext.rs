@@ -41,7 +41,10 @@ impl RunConfig {
     pub fn parse(spec: &str, default_trim_ms: u64) -> Result<RunConfig> {
         let (mode, backend) = match spec.split_once('@') {
             Some((m, b)) if crate::BACKENDS.contains(&b) => (m, Some(b.to_string())),
-            Some(_) => fail!("{spec}: unknown backend (none|off|on|on:MS, then @ and one of {})", crate::BACKENDS.join(", ")),
+            Some(_) => fail!(
+                "{spec}: unknown backend (none|off|on|on:MS, then @ and one of {})",
+                crate::BACKENDS.join(", ")
+            ),
             None => (spec, None),
         };
         let trim_ms = match mode {

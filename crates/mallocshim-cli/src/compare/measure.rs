@@ -5,8 +5,8 @@
 
 use mallocshim_format::memlog::HEADER as MEMLOG_HEADER;
 use mallocshim_format::Dump;
-use mallocshim_proc::statm;
 use mallocshim_mariadb::{Error, Server, SysbenchReport};
+use mallocshim_proc::statm;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -3,11 +3,11 @@
 //! CPU per query, peak/final RSS, malloc/free latency per size class) and the plots
 //! (qps_<workload>.png, rss.png, latency.png). Also the lua script that runs an SQL file.
 
-use mallocshim_format::stats::median;
 use super::cli::Plan;
 use super::measure::read_dump;
 use super::spread;
 use crate::plot::{self, Panel, Series};
+use mallocshim_format::stats::median;
 use mallocshim_format::Dump;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
