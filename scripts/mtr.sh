@@ -127,7 +127,8 @@ flock -w 1800 9 || die "could not take the lock ${MDB_LOCK:-/tmp/mallocshim-mari
 
 # --- sample the servers of this run from /proc while mtr runs. A process that is exiting has its
 # memory gone: cmdline, environ and maps read empty; such a sample is dropped (a server seen only
-# then is not counted), so every recorded line describes a live, exec()ed mariadbd.
+# then is not counted), and so is one taken before the loader has mapped libc (exec()ed but not
+# yet loaded: no preload in maps yet), so every recorded line describes a live, loaded mariadbd.
 sampler() {
     declare -A seen=()
     local pid cmd env maps pre be mapped
@@ -139,6 +140,11 @@ sampler() {
             { env=$(tr '\0' '\n' <"/proc/$pid/environ"); } 2>/dev/null || continue
             { maps=$(cat "/proc/$pid/maps"); } 2>/dev/null || continue
             [[ -n $env && -n $maps ]] || continue
+            # Judged only once the loader has mapped the program's own libraries: between exec
+            # and then, maps holds mariadbd and ld.so alone (no preload yet, issue 21 part 8).
+            # The loader maps LD_PRELOAD before DT_NEEDED, so with libc mapped the preload is
+            # too. Not marked seen: the next round (0.5 s) samples it again.
+            [[ $maps == *"/libc.so"* ]] || continue
             pre=$(sed -n 's/^LD_PRELOAD=//p' <<<"$env")
             be=$(sed -n 's/^MALLOCSHIM_BACKEND=//p' <<<"$env")
             mapped=0
