@@ -76,6 +76,12 @@ fn check_run(dir: &Path, pid: u32, backend: &str, setting: &str, printed: &str) 
             let big = big.unwrap_or_else(|| panic!("{w}: no >64M malloc row"));
             assert!(big.bytes >= 96 << 20, "{w}: the served 96 MiB malloc is not counted: {big:?}");
         }
+        // The Prometheus rendering of the same dump says the same.
+        let prom = std::fs::read_to_string(f.with_extension("prom")).expect("the dump's prom file");
+        for op in OP_NAMES {
+            let line = format!("mallocshim_failed_total{{backend=\"{backend}\",op=\"{op}\"}} {}", t[op].2);
+            assert!(prom.lines().any(|l| l == line), "{w}: no `{line}` in the prom dump");
+        }
         if let Some(p) = &prev {
             for (op, (c, b, fl)) in &t {
                 let (pc, pb, pf) = p[op];
@@ -98,7 +104,7 @@ fn failed_huge_requests_are_failures_not_bytes() {
         c.envs(env.iter().copied())
             .env("FAILED_HUGE_DUMPS", "1")
             .env("MALLOCSHIM_DUMP_DIR", &dir)
-            .env("MALLOCSHIM_DUMP_FORMATS", "json")
+            .env("MALLOCSHIM_DUMP_FORMATS", "json,prom")
             .env("MALLOCSHIM_DUMP_AT_EXIT", "1");
         let child =
             c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
