@@ -46,6 +46,60 @@ pub struct Account {
     pub non_heap_bytes: u64,
 }
 
+/// The shim's best figure of the bytes the program holds, for a backend that counts none
+/// (mimalloc), capped at `cap` (what the backend holds): the shim's own per-op counts (bytes
+/// allocated minus bytes freed, [`counted_live`]) while the heap profile's estimate confirms
+/// them (within four of its standard errors, `sqrt(mean * live)`), else the estimate; either
+/// one alone when the other is off (`MALLOCSHIM_PROF_SAMPLE_BYTES=0`: the counts; profiling
+/// off: neither, None). The counts are exact per call, so they answer a small or short-lived
+/// heap exactly (glibc's tst-mallinfo2: 30 KB held, which a 512 KiB sampling mean cannot see),
+/// but they drift with throughput (an allocation counts its requested size, a free its usable
+/// size; a moving realloc's old block is never subtracted); the estimate is unbiased and takes
+/// over once they drift apart. Not on the hot path (walks the slots).
+pub fn shim_live(cap: u64) -> Option<u64> {
+    let est = crate::heapprof::live_estimate();
+    let counted = crate::config::get().profile.then(counted_live);
+    let live = match (est, counted) {
+        (Some(e), Some(c)) => {
+            let d = e.abs_diff(c) as f64;
+            let var = crate::heapprof::rate() as f64 * e.max(c) as f64;
+            if d * d <= 16.0 * var {
+                c
+            } else {
+                e
+            }
+        }
+        (e, c) => c.or(e)?,
+    };
+    Some(live.min(cap))
+}
+
+/// The lowest balance [`counted_live`] has read (0 or negative).
+static BALANCE_FLOOR: core::sync::atomic::AtomicI64 = core::sync::atomic::AtomicI64::new(0);
+
+/// Bytes allocated (malloc, calloc, realloc, the aligned family: as requested) minus bytes
+/// freed (usable sizes) over every slot, live and exited, less the lowest such balance read so
+/// far when that was negative: a free counts the usable size, so allocate/free pairs drive the
+/// balance below the bytes held, and a balance below 0 is that bias, seen and taken out.
+fn counted_live() -> u64 {
+    use crate::classes::Op;
+    use core::sync::atomic::Ordering::Relaxed;
+    let (mut alloc, mut freed) = (0u128, 0u128);
+    crate::slots::for_each(|s, _| {
+        for (o, cls) in s.tally.iter().enumerate() {
+            let b: u128 = cls.iter().map(|t| t.bytes.load(Relaxed) as u128).sum();
+            if o == Op::Free as usize {
+                freed += b;
+            } else {
+                alloc += b;
+            }
+        }
+    });
+    let balance = (alloc as i128 - freed as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+    let floor = BALANCE_FLOOR.fetch_min(balance, Relaxed).min(balance).min(0);
+    (balance as i128 - floor as i128) as u64
+}
+
 /// RSS and its split from /proc/self/status, in bytes: (rss, anon, file, shmem).
 pub fn status_rss() -> (u64, u64, u64, u64) {
     let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -65,11 +119,10 @@ pub fn status_rss() -> (u64, u64, u64, u64) {
 /// RSS is read closest to the residency.
 pub fn measure() -> (Account, MemStats) {
     let f = backend::account_figures();
-    // A backend that counts no live bytes (mimalloc): the heap profile's estimate when
-    // sampling is on, off by about sqrt(sample mean / live) either way, so capped at what the
-    // allocator holds resident (its error never pushes the account past RSS); else none, and
-    // everything resident counts as live.
-    let live = f.live.or_else(|| crate::heapprof::live_estimate().map(|l| l.min(f.resident)));
+    // A backend that counts no live bytes (mimalloc): the shim's figure (its counts or the heap
+    // profile's estimate, see `shim_live`), capped at what the allocator holds resident so its
+    // error never pushes the account past RSS; with neither, everything resident counts as live.
+    let live = f.live.or_else(|| shim_live(f.resident));
     let (rss, anon, file, shmem) = status_rss();
     (compose(live, f.resident, f.metadata, rss, anon, file, shmem), f.stats)
 }

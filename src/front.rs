@@ -10,6 +10,9 @@
 //! address filter (about 9); a sampled allocation and the free of a sampled block go out of line
 //! to `heapprof`, whose module doc gives their exceptions. Without `H` (heap profiles off at
 //! start, `MALLOCSHIM_PROF_SAMPLE_BYTES=0`) neither is compiled in.
+//! A call in the open size class (above 64 MiB) goes out of line (`recorded_big`) and is
+//! counted after the call: a refused one in its op's `failed` counter only, never with its size
+//! (issue 21: impossible sizes wrapped the byte counts).
 //! The inline path never allocates, locks, panics or makes a syscall other than the clock. The
 //! out-of-line path has three exceptions, each rare and each under the reentrancy guard: a
 //! thread's first recorded call claims a slot (`slots::claim`: an mmap when the pool grows); under
@@ -19,7 +22,7 @@
 //! writes files), because no other thread exists to write it.
 
 use crate::backend::Raw;
-use crate::classes::{bucket_of, class_of, Op};
+use crate::classes::{bucket_of, class_of, Op, CLASSES};
 use crate::slots::{self, Entry, Slot, CLASS_HIST, CLASS_MAX};
 use crate::{clock, csem, heapprof, tls};
 use core::ffi::{c_int, c_void};
@@ -51,8 +54,14 @@ fn bump(c: &AtomicU64, v: u64, shared: bool) {
 /// Adds one call of `size` bytes to the slot's op and size class.
 #[inline(always)]
 fn tally(s: &Slot, shared: bool, op: Op, size: usize) {
-    // SAFETY: `op` < OPS and `class_of` < CLASSES by construction.
-    let t = unsafe { s.tally.get_unchecked(op as usize).get_unchecked(class_of(size)) };
+    tally_in(s, shared, op, class_of(size), size)
+}
+
+/// [`tally`] with the size class `c` (< CLASSES) already known.
+#[inline(always)]
+fn tally_in(s: &Slot, shared: bool, op: Op, c: usize, size: usize) {
+    // SAFETY: `op` < OPS by construction; `c` < CLASSES (the caller's contract).
+    let t = unsafe { s.tally.get_unchecked(op as usize).get_unchecked(c) };
     bump(&t.count, 1, shared);
     bump(&t.bytes, size as u64, shared);
 }
@@ -88,13 +97,68 @@ fn recorded<B: Raw, R: Outcome, const H: bool>(
             bump((*s).calls.get_unchecked(e as usize), 1, false);
         }
         let n = size();
+        // The open class (above 64 MiB: rare, and where every impossible request lands) is
+        // counted after the call, out of line; the branch replaces `class_of`'s clamp.
+        let c = class_unclamped(n);
+        if c >= CLASSES - 1 {
+            return recorded_big::<R, H>(&*s, op, n, run, block);
+        }
         // Counted before the call, so the call itself is a tail call.
-        tally(&*s, false, op, n);
+        tally_in(&*s, false, op, c, n);
         if H && op != Op::Free && heapprof::countdown(&*s, n) {
             return heap_sampled(&*s, n, run, block);
         }
         run(n)
     }
+}
+
+/// The size class of `n` before `class_of`'s clamp to the open class: at least `CLASSES - 1`
+/// for every request above 64 MiB.
+#[inline(always)]
+fn class_unclamped(n: usize) -> usize {
+    let x = (n.saturating_sub(1) | 15) as u64;
+    (63 - x.leading_zeros() as usize) - 3
+}
+
+/// Whether a call of `op` for `n` bytes that returned `out` is counted as a failure: a request
+/// in the open class (above 64 MiB) that the allocator refused. Failures of smaller requests
+/// are counted with their size (before the call, on the inline path).
+#[inline(always)]
+fn failed_big<R: Outcome>(op: Op, n: usize, out: &R) -> bool {
+    op != Op::Free && class_unclamped(n) >= CLASSES - 1 && !out.ok()
+}
+
+/// Counts one failed request of `op` (no size class, no bytes).
+#[cold]
+#[inline(never)]
+fn count_failed(s: &Slot, shared: bool, op: Op) {
+    // SAFETY: `op` < OPS by construction.
+    bump(unsafe { s.failed.get_unchecked(op as usize) }, 1, shared);
+}
+
+/// A call in the open class (above 64 MiB) on the inline path's own slot: made first, then
+/// counted with its size when it succeeded, as a failure (no bytes) when it did not — a
+/// failed `malloc(SIZE_MAX - 4096)` or an overflowing `calloc` counted with its size wrapped
+/// the byte totals (issue 21).
+#[cold]
+#[inline(never)]
+fn recorded_big<R: Outcome, const H: bool>(
+    s: &Slot,
+    op: Op,
+    n: usize,
+    run: impl FnOnce(usize) -> R,
+    block: impl FnOnce(&R) -> *mut c_void,
+) -> R {
+    let out = run(n);
+    if failed_big(op, n, &out) {
+        count_failed(s, false, op);
+        return out;
+    }
+    tally(s, false, op, n);
+    if H && op != Op::Free && heapprof::countdown(s, n) {
+        heapprof::sampled(s, block(&out), n);
+    }
+    out
 }
 
 /// An allocation that ends the thread's heap-profile gap: made, then handed to `heapprof`.
@@ -160,7 +224,11 @@ fn recorded_slow<B: Raw, R: Outcome, const H: bool>(
         {
             adopt_counter::<B>(&*s);
         }
-        tally(&*s, shared, op, n);
+        if failed_big(op, n, &out) {
+            count_failed(&*s, shared, op);
+        } else {
+            tally(&*s, shared, op, n);
+        }
         if timed {
             sample(&*s, shared, op as usize, class_of(n), d);
         }

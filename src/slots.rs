@@ -68,6 +68,10 @@ pub struct Slot {
     /// Calls and bytes per op and size class (exact; bytes requested, free: usable size), both
     /// in one 16-byte cell so that a call touches one cache line.
     pub tally: [[Tally; CLASSES]; OPS],
+    /// Failed requests above 64 MiB per op (the open class: every overflowing or impossible
+    /// request), counted here instead of in `tally` so that no byte count takes a size no
+    /// allocator served (`front::recorded_big`).
+    pub failed: [AtomicU64; OPS],
     /// Sampled latencies per op, in clock ticks, by [`crate::classes::bucket_of`].
     pub hist: [[AtomicU64; BUCKETS]; OPS],
     /// Largest sampled latency per op, in ticks.
@@ -113,6 +117,7 @@ impl Slot {
             prof: crate::heapprof::ThreadProf::new(),
             calls: [Z; ENTRIES],
             tally: [ZT; OPS],
+            failed: [Z; OPS],
             hist: [ZB; OPS],
             max: [Z; OPS],
             tid: AtomicU32::new(0),
@@ -128,7 +133,11 @@ impl Slot {
     /// derived from the op totals minus the other entry points of the same op.
     pub fn entry_calls(&self) -> [u64; ENTRIES] {
         let mut t: [u64; ENTRIES] = core::array::from_fn(|e| self.calls[e].load(Relaxed));
-        let op = |o: Op| -> u64 { self.tally[o as usize].iter().map(|c| c.count.load(Relaxed)).sum() };
+        // Failed calls are calls of their entry point too (they are in no size class).
+        let op = |o: Op| -> u64 {
+            self.tally[o as usize].iter().map(|c| c.count.load(Relaxed)).sum::<u64>()
+                + self.failed[o as usize].load(Relaxed)
+        };
         t[Entry::Malloc as usize] = op(Op::Malloc);
         t[Entry::Calloc as usize] = op(Op::Calloc);
         t[Entry::Realloc as usize] = op(Op::Realloc).saturating_sub(t[Entry::Reallocarray as usize]);
@@ -142,6 +151,7 @@ impl Slot {
         self.calls
             .iter()
             .chain(self.tally.iter().flatten().flat_map(|t| [&t.count, &t.bytes]))
+            .chain(self.failed.iter())
             .chain(self.hist.iter().flatten())
     }
 }

@@ -271,11 +271,16 @@ pub fn segment_cookie() -> Option<(usize, u64)> {
     found
 }
 
-/// `resident` = committed bytes; `allocated` and `free` = the same figure as their upper bound
-/// (the release build keeps no count of live bytes).
+/// `resident` = committed bytes; `allocated` = the shim's figure of live bytes
+/// (`account::shim_live`: the release build keeps no count of them), `free` = the rest of the
+/// committed bytes; with profiling off both are the committed bytes, their upper bound.
+/// (They read 32 MiB = committed whatever the program held: issue 21.)
 pub(super) unsafe fn mem_stats() -> MemStats {
     let c = committed();
-    MemStats { allocated: c, resident: c, free: c }
+    match crate::account::shim_live(c) {
+        Some(live) => MemStats { allocated: live, resident: c, free: c - live },
+        None => MemStats { allocated: c, resident: c, free: c },
+    }
 }
 
 /// The account's figures (see `crate::account`): no live figure (mimalloc counts none: the

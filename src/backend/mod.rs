@@ -390,14 +390,15 @@ pub(crate) use raw_forwards;
 pub struct MemStats {
     /// Bytes in live blocks (glibc: mallinfo2 uordblks + hblkhd; jemalloc: stats.allocated;
     /// tcmalloc: generic.current_allocated_bytes; mimalloc, which counts no live bytes in its
-    /// release build: its committed bytes, an upper bound).
+    /// release build: the shim's figure, `account::shim_live`; with profiling off its committed
+    /// bytes, an upper bound).
     pub allocated: u64,
     /// Bytes the backend holds in memory (glibc: mallinfo2 arena + hblkhd; jemalloc:
     /// stats.resident; tcmalloc: generic.heap_size - tcmalloc.pageheap_unmapped_bytes;
     /// mimalloc: `mi_process_info` current_commit).
     pub resident: u64,
     /// Free bytes the backend could give back (glibc: mallinfo2 fordblks; jemalloc: resident -
-    /// allocated; tcmalloc: tcmalloc.pageheap_free_bytes; mimalloc: its committed bytes, an
-    /// upper bound, since it cannot tell free from live).
+    /// allocated; tcmalloc: tcmalloc.pageheap_free_bytes; mimalloc: its committed bytes less
+    /// `allocated`; with profiling off the committed bytes, an upper bound).
     pub free: u64,
 }

@@ -31,8 +31,9 @@ pub fn dump(s: &Snapshot) -> Dump {
     let totals = s
         .totals()
         .into_iter()
+        .zip(s.failed())
         .enumerate()
-        .map(|(o, (count, bytes))| (OP_NAMES[o].to_string(), Total { count, bytes }))
+        .map(|(o, ((count, bytes), failed))| (OP_NAMES[o].to_string(), Total { count, bytes, failed }))
         .collect();
     let mut size_classes = Vec::new();
     for (o, cs) in s.classes.iter().enumerate() {
@@ -67,12 +68,13 @@ pub fn dump(s: &Snapshot) -> Dump {
                 .ops
                 .iter()
                 .enumerate()
-                .filter(|(_, r)| r.count > 0)
+                .filter(|(_, r)| r.count > 0 || r.failed > 0)
                 .map(|(o, r)| {
                     let p = r.latency.percentiles(&[0.5, 0.99]);
                     let op = ThreadOp {
                         count: r.count,
                         bytes: r.bytes,
+                        failed: r.failed,
                         sampled: r.latency.sampled(),
                         p50_ns: p[0],
                         p99_ns: p[1],

@@ -19,6 +19,8 @@ use core::sync::atomic::Ordering::Relaxed;
 pub struct OpRow {
     pub count: u64,
     pub bytes: u64,
+    /// Failed requests above 64 MiB (in a thread's row; 0 in size-class rows).
+    pub failed: u64,
     pub latency: Latency,
 }
 
@@ -80,6 +82,11 @@ impl Snapshot {
             .map(|cs| (cs.iter().map(|r| r.count).sum(), cs.iter().map(|r| r.bytes).sum()))
             .collect()
     }
+
+    /// Failed requests above 64 MiB per op, over all threads.
+    pub fn failed(&self) -> Vec<u64> {
+        (0..OPS).map(|o| self.threads.iter().map(|t| t.ops[o].failed).sum()).collect()
+    }
 }
 
 fn thread_name(tid: u32) -> String {
@@ -123,6 +130,7 @@ pub fn snapshot() -> Snapshot {
                 cell.count += n;
                 cell.bytes += b;
             }
+            row.failed = s.failed[o].load(Relaxed);
             ops.push(row);
         }
         let name = if live { thread_name(tid) } else { "exited threads".to_string() };

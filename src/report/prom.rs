@@ -89,6 +89,12 @@ pub fn render(s: &Snapshot) -> String {
             }
         }
     }
+    let name = "mallocshim_failed_total";
+    let _ = writeln!(o, "# HELP {name} Failed requests above 64 MiB (counted in no size class), by op.");
+    let _ = writeln!(o, "# TYPE {name} counter");
+    for (op, n) in s.failed().into_iter().enumerate() {
+        let _ = writeln!(o, "{name}{{backend=\"{b}\",op=\"{}\"}} {n}", OP_NAMES[op]);
+    }
     let m = &s.memory;
     for (name, help, v) in [
         ("mallocshim_rss_bytes", "Resident set size (/proc/self/status VmRSS).", m.rss_bytes),

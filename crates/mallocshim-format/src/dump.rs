@@ -99,6 +99,11 @@ pub type Buckets = Vec<(usize, u64)>;
 pub struct Total {
     pub count: u64,
     pub bytes: u64,
+    /// Failed requests above 64 MiB (an overflowing calloc or reallocarray, any size no
+    /// allocator serves): counted here only, in neither `count` nor `bytes` nor a size class.
+    /// 0 in dumps written before the field existed.
+    #[serde(default)]
+    pub failed: u64,
 }
 
 /// One op in one size class: exact calls and bytes, and the latency of the sampled calls.
@@ -160,6 +165,9 @@ pub struct ThreadRow {
 pub struct ThreadOp {
     pub count: u64,
     pub bytes: u64,
+    /// The thread's failed requests above 64 MiB (see [`Total::failed`]).
+    #[serde(default)]
+    pub failed: u64,
     pub sampled: u64,
     pub p50_ns: u64,
     pub p99_ns: u64,
@@ -433,13 +441,14 @@ mod tests {
 
     fn sample() -> Dump {
         let mut totals = BTreeMap::new();
-        totals.insert("malloc".to_string(), Total { count: 3, bytes: 200 << 20 });
+        totals.insert("malloc".to_string(), Total { count: 3, bytes: 200 << 20, failed: 1 });
         let mut ops = BTreeMap::new();
         ops.insert(
             "malloc".to_string(),
             ThreadOp {
                 count: 3,
                 bytes: 200 << 20,
+                failed: 1,
                 sampled: 3,
                 p50_ns: 40,
                 p99_ns: 90,
