@@ -91,7 +91,11 @@ fn fork_from_fast_alarm_handler() {
     let mut slow = Vec::new();
     for (what, t) in &report {
         let r = t.as_secs_f64() / b;
-        eprintln!("{what}: {:.2} s, {r:.2}x glibc alone ({b:.2} s, median of {})", t.as_secs_f64(), base.len());
+        eprintln!(
+            "{what}: {:.2} s, {r:.2}x glibc alone ({b:.2} s, median of {})",
+            t.as_secs_f64(),
+            base.len()
+        );
         if r > 2.0 {
             slow.push(format!("{what}: {r:.2}x"));
         }
