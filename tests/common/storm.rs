@@ -11,7 +11,19 @@ use std::time::{Duration, Instant};
 
 /// Runs `cmd` in its own process group, SIGUSR1 every 3 ms when `storm`; kills the group and
 /// fails with `HANG` past `deadline`. Returns the output and the wall time.
-pub fn run_stormed(mut cmd: Command, what: &str, storm: bool, deadline: Duration) -> (Output, Duration) {
+pub fn run_stormed(cmd: Command, what: &str, storm: bool, deadline: Duration) -> (Output, Duration) {
+    let (o, took, hung) = try_stormed(cmd, what, storm, deadline);
+    assert!(!hung, "{what}: HANG: still running after {deadline:?}, killed\n{}", super::describe(&o));
+    (o, took)
+}
+
+/// [`run_stormed`] without the verdict: also returns whether the deadline killed it.
+pub fn try_stormed(
+    mut cmd: Command,
+    what: &str,
+    storm: bool,
+    deadline: Duration,
+) -> (Output, Duration, bool) {
     cmd.process_group(0).stdout(Stdio::piped()).stderr(Stdio::piped());
     let t0 = Instant::now();
     let child = cmd.spawn().unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
@@ -43,11 +55,10 @@ pub fn run_stormed(mut cmd: Command, what: &str, storm: bool, deadline: Duration
     // Children left behind in the group (a hung fork child) go too.
     // SAFETY: as above; the group may be empty.
     unsafe { libc::kill(-pid, libc::SIGKILL) };
-    assert!(!hung, "{what}: HANG: still running after {deadline:?}, killed\n{}", super::describe(&o));
-    if storm {
+    if storm && !hung {
         assert!(sent > 0, "{what}: no SIGUSR1 was sent");
     }
-    (o, took)
+    (o, took, hung)
 }
 
 /// True once the process has a SIGUSR1 handler (the shim installed its dump signal): before
