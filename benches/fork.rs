@@ -17,6 +17,9 @@ use common::{env_u64, median, words};
 use std::fmt::Write as _;
 use std::process::Command;
 
+/// (wall ns, CPU ns) per fork+wait of glibc alone, the backend preloaded directly, the shim.
+type Round = [(f64, f64); 3];
+
 /// (wall ns, CPU ns) per fork+wait of one run.
 fn run(mut c: Command, n: u64, threads: u32) -> (f64, f64) {
     c.arg(n.to_string()).arg(threads.to_string());
@@ -43,7 +46,7 @@ fn main() {
     let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|");
     for b in &backends {
         for threads in [0u32, 1] {
-            let mut rows: Vec<[(f64, f64); 3]> = Vec::new();
+            let mut rows: Vec<Round> = Vec::new();
             for _ in 0..rounds {
                 let alone = run(common::plain(&prog), n, threads);
                 let direct = match common::direct_lib(b) {
@@ -57,7 +60,7 @@ fn main() {
                 let shim = run(common::preloaded(&prog, b), n, threads);
                 rows.push([alone, direct, shim]);
             }
-            let med = |f: &dyn Fn(&[(f64, f64); 3]) -> f64| median(rows.iter().map(f).collect());
+            let med = |f: &dyn Fn(&Round) -> f64| median(rows.iter().map(f).collect());
             let us = |x: f64| x / 1000.0;
             let _ = writeln!(
                 md,
