@@ -70,9 +70,20 @@ impl Drop for Serial {
     }
 }
 
-/// In a forked child: the thread that was dumping in the parent does not exist here.
+/// In a forked child (async-signal-safe: loads and stores): the thread that was dumping in the
+/// parent does not exist here, the parent's worker pipe is closed, and the child numbers its
+/// dumps from 0 as a new process does (its files carry its own pid). Writes only what changes
+/// (a write costs a forked child a page copy).
 pub fn after_fork_child() {
-    BUSY.store(0, Ordering::Release);
+    if BUSY.load(Ordering::Relaxed) != 0 {
+        BUSY.store(0, Ordering::Release);
+    }
+    if SEQ.load(Ordering::Relaxed) != 0 {
+        SEQ.store(0, Ordering::Relaxed);
+    }
+    if WAKER.load(Ordering::Relaxed) >= 0 {
+        WAKER.store(-1, Ordering::Relaxed);
+    }
 }
 
 /// True when dumps are off: a secure-execution process without a configured directory.
@@ -385,9 +396,10 @@ pub fn write_pending() {
     }
 }
 
-/// In a forked child whose worker has just started: a request still pending goes to it.
+/// In a forked child (no worker yet): a request still pending is asked again, so that the
+/// child's thread answers it at its next recorded call.
 pub fn repost_pending() {
-    if WAKER.load(Ordering::Relaxed) >= 0 && PENDING.swap(false, Ordering::Relaxed) {
+    if PENDING.load(Ordering::Relaxed) {
         request();
     }
 }

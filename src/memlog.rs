@@ -130,6 +130,9 @@ pub fn sample() {
 
 /// In a forked child: drop the parent's file (async-signal-safe: close only).
 pub fn after_fork_child() {
+    if FD.load(Relaxed) < 0 {
+        return;
+    }
     let fd = FD.swap(-1, Relaxed);
     if fd >= 0 {
         // SAFETY: closing a descriptor this module owns.

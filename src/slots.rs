@@ -4,9 +4,15 @@
 //! Calls made after a thread's slot is gone (other libraries' TSD destructors) count in `EXITED`.
 //! Owns the `Entry` list. The owner thread writes its slot with relaxed load+store (no lock
 //! prefix); readers sum with relaxed loads. Must not allocate except under the guard.
-//! A fold (thread exit) and a reader's walk exclude each other (two counters, Dekker style, the
-//! walk has priority), so a thread exiting during a snapshot is counted exactly once: never in
-//! both its slot and `EXITED`, never in neither. Neither side is on the hot path.
+//! A fold (thread exit) and a reader's walk exclude each other (two counters, Dekker style), so a
+//! thread exiting during a snapshot is counted exactly once: never in both its slot and
+//! `EXITED`, never in neither. Neither side is on the hot path. An exiting thread never waits
+//! for a walk: when one is running it leaves its slot on a retired list that the walk's end
+//! folds (module `fold`, which holds the protocol and the choice). A walk may therefore call
+//! anything (allocate, read files) without holding up a thread's exit, but by the shim's rule it
+//! still calls nothing in the loader (dladdr, dlsym, dl_iterate_phdr). In a forked child the
+//! survivor keeps its slot; the slots of the threads the child does not have are folded by its
+//! first walk or thread exit, not by the fork handler (`fold`).
 //! Claiming makes no backend call: a thread may claim inside glibc's thread teardown
 //! (`__libc_thread_freeres` frees after every key destructor has run) or where the backend cannot
 //! create its per-thread state (an exhausted RLIMIT_AS), and jemalloc's `thread.deallocatedp`
@@ -24,7 +30,9 @@ use crate::classes::{Op, BUCKETS, CLASSES, OPS};
 use crate::tls::{self, Reentry};
 use core::ffi::c_void;
 use core::ptr;
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
+
+mod fold;
 
 /// The exported entry points whose calls are counted, in C API order.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -87,7 +95,11 @@ pub struct Slot {
     pub start_unix_ms: AtomicU64,
     /// In an exited aggregate: the number of threads folded into it.
     pub folded_threads: AtomicU64,
-    in_use: AtomicBool,
+    /// 0 when free; else the process generation of its claim plus 1 (`fold`: a slot claimed
+    /// before the last fork belongs to a thread the child does not have).
+    in_use: AtomicU32,
+    /// Next slot on the retired list (`fold`), while this one is on it.
+    retired_next: AtomicPtr<Slot>,
 }
 
 /// Calls and bytes of one op and size class.
@@ -125,7 +137,8 @@ impl Slot {
             creator_tid: AtomicU32::new(0),
             start_unix_ms: AtomicU64::new(0),
             folded_threads: AtomicU64::new(0),
-            in_use: AtomicBool::new(false),
+            in_use: AtomicU32::new(0),
+            retired_next: AtomicPtr::new(ptr::null_mut()),
         }
     }
 
@@ -180,29 +193,7 @@ pub fn init() {
     } else {
         crate::shim_warn!("pthread_key_create failed: counts of exiting threads go to the shared aggregate");
     }
-    crate::atfork::register_child(after_fork_child);
-}
-
-/// In a forked child only the forking thread survives: fold every other thread's slot into
-/// EXITED and give the survivor's slot its new tid. Runs single-threaded, before the child
-/// returns from fork.
-unsafe extern "C" fn after_fork_child() {
-    // Only this thread exists now: no walk or fold is in progress here.
-    WALKING.store(0, SeqCst);
-    FOLDING.store(0, SeqCst);
-    // SAFETY: this thread's TLS block.
-    let own = unsafe { (*tls::state()).slot };
-    walk(|s, live| {
-        let p = s as *const Slot as *mut Slot;
-        if !live || p == own {
-            return;
-        }
-        fold_and_free(s);
-    });
-    if !own.is_null() && own != exited_ptr() {
-        // SAFETY: the survivor's own slot; gettid has no preconditions.
-        unsafe { (*own).tid.store(libc::gettid() as u32, Relaxed) };
-    }
+    crate::atfork::register_child(fold::after_fork_child);
 }
 
 /// The shared sink: calls of threads without a slot are added here with `fetch_add`.
@@ -217,6 +208,7 @@ pub fn exited_ptr() -> *mut Slot {
 pub fn claim(st: *mut tls::ThreadState) -> *mut Slot {
     let _g = Reentry::enter();
     let mut got = exited_ptr();
+    let mark = fold::claim_mark();
     'outer: for c in CHUNKS.iter() {
         let mut chunk = c.load(Acquire);
         if chunk.is_null() {
@@ -228,7 +220,7 @@ pub fn claim(st: *mut tls::ThreadState) -> *mut Slot {
         for i in 0..CHUNK_SLOTS {
             // SAFETY: `chunk` holds CHUNK_SLOTS initialised slots for the process's lifetime.
             let s = unsafe { &*chunk.add(i) };
-            if !s.in_use.load(Relaxed) && s.in_use.compare_exchange(false, true, Acquire, Relaxed).is_ok() {
+            if s.in_use.load(Relaxed) == 0 && s.in_use.compare_exchange(0, mark, Acquire, Relaxed).is_ok() {
                 // SAFETY: gettid has no preconditions.
                 s.tid.store(unsafe { libc::gettid() } as u32, Relaxed);
                 // No backend call here: the counter is adopted later (`front`), see the module doc.
@@ -266,29 +258,8 @@ fn new_chunk(cell: &AtomicPtr<Slot>) -> *mut Slot {
     }
 }
 
-/// Adds a slot's counts into EXITED, zeroes it and returns it to the pool.
-/// Readers walking the slots / threads folding a slot, right now.
-static WALKING: AtomicU32 = AtomicU32::new(0);
-static FOLDING: AtomicU32 = AtomicU32::new(0);
-
-fn pause() {
-    std::thread::sleep(std::time::Duration::from_micros(200));
-}
-
-/// Folds an exiting thread's slot, waiting while a reader walks the slots.
-fn fold_exclusive(s: &Slot) {
-    loop {
-        FOLDING.fetch_add(1, SeqCst);
-        if WALKING.load(SeqCst) == 0 {
-            break;
-        }
-        FOLDING.fetch_sub(1, SeqCst);
-        pause();
-    }
-    fold_and_free(s);
-    FOLDING.fetch_sub(1, SeqCst);
-}
-
+/// Adds a slot's counts into its routine's exited aggregate (or EXITED), zeroes it and returns
+/// it to the pool. Only on the folding side of `fold`'s exclusion (or single-threaded).
 fn fold_and_free(s: &Slot) {
     let sink = routine_sink(s.start_routine.swap(0, Relaxed));
     for (c, e) in s.counters().zip(sink.counters()) {
@@ -302,10 +273,11 @@ fn fold_and_free(s: &Slot) {
     s.start_unix_ms.store(0, Relaxed);
     s.prof.reset();
     s.tid.store(0, Relaxed);
-    s.in_use.store(false, Release);
+    s.in_use.store(0, Release);
 }
 
-/// pthread_key destructor: folds the exiting thread's counts into EXITED and frees its slot.
+/// pthread_key destructor: folds the exiting thread's counts into its routine's aggregate and
+/// frees its slot, or, while a walk runs, leaves it for the walk's end. Never waits.
 unsafe extern "C" fn release(p: *mut c_void) {
     let s = p as *mut Slot;
     if s.is_null() || s == exited_ptr() {
@@ -318,7 +290,7 @@ unsafe extern "C" fn release(p: *mut c_void) {
         (*tls::state()).slot = exited_ptr();
         (*tls::state()).countdown = 0;
     }
-    fold_exclusive(slot);
+    fold::retire(slot);
 }
 
 /// Exited aggregates per start routine, besides `EXITED` (the "other" row).
@@ -342,22 +314,18 @@ fn routine_sink(r: usize) -> &'static Slot {
 }
 
 /// Calls `f` with every slot in use (live threads), then with EXITED and each routine's
-/// aggregate (`live` false; an aggregate's `start_routine` names its routine). No thread's
-/// slot is folded into EXITED during the walk (exiting threads wait for it to end).
+/// aggregate (`live` false; an aggregate's `start_routine` names its routine). No slot is
+/// folded during the walk: a thread exiting meanwhile stays in its slot, counted as live, and is
+/// folded when the walk ends (`fold`). Waits only for folds in progress (bounded: a fold is a
+/// few thousand atomic adds), never for a thread.
 pub fn for_each(f: impl FnMut(&Slot, bool)) {
-    loop {
-        WALKING.fetch_add(1, SeqCst);
-        if FOLDING.load(SeqCst) == 0 {
-            break;
-        }
-        WALKING.fetch_sub(1, SeqCst);
-        pause();
-    }
+    fold::enter_walk();
     walk(f);
-    WALKING.fetch_sub(1, SeqCst);
+    fold::leave_walk();
 }
 
-fn walk(mut f: impl FnMut(&Slot, bool)) {
+/// Calls `f` with every slot in use and its `in_use` mark.
+fn each_in_use(mut f: impl FnMut(&Slot, u32)) {
     for c in CHUNKS.iter() {
         let chunk = c.load(Acquire);
         if chunk.is_null() {
@@ -366,11 +334,16 @@ fn walk(mut f: impl FnMut(&Slot, bool)) {
         for i in 0..CHUNK_SLOTS {
             // SAFETY: published chunks hold CHUNK_SLOTS initialised slots forever.
             let s = unsafe { &*chunk.add(i) };
-            if s.in_use.load(Acquire) {
-                f(s, true);
+            let mark = s.in_use.load(Acquire);
+            if mark != 0 {
+                f(s, mark);
             }
         }
     }
+}
+
+fn walk(mut f: impl FnMut(&Slot, bool)) {
+    each_in_use(|s, _| f(s, true));
     f(&EXITED, false);
     for s in SINKS.iter() {
         if s.start_routine.load(Relaxed) != 0 {

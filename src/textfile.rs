@@ -213,8 +213,12 @@ pub fn remove_at_exit() {
     let _ = std::fs::remove_file(&dst);
 }
 
-/// In a forked child: the parent owns the file; the child writes none.
+/// In a forked child: the parent owns the file; the child writes none. Writes nothing when
+/// there is no textfile (a write costs a forked child a page copy).
 pub fn after_fork_child() {
+    if !active() {
+        return;
+    }
     CLOSED.store(true, Release);
     BUSY.store(false, Release);
 }

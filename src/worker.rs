@@ -16,10 +16,15 @@
 //! requesting thread at its next sampled allocator call (or at exit); trims and memlog lines
 //! start with the worker. The worker registers its pipe with `dump::set_waker`, so `dump` never
 //! calls back into this module.
-//! Fork: the child closes the inherited pipe and memlog (a signal to the child must not dump the
-//! parent), resets the dump flag, and, if the parent had a worker, starts one of its own, so a
-//! child that keeps running is trimmed and dumps itself. The worker holds no lock across fork and
-//! its handler is a child handler only (the backend's prepare handlers are `atfork`'s).
+//! Fork: a child is a new program. Its handler (async-signal-safe) closes the inherited pipe and
+//! memlog (a signal to the child must not dump the parent), resets the dump flag and numbering,
+//! and starts no thread: the child's worker starts as a new program's does, when the child
+//! creates its first thread, and until then its dump requests go through `dump`'s mailbox. (The
+//! child used to start its worker in the handler: a `clone` and the start-up handshake in every
+//! child before it could exec or exit, which made fork+wait several times slower and livelocked
+//! a program forking from a 300 µs SIGALRM handler: the interrupted fork, restarted, never
+//! finished within the timer's period.) The worker holds no lock across fork and its handler is
+//! a child handler only (the backend's prepare handlers are `atfork`'s).
 //! Start-up handshake: `spawn` waits (at most `READY_WAIT_NS`) until the new worker has made its
 //! first allocator calls, so that the backend's per-thread set-up for it (jemalloc's tsd, thread
 //! cache and arena choice, which may create an arena) happens while the program that created
@@ -38,6 +43,8 @@ static WAKE_RD: AtomicI32 = AtomicI32::new(-1);
 static WAKE_WR: AtomicI32 = AtomicI32::new(-1);
 static STARTED: AtomicBool = AtomicBool::new(false);
 static ATFORK: AtomicBool = AtomicBool::new(false);
+/// This process is a forked child (its memlog needs `%p` in the path, see `memlog`).
+static CHILD: AtomicBool = AtomicBool::new(false);
 /// Set by the worker once its first allocator calls are done (see the module doc).
 static READY: AtomicBool = AtomicBool::new(false);
 /// How long `spawn` waits for `READY`: far above a thread's start (tens of µs), short enough
@@ -48,7 +55,7 @@ pub fn on_thread_create() {
     if STARTED.load(Relaxed) || !LOADED.load(Relaxed) || !wanted() || STARTED.swap(true, AcqRel) {
         return;
     }
-    spawn(false);
+    spawn();
 }
 
 /// Set once the library constructor has run (the configuration is read).
@@ -78,7 +85,7 @@ pub fn start() {
     }
 }
 
-fn spawn(child: bool) {
+fn spawn() {
     let _g = Reentry::enter();
     let mut fds = [0; 2];
     // SAFETY: a valid two-int array.
@@ -89,7 +96,7 @@ fn spawn(child: bool) {
     WAKE_RD.store(fds[0], Relaxed);
     WAKE_WR.store(fds[1], Relaxed);
     crate::dump::set_waker(fds[1]);
-    crate::memlog::open(child);
+    crate::memlog::open(CHILD.load(Relaxed));
     // SAFETY: sigset operations on local, initialised sets; the old mask is restored below.
     unsafe {
         let mut all: libc::sigset_t = core::mem::zeroed();
@@ -139,8 +146,7 @@ unsafe fn create_detached() -> c_int {
     }
 }
 
-/// Waits, at most `READY_WAIT_NS`, for the new worker's `READY` (nanosleep: async-signal-safe,
-/// as the fork child's handler needs).
+/// Waits, at most `READY_WAIT_NS`, for the new worker's `READY`.
 fn wait_ready() {
     let deadline = crate::clock::mono_ns().saturating_add(READY_WAIT_NS);
     while !READY.load(Acquire) && crate::clock::mono_ns() < deadline {
@@ -150,11 +156,17 @@ fn wait_ready() {
     }
 }
 
+/// Fork child handler: async-signal-safe (loads, stores, close). A child is a new program: it
+/// closes the parent's pipe and memlog and starts no thread here; its worker starts, as a new
+/// program's does, when it creates its first thread. Writes only what changes: each page it
+/// writes costs the child a copy, and most children exec or exit at once.
 unsafe extern "C" fn after_fork_child() {
-    crate::dump::set_waker(-1);
+    if !CHILD.load(Relaxed) {
+        CHILD.store(true, Relaxed);
+    }
     for a in [&WAKE_RD, &WAKE_WR] {
-        let fd = a.swap(-1, Relaxed);
-        if fd >= 0 {
+        if a.load(Relaxed) >= 0 {
+            let fd = a.swap(-1, Relaxed);
             // SAFETY: closing a descriptor this module owns.
             unsafe { libc::close(fd) };
         }
@@ -163,9 +175,10 @@ unsafe extern "C" fn after_fork_child() {
     crate::dump::after_fork_child();
     crate::textfile::after_fork_child();
     if STARTED.load(Relaxed) {
-        spawn(true);
+        STARTED.store(false, Relaxed);
     }
-    // A request the parent had not answered yet is the child's to answer too.
+    // A request the parent had not answered yet is the child's to answer too: through the
+    // mailbox (the child's next recorded call, or its worker once it has one).
     crate::dump::repost_pending();
 }
 

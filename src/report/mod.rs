@@ -6,6 +6,7 @@
 pub mod hdr;
 pub mod json;
 pub mod prom;
+mod routines;
 pub mod text;
 
 use crate::classes::{CLASSES, OPS};
@@ -31,8 +32,8 @@ pub struct ThreadRow {
     pub name: String,
     pub live: bool,
     pub ops: Vec<OpRow>,
-    /// Start routine, `symbol+0xoffset` (or `object+0xoffset`) resolved with dladdr(3) at dump
-    /// time; None when unknown (the main thread, threads of unknown routines folded together).
+    /// Start routine, `symbol+0xoffset` (or `object+0xoffset`) from the symbols of the file
+    /// mapped there, at dump time (`routines`; never the loader); None when unknown (the main thread, threads of unknown routines folded together).
     pub start_routine: Option<String>,
     /// Kernel thread id of the creating thread (live threads; 0 unknown).
     pub creator_tid: u32,
@@ -102,11 +103,12 @@ pub fn mark_start() {
     START_MS.store(crate::clock::mono_ns() / 1_000_000, Relaxed);
 }
 
-/// Takes a snapshot. Call under the reentrancy guard.
+/// Takes a snapshot. Call under the reentrancy guard. The walk over the slots only copies
+/// numbers: thread names (/proc) and start routines (the files' symbols, never the loader) are
+/// looked up after it, when no exiting thread's fold is held up by it (`slots`).
 pub fn snapshot() -> Snapshot {
     let npt = crate::clock::ns_per_tick();
     let mut threads = Vec::new();
-    let mut symbols = std::collections::HashMap::new();
     let mut classes: Vec<Vec<OpRow>> = (0..OPS).map(|_| vec![OpRow::default(); CLASSES]).collect();
     // Latencies first, counts second: a call finishing in between is counted but not sampled,
     // never sampled but not counted.
@@ -115,6 +117,7 @@ pub fn snapshot() -> Snapshot {
             row.latency = Latency::from_atomics(&CLASS_HIST[o][c], CLASS_MAX[o][c].load(Relaxed), npt);
         }
     }
+    let mut routines = Vec::new();
     slots::for_each(|s, live| {
         let tid = s.tid.load(Relaxed);
         let mut ops = Vec::with_capacity(OPS);
@@ -133,19 +136,24 @@ pub fn snapshot() -> Snapshot {
             row.failed = s.failed[o].load(Relaxed);
             ops.push(row);
         }
-        let name = if live { thread_name(tid) } else { "exited threads".to_string() };
-        let routine = s.start_routine.load(Relaxed);
+        routines.push(s.start_routine.load(Relaxed));
         threads.push(ThreadRow {
             tid: if live { tid } else { 0 },
-            name,
+            name: String::new(),
             live,
             ops,
-            start_routine: (routine != 0).then(|| symbolize(routine, &mut symbols)),
+            start_routine: None,
             creator_tid: s.creator_tid.load(Relaxed),
             start_unix_ms: s.start_unix_ms.load(Relaxed),
             exited_threads: if live { 0 } else { s.folded_threads.load(Relaxed) },
         });
     });
+    let known: Vec<usize> = routines.iter().copied().filter(|&r| r != 0).collect();
+    let names = routines::names(&known);
+    for (t, r) in threads.iter_mut().zip(routines) {
+        t.name = if t.live { thread_name(t.tid) } else { "exited threads".to_string() };
+        t.start_routine = (r != 0).then(|| names.get(&r).cloned().unwrap_or_else(|| format!("{r:#x}")));
+    }
     let (_, vsz) = statm();
     let (account, backend_stats) = crate::account::measure();
     let now_ms = unix_ms();
@@ -164,35 +172,6 @@ pub fn snapshot() -> Snapshot {
         live_by_class: crate::heapprof::live_by_class(),
         trim: crate::trim::stats(),
     }
-}
-
-/// `symbol+0xoffset` for a code address, by dladdr(3) (the object's file name and offset when
-/// no symbol covers it, e.g. a static function of a stripped binary; the bare address when no
-/// object does). Cached per snapshot: dladdr scans symbol tables. Dump time only.
-fn symbolize(addr: usize, cache: &mut std::collections::HashMap<usize, String>) -> String {
-    cache
-        .entry(addr)
-        .or_insert_with(|| {
-            // SAFETY: Dl_info is plain data; all-zero is a valid value.
-            let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
-            // SAFETY: dladdr only reads the loader's tables and fills the out-struct `info`.
-            if unsafe { libc::dladdr(addr as *const libc::c_void, &mut info) } == 0 {
-                return format!("{addr:#x}");
-            }
-            let cstr = |p: *const libc::c_char| {
-                // SAFETY: dladdr's strings are NUL-terminated and live while the object is loaded.
-                (!p.is_null()).then(|| unsafe { core::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned())
-            };
-            match (cstr(info.dli_sname), info.dli_saddr as usize) {
-                (Some(name), base) if base != 0 => format!("{name}+{:#x}", addr - base),
-                _ => {
-                    let file = cstr(info.dli_fname).unwrap_or_default();
-                    let file = file.rsplit('/').next().unwrap_or("").to_string();
-                    format!("{file}+{:#x}", addr.wrapping_sub(info.dli_fbase as usize))
-                }
-            }
-        })
-        .clone()
 }
 
 /// Merges op rows of one thread for the top-thread listings.

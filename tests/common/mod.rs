@@ -4,6 +4,8 @@
 //! A missing tool (gcc, mariadbd, sysbench, tcmalloc) is a failure, never a skip.
 #![allow(dead_code)]
 
+pub mod storm;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, OnceLock};

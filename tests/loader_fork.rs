@@ -1,0 +1,145 @@
+//! Issue 21, parts 1, 2 and 7 (docs/testing-hostile.md): the loader and fork.
+//!
+//! - `dlclose_joining_destructor_during_dumps`: dlopen/dlclose, 200 times, of a library whose
+//!   constructor starts two allocating threads and whose destructor joins them (under the
+//!   loader's lock), while dumps run on SIGUSR1 (every 3 ms), every second
+//!   (`MALLOCSHIM_DUMP_INTERVAL_S=1`) and the Prometheus textfile is rewritten every second.
+//!   The old shim deadlocked here: the dump's walk over the thread slots called dladdr, the
+//!   exiting thread waited for the walk, dlclose for the thread.
+//! - `fork_from_fast_alarm_handler`: a single-threaded program forks 2,000 times while a 300 µs
+//!   SIGALRM handler forks too (interrupting fork itself); it must finish within 2x of glibc
+//!   alone (no preload) timed just before each run (a run is stopped at 3x). The old shim
+//!   livelocked it.
+//! - `forked_child_numbers_its_dumps_from_zero`: a child's first dump is its own seq 0.
+//!
+//! Every backend × `common::storm::settings()` (profiling on, off, `MALLOCSHIM_SAMPLE=1`,
+//! `MALLOCSHIM_PROF_SAMPLE_BYTES=1`); a run past its deadline is killed and fails with `HANG`.
+
+mod common;
+
+use common::storm::{run_stormed, settings, try_stormed};
+use std::path::PathBuf;
+use std::time::Duration;
+
+fn scratch(tag: &str) -> PathBuf {
+    let tag: String = tag.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    let d = common::work_dir().join(format!("loader-fork-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("create scratch dir");
+    d
+}
+
+fn names(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn dlclose_joining_destructor_during_dumps() {
+    let lib = common::cc("loader_dlclose_lib.c", "libloader_dlclose.so", &["-shared", "-fPIC"]);
+    let prog = common::cc("loader_dlclose.c", "loader_dlclose", &[]);
+    for b in common::BACKENDS {
+        for (setting, env) in settings() {
+            let what = format!("loader_dlclose under {b}, {setting}");
+            let dir = scratch(&what);
+            let mut c = common::preloaded(&prog, b);
+            c.arg(&lib).arg("200").envs(env.iter().copied());
+            c.env("MALLOCSHIM_DUMP_DIR", &dir)
+                .env("MALLOCSHIM_DUMP_INTERVAL_S", "1")
+                .env("MALLOCSHIM_PROM_TEXTFILE_DIR", &dir)
+                .env("MALLOCSHIM_PROM_INTERVAL_S", "1");
+            let (o, took) = run_stormed(c, &what, true, Duration::from_secs(60));
+            assert!(o.status.success(), "{what}: {}", common::describe(&o));
+            assert!(common::stdout(&o).contains("loads=200 bad=0"), "{what}: {}", common::describe(&o));
+            let files = names(&dir);
+            let json = files.iter().filter(|n| n.ends_with(".json")).count();
+            assert!(json >= 1, "{what}: no dump written during the run: {files:?}");
+            eprintln!("{what}: {took:.1?}, {json} dumps");
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+}
+
+/// glibc alone past this has not finished the alarm program (it takes 2 to 6 s at load 30 on
+/// this 2-core machine).
+const ALARM_DEADLINE: Duration = Duration::from_secs(120);
+
+/// Runs `fork_wait 2000 0 300` (2,000 forks, single-threaded, a 300 µs SIGALRM handler that
+/// forks); returns its wall time, None when killed at `deadline`.
+fn alarm_run(mut c: std::process::Command, what: &str, storm: bool, deadline: Duration) -> Option<Duration> {
+    c.args(["2000", "0", "300", "0"]);
+    let (o, took, hung) = try_stormed(c, what, storm, deadline);
+    if hung {
+        return None;
+    }
+    assert!(o.status.success(), "{what}: {}", common::describe(&o));
+    assert!(common::stdout(&o).contains("forks=2000 bad=0"), "{what}: {}", common::describe(&o));
+    Some(took)
+}
+
+#[test]
+fn fork_from_fast_alarm_handler() {
+    let prog = common::cc("fork_wait.c", "fork_wait", &[]);
+    let mut base = Vec::new();
+    let mut slow = Vec::new();
+    for b in common::BACKENDS {
+        for (setting, env) in settings() {
+            let what = format!("fork_wait alarm under {b}, {setting}");
+            // glibc alone, just before: the baseline of this cell, in the same load.
+            let alone =
+                alarm_run(common::plain(&prog), "fork_wait alarm without the shim", false, ALARM_DEADLINE);
+            let alone = alone.expect("glibc alone finishes the alarm program");
+            base.push(alone.as_secs_f64());
+            // Past 3x this cell's baseline the run has failed (the bound is 2x): stop it there.
+            let deadline = (alone * 3).max(Duration::from_secs(10));
+            let dir = scratch(&what);
+            let mut c = common::preloaded(&prog, b);
+            c.envs(env.iter().copied()).env("MALLOCSHIM_DUMP_DIR", &dir);
+            let t = alarm_run(c, &what, true, deadline);
+            let _ = std::fs::remove_dir_all(&dir);
+            let b = common::median(base.clone());
+            match t {
+                Some(t) => {
+                    let r = t.as_secs_f64() / b;
+                    eprintln!(
+                        "{what}: {:.2} s, {r:.2}x glibc alone (median {b:.2} s so far)",
+                        t.as_secs_f64()
+                    );
+                    if r > 2.0 {
+                        slow.push(format!("{what}: {r:.2}x"));
+                    }
+                }
+                None => {
+                    eprintln!("{what}: not finished in {deadline:.1?} (glibc alone: median {b:.2} s)");
+                    slow.push(format!("{what}: not finished in {deadline:.1?}, over 3x"));
+                }
+            }
+        }
+    }
+    assert!(slow.is_empty(), "slower than 2x glibc alone: {slow:#?}");
+}
+
+#[test]
+fn forked_child_numbers_its_dumps_from_zero() {
+    let prog = common::cc("fork_dump_seq.c", "fork_dump_seq", &[]);
+    for b in common::BACKENDS {
+        let what = format!("fork_dump_seq under {b}");
+        let dir = scratch(&what);
+        let mut c = common::preloaded(&prog, b);
+        c.env("MALLOCSHIM_DUMP_DIR", &dir).env("MALLOCSHIM_DUMP_FORMATS", "json");
+        let (o, _) = run_stormed(c, &what, false, Duration::from_secs(60));
+        assert!(o.status.success(), "{what}: {}", common::describe(&o));
+        let out = common::stdout(&o);
+        let (parent, child) = (common::kv(&out, "parent").unwrap(), common::kv(&out, "child").unwrap());
+        let mut files = names(&dir);
+        files.sort();
+        let mut want: Vec<String> = [(parent, 0), (parent, 1), (parent, 2), (child, 0)]
+            .iter()
+            .map(|&(p, s)| format!("mallocshim.{p}.{s}.json"))
+            .collect();
+        want.sort();
+        assert_eq!(files, want, "{what}: the child's first dump is its seq 0");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
