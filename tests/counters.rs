@@ -17,8 +17,11 @@ use mallocshim_format::{Dump, OP_NAMES};
 use std::collections::BTreeMap;
 use std::path::Path;
 
+/// (backend, setting name, setting environment).
+type Setting = (&'static str, &'static str, Vec<(&'static str, &'static str)>);
+
 /// The settings of `common::matrix()` and heap profiles sampling every byte.
-fn settings() -> Vec<(&'static str, &'static str, Vec<(&'static str, &'static str)>)> {
+fn settings() -> Vec<Setting> {
     let mut v: Vec<_> = matrix().map(|(b, n, e)| (b, n, e.to_vec())).collect();
     for b in BACKENDS {
         v.push((b, "MALLOCSHIM_PROF_SAMPLE_BYTES=1", vec![("MALLOCSHIM_PROF_SAMPLE_BYTES", "1")]));
