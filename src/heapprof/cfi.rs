@@ -83,8 +83,12 @@ static GRAVES: [AtomicPtr<State>; GRAVE] = [const { AtomicPtr::new(null_mut()) }
 static POOL: [AtomicPtr<Cache>; CACHES] = [const { AtomicPtr::new(null_mut()) }; CACHES];
 static POOL_MADE: AtomicBool = AtomicBool::new(false);
 
-/// Initialisation (under the guard): finds `_dl_find_object`.
+/// Initialisation (under the guard): finds `_dl_find_object`, unless
+/// `MALLOCSHIM_PROF_UNWIND=fp` asks for frame pointers only.
 pub fn init() {
+    if crate::config::get().prof_unwind_fp {
+        return;
+    }
     // SAFETY: dlsym with a NUL-terminated name; the result is only stored.
     let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_dl_find_object".as_ptr()) };
     FIND.store(f as usize, Relaxed);
