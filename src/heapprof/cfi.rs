@@ -152,8 +152,13 @@ pub fn walk(
         match one_pass(regs, &mut read, out, n0) {
             Pass::Done(n) => return Some(n),
             Pass::NoCache => return None,
-            Pass::Missing(k, n, bp) => {
+            Pass::Missing(k, mut n, pc, bp) => {
                 if pass + 1 == PASSES || !register(k) {
+                    // This frame by its return address, its callers by frame pointer.
+                    if !super::unwind::in_shim(pc) {
+                        out[n] = pc;
+                        n += 1;
+                    }
                     return Some(super::unwind::fp_walk(bp, lo, hi, out, n));
                 }
             }
@@ -165,8 +170,9 @@ pub fn walk(
 enum Pass {
     Done(usize),
     NoCache,
-    /// A module to register first; meanwhile the count reached and the %rbp there.
-    Missing(Key, usize, usize),
+    /// A module to register first; meanwhile the count reached, and the frame's return address
+    /// and %rbp there.
+    Missing(Key, usize, usize, usize),
 }
 
 fn one_pass<F: FnMut(u64) -> Result<u64, ()>>(
@@ -191,7 +197,7 @@ fn one_pass<F: FnMut(u64) -> Result<u64, ()>>(
             if !held.is_some_and(|s| {
                 s.known.binary_search_by_key(&k.start, |x| x.start).is_ok_and(|i| s.known[i] == k)
             }) {
-                break Pass::Missing(k, n, regs.bp() as usize);
+                break Pass::Missing(k, n, pc as usize, regs.bp() as usize);
             }
         }
         if !super::unwind::in_shim(pc as usize) {
