@@ -57,6 +57,8 @@ pub struct Config {
     pub memlog_interval_ms: u64,
     /// Mean bytes between heap-profile samples; 0 = off.
     pub prof_sample_bytes: u64,
+    /// Heap-profile stacks by frame pointers only (`MALLOCSHIM_PROF_UNWIND=fp`).
+    pub prof_unwind_fp: bool,
     /// NUL-terminated Prometheus textfile directory; empty = off.
     pub prom_textfile_dir: [u8; PATH_MAX],
     /// Seconds between textfile writes.
@@ -95,7 +97,7 @@ pub struct Opt {
 }
 
 /// Every variable the shim reads. The README's table matches this one row for row.
-pub static OPTIONS: [Opt; 22] = [
+pub static OPTIONS: [Opt; 23] = [
     Opt {
         name: "MALLOCSHIM_BACKEND",
         default: "glibc",
@@ -357,6 +359,21 @@ pub static OPTIONS: [Opt; 22] = [
         show: |c, out| put_u64(out, c.prof_sample_bytes),
     },
     Opt {
+        name: "MALLOCSHIM_PROF_UNWIND",
+        default: "cfi",
+        doc: "heap profile stacks: `cfi` (from `.eh_frame`, whole stacks without frame pointers) or `fp` (frame pointers only)",
+        path: false,
+        parse: |v, c| {
+            c.prof_unwind_fp = match v {
+                b"cfi" => false,
+                b"fp" => true,
+                _ => return Err("cfi or fp"),
+            };
+            Ok(())
+        },
+        show: |c, out| out.put(if c.prof_unwind_fp { b"fp" } else { b"cfi" }),
+    },
+    Opt {
         name: "MALLOCSHIM_PROM_TEXTFILE_DIR",
         default: "off",
         doc: "write DIR/mallocshim_<instance>.prom for node_exporter's textfile collector every PROM_INTERVAL_S",
@@ -504,6 +521,7 @@ static CONFIG: Cell = Cell(UnsafeCell::new(Config {
     memlog: [0; PATH_MAX],
     memlog_interval_ms: 1000,
     prof_sample_bytes: 0,
+    prof_unwind_fp: false,
     prom_textfile_dir: [0; PATH_MAX],
     prom_interval_s: 15,
     prom_file_mode: 0o644,

@@ -83,13 +83,19 @@ pub fn build(heap_table: bool) -> Profile {
         fn_ids.insert(name.to_string(), id);
         id
     };
-    let resolve = |st: &mut Strings, mapping: &mut [Mapping], pc: usize| -> Option<String> {
+    // Per mapping: (a frame resolved, a frame did not). `has_functions` is set only when every
+    // frame of the mapping resolved: pprof re-symbolizes (from the file or a debug file found by
+    // build ID) only mappings without it.
+    let mut resolved = vec![(false, false); maps.len()];
+    let mut resolve = |pc: usize, frame: bool| -> Option<String> {
         let i = maps.iter().position(|m| (pc as u64) >= m.start && (pc as u64) < m.end)?;
         let m = &maps[i];
-        let name = elfs[i].function(pc as u64 - m.start + m.offset)?.to_string();
-        mapping[i].has_functions = true;
-        let _ = st;
-        Some(name)
+        let name = elfs[i].function(pc as u64 - m.start + m.offset).map(str::to_string);
+        if frame {
+            let r = &mut resolved[i];
+            (r.0, r.1) = (r.0 || name.is_some(), r.1 || name.is_none());
+        }
+        name
     };
 
     let mut inuse = vec![(0f64, 0f64); c.records.len()];
@@ -116,7 +122,7 @@ pub fn build(heap_table: bool) -> Profile {
                         .position(|m| (pc as u64) >= m.start && (pc as u64) < m.end)
                         .map(|i| i as u64 + 1)
                         .unwrap_or(0);
-                    let line = match resolve(&mut st, &mut mapping, pc) {
+                    let line = match resolve(pc, true) {
                         Some(n) => vec![Line { function_id: fn_id(&mut st, &n), line: 0 }],
                         None => Vec::new(),
                     };
@@ -151,7 +157,7 @@ pub fn build(heap_table: bool) -> Profile {
             Label { key: k_tid, num: r.tid as i64, ..Default::default() },
         ];
         if r.role != 0 {
-            let role = resolve(&mut st, &mut mapping, r.role).unwrap_or_else(|| format!("{:#x}", r.role));
+            let role = resolve(r.role, false).unwrap_or_else(|| format!("{:#x}", r.role));
             label.push(Label { key: k_role, str: st.id(&role), ..Default::default() });
         }
         sample.push(Sample {
@@ -164,6 +170,9 @@ pub fn build(heap_table: bool) -> Profile {
             ],
             label,
         });
+    }
+    for (m, r) in mapping.iter_mut().zip(&resolved) {
+        m.has_functions = r.0 && !r.1;
     }
     let comment = vec![st.id(&format!(
         "mallocshim heap profile: mean {} bytes, {} samples taken, {} live, dropped {} (live set full, {} max) and {} (records full, {} max)",

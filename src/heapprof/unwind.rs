@@ -1,4 +1,6 @@
-//! The stack of a sampled allocation: a frame-pointer walk from the sampling function's own
+//! The stack of a sampled allocation: a frame-pointer walk through the shim's own frames, then
+//! the CFI unwinder of [`super::cfi`] from the first frame outside the shim (frame pointers
+//! again where the CFI is unavailable, [`fp_walk`]). The walk starts from the sampling function's own
 //! frame (the shim is built with `-C force-frame-pointers=yes`, see .cargo/config.toml), at
 //! most [`MAX_FRAMES`] return addresses, leading frames inside the shim skipped, so the first
 //! frame is the code that called malloc (or `operator new`, which the shim interposes: see
@@ -65,28 +67,51 @@ pub fn capture(lo: usize, hi: usize, out: &mut [usize; MAX_FRAMES]) -> usize {
     if sp < lo || sp >= hi || hi < 16 {
         return 0;
     }
-    let mut n = 0;
-    let mut skipping = true;
+    // The shim's own frames keep frame pointers: walk them to the first frame outside it,
+    // then unwind from the CFI (`cfi`), or on by frame pointer when that is unavailable.
     for _ in 0..MAX_FRAMES * 4 {
         if fp < sp || fp > hi - 16 || fp & 7 != 0 {
-            break;
+            return 0;
         }
         // SAFETY: fp..fp+16 lies between this thread's stack pointer and the top of its
         // stack, which is mapped memory of this thread.
         let (next, ret) =
             unsafe { ((fp as *const usize).read_volatile(), ((fp + 8) as *const usize).read_volatile()) };
         if ret == 0 {
+            return 0;
+        }
+        if !in_shim(ret) {
+            if let Some(n) = super::cfi::walk(ret, fp + 16, next, sp, hi, out, 0) {
+                return n;
+            }
+            out[0] = ret;
+            return fp_walk(next, sp, hi, out, 1);
+        }
+        if next <= fp {
+            return 0;
+        }
+        fp = next;
+    }
+    0
+}
+
+/// Follows the frame-pointer chain from `fp` into `out[n..]`, reading only `lo..hi` (this
+/// thread's stack above its stack pointer); frames inside the shim are left out. Returns the
+/// new count.
+pub fn fp_walk(mut fp: usize, lo: usize, hi: usize, out: &mut [usize; MAX_FRAMES], mut n: usize) -> usize {
+    for _ in 0..MAX_FRAMES * 4 {
+        if n >= MAX_FRAMES || fp < lo || fp > hi.saturating_sub(16) || fp & 7 != 0 {
             break;
         }
-        if skipping && in_shim(ret) {
-            // Still inside the shim.
-        } else {
-            skipping = false;
+        // SAFETY: fp..fp+16 lies within this thread's stack above its stack pointer.
+        let (next, ret) =
+            unsafe { ((fp as *const usize).read_volatile(), ((fp + 8) as *const usize).read_volatile()) };
+        if ret == 0 {
+            break;
+        }
+        if !in_shim(ret) {
             out[n] = ret;
             n += 1;
-            if n == MAX_FRAMES {
-                break;
-            }
         }
         if next <= fp {
             break;

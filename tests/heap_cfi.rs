@@ -1,0 +1,173 @@
+//! Heap-profile stacks unwound from the CFI, black-box: `tests/c/heap_chains.cc` (planted sites
+//! behind `leaf_alloc <- mid_b <- mid_a <- path_one | path_two <- main`, with a library
+//! dlopen'd and dlclose'd 50 times in between) built `-O2 -fomit-frame-pointer` and
+//! `-O2 -fno-omit-frame-pointer`, run under every backend at a mean of 64 KiB with the
+//! profiling settings of the matrix (with `MALLOCSHIM_PROFILE=off`: runs, no sample); `go tool pprof` (missing = failure) reads the profile.
+//! - chains: a trace whose frames read leaf_alloc, mid_b, mid_a, path_one, main in that order
+//!   (depth 5), and one with path_two;
+//! - split: path_one holds 75% ±10 of what the two paths hold by inuse_space (cum), path_two
+//!   25% ±10; leaf_alloc, not operator new, holds the memory flat;
+//! - symbols after the fact: the program's mapping (every frame resolved) has `has_functions`,
+//!   libc's (unexported frames unresolved) has not, so pprof re-symbolizes it.
+//! - sampler (heap_chains built `-DTINY`): 60,000 ×
+//!   malloc(1) kept, every byte sampled (`MALLOCSHIM_PROF_SAMPLE_BYTES=1`), read 60,000 B ±5%
+//!   (the gap was max(1, floor(Exp)) and read 78,164 B).
+//! On the code before this test (frame pointers only), the `-fomit-frame-pointer` build has
+//! every stack one frame deep: the chain and the split fail.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn go() -> PathBuf {
+    common::require("go")
+}
+
+fn pprof(profile: &Path, args: &[&str]) -> String {
+    let o = Command::new(go())
+        .arg("tool")
+        .arg("pprof")
+        .args(args)
+        .arg(profile)
+        .env("HOME", common::work_dir())
+        .output()
+        .expect("run go tool pprof");
+    assert!(o.status.success(), "go tool pprof cannot read {}: {}", profile.display(), common::describe(&o));
+    common::stdout(&o)
+}
+
+fn run(bin: &Path, lib: Option<&Path>, backend: &str, env: &[(&str, &str)], name: &str) -> PathBuf {
+    let dir = common::work_dir().join(format!("heap-cfi-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut t = Command::new(common::require("timeout"));
+    t.args(["-s", "KILL", "120"]).arg(bin);
+    if let Some(l) = lib {
+        t.arg(l);
+    }
+    let mut cmd = common::preloaded(bin, backend);
+    for (k, v) in cmd.get_envs() {
+        if let Some(v) = v {
+            t.env(k, v);
+        }
+    }
+    cmd = t;
+    cmd.env("MALLOCSHIM_DUMP_DIR", &dir)
+        .env("MALLOCSHIM_DUMP_FORMATS", "pprof")
+        .stdin(std::process::Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let o = cmd.output().expect("run heap_chains");
+    assert!(o.status.success(), "{name} (137: killed after 120 s): {}", common::describe(&o));
+    assert!(common::stdout(&o).contains("api_rc=0"), "{name}: {}", common::describe(&o));
+    let p: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().ends_with(".pb.gz"))
+        .collect();
+    assert_eq!(p.len(), 1, "{name}: one profile expected, found {p:?}");
+    p[0].clone()
+}
+
+/// cum value in bytes of `name` in a `-top -cum -unit=B` listing.
+fn cum(top: &str, name: &str) -> Option<f64> {
+    top.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() >= 6 && f[5..].join(" ") == name)
+            .then(|| f[3].trim_end_matches('B').parse().unwrap_or(f64::NAN))
+    })
+}
+
+/// True when one trace of `-traces` lists `chain` as consecutive frames, innermost first.
+fn has_chain(traces: &str, chain: &[&str]) -> bool {
+    traces.split("-----------+").any(|t| {
+        let frames: Vec<&str> =
+            t.lines().map(|l| l.split_whitespace().last().unwrap_or("")).filter(|s| !s.is_empty()).collect();
+        frames.windows(chain.len()).any(|w| w == chain)
+    })
+}
+
+fn check(bin: &Path, lib: &Path, backend: &str, setting: &str, env: &[(&str, &str)], what: &str) {
+    let what = format!("heap_chains {what} under {backend}, {setting}");
+    let mut e = vec![("MALLOCSHIM_PROF_SAMPLE_BYTES", "65536")];
+    e.extend_from_slice(env);
+    let name = what.replace([' ', ',', '=', '-'], "_");
+    let p = run(bin, Some(lib), backend, &e, &name);
+    let traces = pprof(&p, &["-traces", "-sample_index=inuse_space"]);
+    if env.contains(&("MALLOCSHIM_PROFILE", "off")) {
+        // No heap profile without profiling: the run and the empty profile are the check.
+        assert!(traces.contains("0 samples taken"), "{what}: samples without profiling\n{traces}");
+        return;
+    }
+    for path in ["path_one", "path_two"] {
+        let chain = ["leaf_alloc", "mid_b", "mid_a", path, "main"];
+        assert!(has_chain(&traces, &chain), "{what}: no trace {chain:?}\n{traces}");
+    }
+    let top = pprof(&p, &["-top", "-cum", "-unit=B", "-sample_index=inuse_space"]);
+    let one = cum(&top, "path_one").unwrap_or_else(|| panic!("{what}: no path_one\n{top}"));
+    let two = cum(&top, "path_two").unwrap_or_else(|| panic!("{what}: no path_two\n{top}"));
+    let share = 100.0 * one / (one + two);
+    assert!(
+        (65.0..=85.0).contains(&share),
+        "{what}: path_one holds {share:.1}% of the two paths (75 ± 10)\n{top}"
+    );
+    // Symbols after the fact: a mapping is marked symbolized only when every frame in it
+    // resolved (the program's do; libc's `[libc.so.6]` frames do not), so pprof re-symbolizes.
+    let raw = pprof(&p, &["-raw"]);
+    let maps: Vec<&str> = raw.lines().skip_while(|l| !l.starts_with("Mappings")).collect();
+    let exe = bin.file_name().unwrap().to_string_lossy().to_string();
+    assert!(
+        maps.iter().any(|l| l.contains(&exe) && l.contains("[FN]")),
+        "{what}: the program's mapping is not marked symbolized\n{}",
+        maps.join("\n")
+    );
+    assert!(
+        maps.iter().any(|l| l.contains("/libc.so.6") && !l.contains("[FN]")),
+        "{what}: libc's mapping marked symbolized with unresolved frames\n{}",
+        maps.join("\n")
+    );
+    for wrong in ["_Znam", "operator new[]", "malloc"] {
+        assert!(
+            !top.lines().any(|l| l.split_whitespace().skip(5).collect::<Vec<_>>().join(" ") == wrong
+                && !l.trim_start().starts_with('0')),
+            "{what}: {wrong} holds memory flat\n{top}"
+        );
+    }
+}
+
+#[test]
+fn chains_without_and_with_frame_pointers() {
+    let lib = common::cc("ctor_lib.c", "libheap_cfi_ctor.so", &["-shared", "-fPIC"]);
+    let nofp = common::cc("heap_chains.cc", "heap_chains_nofp", &["-O2", "-fomit-frame-pointer"]);
+    let fp = common::cc("heap_chains.cc", "heap_chains_fp", &["-O2", "-fno-omit-frame-pointer"]);
+    for (backend, setting, env) in common::matrix() {
+        check(&nofp, &lib, backend, setting, env, "-fomit-frame-pointer");
+        check(&fp, &lib, backend, setting, env, "-fno-omit-frame-pointer");
+    }
+}
+
+#[test]
+fn one_byte_blocks_weigh_what_they_hold() {
+    let bin = common::cc("heap_chains.cc", "heap_chains_tiny", &["-O2", "-DTINY"]);
+    for backend in common::BACKENDS {
+        let what = format!("60,000 x malloc(1) under {backend}");
+        let p =
+            run(&bin, None, backend, &[("MALLOCSHIM_PROF_SAMPLE_BYTES", "1")], &format!("tiny-{backend}"));
+        let top = pprof(&p, &["-top", "-unit=B", "-sample_index=inuse_space"]);
+        let total: f64 = top
+            .lines()
+            .find(|l| l.contains("% of ") && l.contains(" total"))
+            .and_then(|l| l.split(" of ").nth(1))
+            .and_then(|s| s.split_whitespace().next())
+            .and_then(|s| s.trim_end_matches('B').parse().ok())
+            .unwrap_or_else(|| panic!("{what}: no total in\n{top}"));
+        let tiny = cum(&pprof(&p, &["-top", "-cum", "-unit=B", "-sample_index=inuse_space"]), "tiny_site")
+            .unwrap_or_else(|| panic!("{what}: no tiny_site\n{top}"));
+        assert!(
+            (57_000.0..=63_000.0).contains(&tiny),
+            "{what}: tiny_site reads {tiny} B (60,000 ± 5%); total {total}\n{top}"
+        );
+    }
+}
