@@ -1,23 +1,36 @@
-//! The heap profile's tables, in memory mapped once (MAP_NORESERVE: pages are touched as they
-//! fill): the live set (sampled blocks not yet freed: address, size, weight, record; linear
-//! probing with backward-shift deletion, so churn leaves no tombstones), the records (one per
-//! distinct stack and thread, with the weighted allocation totals; append-only), their frames,
-//! and the address filter that lets an unsampled free skip the live set: a bit per hash bucket
-//! (static, 64 KiB, read lock-free on every free) backed by a count per bucket (updated under
-//! the lock, so a bucket's bit clears when its last sample goes).
-//! Every update happens under one spin lock, held for the table update alone (no call that
-//! could block or allocate); a forked child resets it. Never allocates.
+//! The heap profile's live set (sampled blocks not yet freed: address, size, weight, record;
+//! linear probing with backward-shift deletion, so churn leaves no tombstones) and the address
+//! filter that lets an unsampled free skip it: a bit per hash bucket (static, 64 KiB, read
+//! lock-free on every free) backed by a count per bucket. The records live in [`records`].
+//!
+//! Locking (issue 21 part 5: one global spin-then-yield lock had 3 of 7 mstress threads in
+//! `sched_yield` behind a preempted holder): the live set is split by address hash into
+//! [`SHARDS`] shards, each a table of its own with its own futex [`Lock`] (waiters sleep, see
+//! `lock`); the top bits of an address's hash pick its shard, its filter bucket lies in that
+//! shard, so a bucket's count is only touched under its shard's lock. A sampled allocation takes
+//! one record shard's lock then one live shard's, never both at once; a sampled free takes one
+//! live shard's. Each lock is held for a table update alone (no call that could block or
+//! allocate); a forked child resets every one. The bound is global and exact ([`MAX_LIVE`], one
+//! atomic count); a shard refuses past 3/4 of its slots (beyond four times its fair share at the
+//! bound: never seen with a uniform hash), counted as dropped like the bound. Never allocates
+//! but in [`copy`], outside every lock.
 
+use super::lock::Lock;
+use super::records::{self, SHARDS as REC_SHARDS, SHARD_CAP as REC_CAP};
+pub use super::records::{Record, MAX_RECORDS};
 use crate::classes::{class_of, CLASSES};
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::*};
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
 
-/// Most sampled blocks alive at once (half the live table: probes stay short).
+/// Most sampled blocks alive at once, all shards together (half the slots: probes stay short).
 pub const MAX_LIVE: usize = 1 << 16;
+/// Live-set shards (a power of two).
+pub const SHARDS: usize = 16;
+const SHARD_BITS: u32 = SHARDS.trailing_zeros();
 const LIVE_SLOTS: usize = MAX_LIVE * 2;
-/// Most distinct (stack, thread) records.
-pub const MAX_RECORDS: usize = 1 << 15;
-const REC_BUCKETS: usize = 1 << 16;
-const FRAMES_CAP: usize = MAX_RECORDS * super::unwind::MAX_FRAMES;
+const SHARD_SLOTS: usize = LIVE_SLOTS / SHARDS;
+const SHARD_SLOT_BITS: u32 = SHARD_SLOTS.trailing_zeros();
+const SHARD_MAX: usize = SHARD_SLOTS / 4 * 3;
 
 const FILTER_BITS_LOG2: u32 = 19;
 const FILTER_WORDS: usize = (1 << FILTER_BITS_LOG2) / 64;
@@ -32,26 +45,10 @@ pub struct Live {
     pub size: u64,
     /// Weight: blocks this sample stands for (`1 / (1 - exp(-size/mean))`).
     pub scale: f64,
-    /// Index of its record.
+    /// Its record: in the tables `shard * records::SHARD_CAP + index`; in a [`Copy`] the index
+    /// in `records` (u32::MAX when its record was left out).
     pub rec: u32,
     _pad: u32,
-}
-
-/// One (stack, thread) pair: where its frames are and what was allocated there.
-#[derive(Clone, Copy, Debug, Default)]
-#[repr(C)]
-pub struct Record {
-    pub hash: u64,
-    pub frames_at: u32,
-    pub nframes: u32,
-    pub tid: u32,
-    /// Next record in the same hash bucket (+1; 0 = none).
-    next: u32,
-    /// The thread's start routine (0 = unknown).
-    pub role: usize,
-    /// Weighted objects and bytes ever sampled here.
-    pub alloc_objects: f64,
-    pub alloc_bytes: f64,
 }
 
 /// Bit filter read by every free: a set bit means some live sample hashes to it.
@@ -62,69 +59,53 @@ pub static DROPPED_LIVE: AtomicU64 = AtomicU64::new(0);
 pub static DROPPED_RECORDS: AtomicU64 = AtomicU64::new(0);
 /// Samples taken since start.
 pub static SAMPLES: AtomicU64 = AtomicU64::new(0);
+/// Sampled blocks held, all shards together (the exact bound).
+static NLIVE: AtomicUsize = AtomicUsize::new(0);
 
-struct Tables {
+struct Table {
     live: *mut Live,
     nlive: usize,
-    recs: *mut Record,
-    nrecs: usize,
-    heads: *mut u32,
-    frames: *mut usize,
-    nframes: usize,
+    /// The filter's count per bucket (all buckets; this shard touches only its own).
     counts: *mut u16,
-    /// Estimated bytes in live blocks: the sum of `scale * size` over the live set, kept as
-    /// samples come and go (pprof's inuse_space of the whole profile).
+    /// Estimated bytes in this shard's live blocks: the sum of `scale * size`, kept as samples
+    /// come and go (summed over shards: pprof's inuse_space of the whole profile).
     inuse: f64,
     /// The same per size class of the requested size (`classes::class_of`).
     by_class: [f64; CLASSES],
 }
 
-struct Shared(core::cell::UnsafeCell<Tables>);
-// SAFETY: every access to the tables goes through `lock()`.
-unsafe impl Sync for Shared {}
+#[repr(align(128))]
+struct Shard {
+    lock: Lock,
+    t: UnsafeCell<Table>,
+}
 
-static T: Shared = Shared(core::cell::UnsafeCell::new(Tables {
-    live: core::ptr::null_mut(),
-    nlive: 0,
-    recs: core::ptr::null_mut(),
-    nrecs: 0,
-    heads: core::ptr::null_mut(),
-    frames: core::ptr::null_mut(),
-    nframes: 0,
-    counts: core::ptr::null_mut(),
-    inuse: 0.0,
-    by_class: [0.0; CLASSES],
-}));
+// SAFETY: every access to a shard's table goes through its lock (or happens before STATE
+// publishes the tables, in `ensure`).
+unsafe impl Sync for Shard {}
 
-static LOCK: AtomicBool = AtomicBool::new(false);
+static S: [Shard; SHARDS] = [const {
+    Shard {
+        lock: Lock::new(),
+        t: UnsafeCell::new(Table {
+            live: core::ptr::null_mut(),
+            nlive: 0,
+            counts: core::ptr::null_mut(),
+            inuse: 0.0,
+            by_class: [0.0; CLASSES],
+        }),
+    }
+}; SHARDS];
+
 /// 0 unmapped, 1 mapping, 2 ready, 3 failed.
 static STATE: AtomicU8 = AtomicU8::new(0);
 
-struct Held;
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        LOCK.store(false, Release);
-    }
-}
-
-fn lock() -> Held {
-    let mut spins = 0u32;
-    while LOCK.swap(true, Acquire) {
-        spins += 1;
-        if spins < 128 {
-            core::hint::spin_loop();
-        } else {
-            // SAFETY: sched_yield has no preconditions.
-            unsafe { libc::sched_yield() };
-        }
-    }
-    Held
-}
-
-/// In a forked child: the thread that held the lock does not exist here.
+/// In a forked child: the threads that held the locks do not exist here.
 pub fn after_fork_child() {
-    LOCK.store(false, Release);
+    for s in &S {
+        s.lock.reset();
+    }
+    records::after_fork_child();
 }
 
 extern "C" fn atfork_child() {
@@ -139,6 +120,12 @@ fn hash(addr: usize) -> u64 {
 #[inline(always)]
 fn bucket(addr: usize) -> usize {
     (hash(addr) >> (64 - FILTER_BITS_LOG2)) as usize
+}
+
+/// The shard of `addr`: the top bits of its hash (so of its filter bucket too).
+#[inline]
+fn shard_of(addr: u64) -> &'static Shard {
+    &S[(hash(addr as usize) >> (64 - SHARD_BITS)) as usize]
 }
 
 /// True when some live sample hashes to `addr`'s filter bit.
@@ -165,24 +152,22 @@ pub fn ensure() -> bool {
             Err(_) => core::hint::spin_loop(),
         }
     }
+    let [rb, hb, fb] = records::sizes();
     let live = map(LIVE_SLOTS * core::mem::size_of::<Live>());
-    let recs = map(MAX_RECORDS * core::mem::size_of::<Record>());
-    let heads = map(REC_BUCKETS * 4);
-    let frames = map(FRAMES_CAP * core::mem::size_of::<usize>());
+    let (recs, heads, frames) = (map(rb), map(hb), map(fb));
     let counts = map((1 << FILTER_BITS_LOG2) * 2);
     if [live, recs, heads, frames, counts].iter().any(|p| p.is_null()) {
         STATE.store(3, Release);
         crate::shim_warn!("cannot map the heap profile's tables: heap profiles off");
         return false;
     }
-    {
-        let _l = lock();
-        // SAFETY: under the lock; the mappings are ours for the life of the process.
-        let t = unsafe { &mut *T.0.get() };
-        t.live = live.cast();
-        t.recs = recs.cast();
-        t.heads = heads.cast();
-        t.frames = frames.cast();
+    records::attach(recs, heads, frames);
+    for (i, s) in S.iter().enumerate() {
+        let _l = s.lock.lock();
+        // SAFETY: under the lock; each shard gets its own SHARD_SLOTS of the live mapping.
+        let t = unsafe { &mut *s.t.get() };
+        // SAFETY: i * SHARD_SLOTS + SHARD_SLOTS <= LIVE_SLOTS, the mapping's length.
+        t.live = unsafe { live.cast::<Live>().add(i * SHARD_SLOTS) };
         t.counts = counts.cast();
     }
     // SAFETY: registering a plain extern "C" function.
@@ -195,60 +180,9 @@ fn ready() -> bool {
     STATE.load(Acquire) == 2
 }
 
-fn stack_hash(frames: &[usize], tid: u32) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64 ^ tid as u64;
-    for &f in frames {
-        h = (h ^ f as u64).wrapping_mul(0x0000_0100_0000_01b3).rotate_left(17);
-    }
-    h
-}
-
-impl Tables {
-    /// The record of (frames, tid), created when new; None when the records are full.
-    fn record(&mut self, frames: &[usize], tid: u32, role: usize) -> Option<usize> {
-        let h = stack_hash(frames, tid);
-        let b = (h as usize) & (REC_BUCKETS - 1);
-        // SAFETY: heads has REC_BUCKETS entries, recs MAX_RECORDS, frames FRAMES_CAP; every
-        // index is checked against those bounds.
-        unsafe {
-            let mut i = *self.heads.add(b);
-            let mut guard = 0;
-            while i != 0 && guard < MAX_RECORDS {
-                let r = &*self.recs.add(i as usize - 1);
-                if r.hash == h && r.tid == tid && r.nframes as usize == frames.len() {
-                    let f = core::slice::from_raw_parts(self.frames.add(r.frames_at as usize), frames.len());
-                    if f == frames {
-                        return Some(i as usize - 1);
-                    }
-                }
-                i = r.next;
-                guard += 1;
-            }
-            if self.nrecs >= MAX_RECORDS || self.nframes + frames.len() > FRAMES_CAP {
-                return None;
-            }
-            let at = self.nframes;
-            core::ptr::copy_nonoverlapping(frames.as_ptr(), self.frames.add(at), frames.len());
-            self.nframes += frames.len();
-            let idx = self.nrecs;
-            *self.recs.add(idx) = Record {
-                hash: h,
-                frames_at: at as u32,
-                nframes: frames.len() as u32,
-                tid,
-                next: *self.heads.add(b),
-                role,
-                alloc_objects: 0.0,
-                alloc_bytes: 0.0,
-            };
-            *self.heads.add(b) = idx as u32 + 1;
-            self.nrecs += 1;
-            Some(idx)
-        }
-    }
-
+impl Table {
     fn slot_of(addr: u64) -> usize {
-        (hash(addr as usize) >> (64 - (LIVE_SLOTS.trailing_zeros()))) as usize
+        (hash(addr as usize) >> (64 - SHARD_BITS - SHARD_SLOT_BITS)) as usize & (SHARD_SLOTS - 1)
     }
 
     /// Adds (`sign` 1) or takes away (-1) a live sample's estimated bytes.
@@ -260,28 +194,32 @@ impl Tables {
     }
 
     fn insert_live(&mut self, e: Live) -> bool {
-        if self.nlive >= MAX_LIVE {
-            return false;
-        }
         let mut i = Self::slot_of(e.addr);
-        // SAFETY: i < LIVE_SLOTS (masked); the table is half empty at worst, so a free slot
-        // is found within LIVE_SLOTS probes.
+        // SAFETY: i < SHARD_SLOTS (masked); the shard is at most 3/4 full, so a free slot is
+        // found within SHARD_SLOTS probes.
         unsafe {
-            for _ in 0..LIVE_SLOTS {
+            for _ in 0..SHARD_SLOTS {
                 let s = &mut *self.live.add(i);
-                if s.addr == 0 || s.addr == e.addr {
-                    if s.addr == 0 {
-                        self.nlive += 1;
-                        self.filter_add(e.addr as usize);
-                    } else {
-                        let old = *s;
-                        self.account(&old, -1.0);
-                    }
+                if s.addr == e.addr {
+                    let old = *s;
+                    self.account(&old, -1.0);
                     self.account(&e, 1.0);
                     *s = e;
                     return true;
                 }
-                i = (i + 1) & (LIVE_SLOTS - 1);
+                if s.addr == 0 {
+                    if self.nlive >= SHARD_MAX
+                        || NLIVE.fetch_update(Relaxed, Relaxed, |n| (n < MAX_LIVE).then_some(n + 1)).is_err()
+                    {
+                        return false;
+                    }
+                    self.nlive += 1;
+                    self.filter_add(e.addr as usize);
+                    self.account(&e, 1.0);
+                    *s = e;
+                    return true;
+                }
+                i = (i + 1) & (SHARD_SLOTS - 1);
             }
         }
         false
@@ -289,18 +227,18 @@ impl Tables {
 
     fn remove_live(&mut self, addr: u64) -> Option<Live> {
         let mut i = Self::slot_of(addr);
-        // SAFETY: indices masked to LIVE_SLOTS; probes bounded by the table size.
+        // SAFETY: indices masked to SHARD_SLOTS; probes bounded by the shard's size.
         unsafe {
             let mut n = 0;
             loop {
                 let s = *self.live.add(i);
-                if s.addr == 0 || n == LIVE_SLOTS {
+                if s.addr == 0 || n == SHARD_SLOTS {
                     return None;
                 }
                 if s.addr == addr {
                     break;
                 }
-                i = (i + 1) & (LIVE_SLOTS - 1);
+                i = (i + 1) & (SHARD_SLOTS - 1);
                 n += 1;
             }
             let out = *self.live.add(i);
@@ -308,8 +246,8 @@ impl Tables {
             // home slot does not lie cyclically in (hole, j].
             let mut hole = i;
             let mut j = i;
-            for _ in 0..LIVE_SLOTS {
-                j = (j + 1) & (LIVE_SLOTS - 1);
+            for _ in 0..SHARD_SLOTS {
+                j = (j + 1) & (SHARD_SLOTS - 1);
                 let s = *self.live.add(j);
                 if s.addr == 0 {
                     break;
@@ -323,6 +261,7 @@ impl Tables {
             }
             *self.live.add(hole) = Live::default();
             self.nlive -= 1;
+            NLIVE.fetch_sub(1, Relaxed);
             self.account(&out, -1.0);
             self.filter_remove(addr as usize);
             Some(out)
@@ -331,7 +270,7 @@ impl Tables {
 
     fn filter_add(&mut self, addr: usize) {
         let b = bucket(addr);
-        // SAFETY: b < 2^FILTER_BITS_LOG2, the size of `counts`.
+        // SAFETY: b < 2^FILTER_BITS_LOG2, the size of `counts`; bucket b lies in this shard.
         let c = unsafe { &mut *self.counts.add(b) };
         *c = c.saturating_add(1);
         FILTER[b >> 6].fetch_or(1 << (b & 63), Release);
@@ -351,27 +290,30 @@ impl Tables {
     }
 }
 
+/// Puts `e` in its shard's table; counts it as dropped when it cannot be.
+fn put(e: Live) {
+    let s = shard_of(e.addr);
+    let ok = {
+        let _l = s.lock.lock();
+        // SAFETY: under the shard's lock.
+        unsafe { &mut *s.t.get() }.insert_live(e)
+    };
+    if !ok {
+        DROPPED_LIVE.fetch_add(1, Relaxed);
+    }
+}
+
 /// Records a sampled block.
 pub fn insert(addr: usize, size: u64, scale: f64, frames: &[usize], tid: u32, role: usize) {
     if !ready() {
         return;
     }
     SAMPLES.fetch_add(1, Relaxed);
-    let _l = lock();
-    // SAFETY: under the lock.
-    let t = unsafe { &mut *T.0.get() };
-    let Some(rec) = t.record(frames, tid, role) else {
+    let Some(rec) = records::sample(frames, tid, role, scale, size) else {
         DROPPED_RECORDS.fetch_add(1, Relaxed);
         return;
     };
-    // SAFETY: rec < nrecs.
-    let r = unsafe { &mut *t.recs.add(rec) };
-    r.alloc_objects += scale;
-    r.alloc_bytes += scale * size as f64;
-    let e = Live { addr: addr as u64, size, scale, rec: rec as u32, _pad: 0 };
-    if !t.insert_live(e) {
-        DROPPED_LIVE.fetch_add(1, Relaxed);
-    }
+    put(Live { addr: addr as u64, size, scale, rec, _pad: 0 });
 }
 
 /// Takes `addr` out of the live set (None when it holds no sample).
@@ -379,45 +321,51 @@ pub fn remove(addr: usize) -> Option<Live> {
     if !ready() {
         return None;
     }
-    let _l = lock();
-    // SAFETY: under the lock.
-    unsafe { &mut *T.0.get() }.remove_live(addr as u64)
+    let s = shard_of(addr as u64);
+    let _l = s.lock.lock();
+    // SAFETY: under the shard's lock.
+    unsafe { &mut *s.t.get() }.remove_live(addr as u64)
 }
 
 /// Puts back an entry that [`remove`] took.
 pub fn reinsert(e: Live) {
-    if !ready() {
-        return;
+    if ready() {
+        put(e);
     }
-    let _l = lock();
-    // SAFETY: under the lock.
-    if !unsafe { &mut *T.0.get() }.insert_live(e) {
-        DROPPED_LIVE.fetch_add(1, Relaxed);
+}
+
+/// Sums `f` of every shard's table, each read under its lock.
+fn sum<R: Default + core::ops::AddAssign>(f: impl Fn(&Table) -> R) -> R {
+    let mut r = R::default();
+    for s in &S {
+        let _l = s.lock.lock();
+        // SAFETY: under the shard's lock.
+        r += f(unsafe { &*s.t.get() });
     }
+    r
 }
 
 /// The estimated bytes in live blocks (the weighted sum over the live set, as pprof's
-/// inuse_space): None until the tables exist. Takes the lock for one read.
+/// inuse_space): None until the tables exist. Takes each shard's lock for one read.
 pub fn inuse_bytes() -> Option<u64> {
-    if !ready() {
-        return None;
-    }
-    let _l = lock();
-    // SAFETY: under the lock.
-    Some(unsafe { &*T.0.get() }.inuse.max(0.0) as u64)
+    ready().then(|| sum(|t| t.inuse).max(0.0) as u64)
 }
 
 /// The estimated bytes in live blocks per size class of the requested size; None until the
-/// tables exist. Takes the lock for one copy of CLASSES numbers.
+/// tables exist. Takes each shard's lock for one copy of CLASSES numbers.
 pub fn inuse_by_class() -> Option<[u64; CLASSES]> {
     if !ready() {
         return None;
     }
-    let c = {
-        let _l = lock();
-        // SAFETY: under the lock.
-        unsafe { &*T.0.get() }.by_class
-    };
+    let mut c = [0f64; CLASSES];
+    for s in &S {
+        let b = {
+            let _l = s.lock.lock();
+            // SAFETY: under the shard's lock.
+            unsafe { &*s.t.get() }.by_class
+        };
+        c.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+    }
     Some(c.map(|v| v.max(0.0) as u64))
 }
 
@@ -433,48 +381,47 @@ pub struct Copy {
 }
 
 /// Copies the tables (the caller runs under the reentrancy guard: this allocates, before
-/// taking the lock). The buffers are sized from the tables' counts plus a margin for what
+/// taking any lock). The buffers are sized from the tables' counts plus a margin for what
 /// arrives meanwhile, and allocated fallibly: a dump asked for when memory has run out gets
-/// an empty or partial copy marked [`Copy::left_out`], never an abort. Under the lock nothing
-/// allocates: every push stays within the capacity reserved.
+/// an empty or partial copy marked [`Copy::left_out`], never an abort. Under a lock nothing
+/// allocates: every push stays within the capacity reserved. Shards are copied one after the
+/// other (each consistent; together, as of a moment during the copy): the live set first, then
+/// the records, so that every live block copied finds its record (records are append-only).
 pub fn copy() -> Copy {
     let mut c = Copy::default();
     if !ready() {
         return c;
     }
-    let (nrecs, nframes, nlive) = {
-        let _l = lock();
-        // SAFETY: under the lock.
-        let t = unsafe { &*T.0.get() };
-        (t.nrecs, t.nframes, t.nlive)
-    };
+    let (nrecs, nframes) = records::counts();
+    let nlive = NLIVE.load(Relaxed);
     let margin = |n: usize, cap: usize| (n + n / 8 + 64).min(cap);
     if c.records.try_reserve_exact(margin(nrecs, MAX_RECORDS)).is_err()
-        || c.frames.try_reserve_exact(margin(nframes, FRAMES_CAP)).is_err()
+        || c.frames.try_reserve_exact(margin(nframes, MAX_RECORDS * super::unwind::MAX_FRAMES)).is_err()
         || c.live.try_reserve_exact(margin(nlive, MAX_LIVE)).is_err()
     {
         return Copy { left_out: true, ..Copy::default() };
     }
-    let _l = lock();
-    // SAFETY: under the lock; reads within the counts the tables hold; every copy stays within
-    // the capacity reserved above (records and frames are append-only, so a prefix is whole).
-    unsafe {
-        let t = &*T.0.get();
-        let nr = t.nrecs.min(c.records.capacity());
-        let nf = t.nframes.min(c.frames.capacity());
-        c.left_out = nr < t.nrecs || nf < t.nframes;
-        c.records.extend_from_slice(core::slice::from_raw_parts(t.recs, nr));
-        c.frames.extend_from_slice(core::slice::from_raw_parts(t.frames, nf));
-        for i in 0..LIVE_SLOTS {
-            let e = *t.live.add(i);
+    'shards: for s in &S {
+        let _l = s.lock.lock();
+        // SAFETY: under the shard's lock; reads within its SHARD_SLOTS.
+        let t = unsafe { &*s.t.get() };
+        for i in 0..SHARD_SLOTS {
+            // SAFETY: i < SHARD_SLOTS.
+            let e = unsafe { *t.live.add(i) };
             if e.addr != 0 {
                 if c.live.len() == c.live.capacity() {
                     c.left_out = true;
-                    break;
+                    break 'shards;
                 }
                 c.live.push(e);
             }
         }
+    }
+    let (mut first, mut n) = ([0u32; REC_SHARDS], [0u32; REC_SHARDS]);
+    c.left_out |= records::copy_into(&mut c.records, &mut c.frames, &mut first, &mut n);
+    for e in &mut c.live {
+        let (k, i) = (e.rec as usize / REC_CAP, (e.rec as usize % REC_CAP) as u32);
+        e.rec = if i < n[k] { first[k] + i } else { u32::MAX };
     }
     c
 }

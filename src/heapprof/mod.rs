@@ -14,22 +14,30 @@
 //!   ([`live::filter_hit`]); only a hit (a sampled block, or a rare false positive) looks in
 //!   the live set;
 //! - a sampled allocation, and the free of a sampled block, are out of line: they take the
-//!   live set's spin lock (held for a table update only, never across a call that could block;
-//!   a waiter spins, then yields with sched_yield) and the first sample of a thread reads its
-//!   stack bounds with pthread_getattr_np (which allocates: under the reentrancy guard).
-//!   Drawing a gap calls libm's `log`. Nothing here allocates outside the guard.
+//!   lock of one shard of the tables (16 record shards by stack hash, 16 live-set shards by
+//!   address hash; each lock held for a table update only, never across a call that could
+//!   block, never two at once). The locks are futex mutexes ([`lock`]): a waiter spins about
+//!   100 pauses, then sleeps in FUTEX_WAIT, and a release that finds a sleeper makes a
+//!   FUTEX_WAKE. These two syscalls are the exception to "no syscall but the clock": they
+//!   happen only on sampled calls (1 per 512 KiB allocated by default) that meet contention,
+//!   and sleeping is what keeps a preempted holder from turning its waiters into a
+//!   `sched_yield` storm on an oversubscribed machine (the spin-then-yield lock it replaced:
+//!   issue 21, part 5). Drawing a gap calls libm's `log`. Nothing here allocates outside the
+//!   guard.
 //!
 //! Bounds and failure: the live set holds at most [`live::MAX_LIVE`] sampled blocks and
 //! [`live::MAX_RECORDS`] distinct (stack, thread) records in memory mapped once; beyond them a
 //! sample is dropped and counted, never an error. Threads without a slot (exiting, or after
 //! the pool is exhausted) and the shim's own calls (guard) are not sampled. A forked child
-//! keeps the parent's samples (it keeps its heap) and resets the lock.
+//! keeps the parent's samples (it keeps its heap) and resets every shard's lock.
 
 pub mod cfi;
 pub mod cxx;
 mod ehframe;
 pub mod live;
+mod lock;
 pub mod pprof;
+mod records;
 pub mod symbols;
 pub mod unwind;
 
