@@ -123,4 +123,21 @@ mod tests {
         assert_eq!(parse_list(DEFAULT), [Fmt::Json, Fmt::Prom]);
         assert_eq!(parse_list(" JSON,pprof,bogus"), [Fmt::Json, Fmt::Pprof]);
     }
+
+    /// docs/dump-format.md's table of formats is this table, row for row.
+    #[test]
+    fn dump_format_doc_lists_every_row() {
+        let doc = include_str!("../../../docs/dump-format.md");
+        let documented: Vec<&str> =
+            doc.lines().filter(|l| l.starts_with("| `") && l.contains("` | `")).collect();
+        let rows: Vec<String> = FORMATS
+            .iter()
+            .map(|f| format!("| `{}` | `{}` | {} | {} |", f.name, f.ext, f.content_type, f.reader))
+            .collect();
+        let documented: Vec<&str> = documented
+            .into_iter()
+            .filter(|l| FORMATS.iter().any(|f| l.starts_with(&format!("| `{}` |", f.name))))
+            .collect();
+        assert_eq!(documented, rows, "docs/dump-format.md's formats table and formats::FORMATS differ");
+    }
 }
