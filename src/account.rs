@@ -13,38 +13,18 @@
 
 use crate::backend::{self, MemStats};
 
-/// The account, in bytes.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Account {
-    /// Resident set size (/proc/self/status `VmRSS`).
-    pub rss_bytes: u64,
-    /// Anonymous resident pages (`RssAnon`).
-    pub rss_anon_bytes: u64,
-    /// File-backed resident pages: the program's code, libraries, mapped files (`RssFile`).
-    pub rss_file_bytes: u64,
-    /// Shared memory resident pages (`RssShmem`).
-    pub rss_shmem_bytes: u64,
-    /// Bytes in blocks the program holds: glibc mallinfo2 `uordblks + hblkhd`, jemalloc
-    /// `stats.allocated`, tcmalloc `generic.current_allocated_bytes`; mimalloc, which counts
-    /// no live bytes, the heap profile's estimate (the weighted live samples, pprof's
-    /// inuse_space, capped at its resident bytes; with sampling off, its committed bytes, an
-    /// upper bound).
-    pub live_bytes: u64,
-    /// Resident bytes the allocator keeps that hold no live block:
-    /// `allocator_resident - live - metadata`, 0 when negative.
-    pub allocator_free_bytes: u64,
-    /// The allocator's own bookkeeping, where the backend reports it (jemalloc `stats.metadata`;
-    /// tcmalloc `generic.total_physical_bytes - (generic.heap_size -
-    /// tcmalloc.pageheap_unmapped_bytes)`); None under glibc (inside its arenas).
-    pub allocator_metadata_bytes: Option<u64>,
-    /// Resident bytes of the allocator's memory, at most `rss_anon_bytes`: glibc, pages of the
-    /// main heap and arena heaps found resident by mincore(2), plus mallinfo2 `hblkhd`;
-    /// jemalloc `stats.resident`; tcmalloc `generic.total_physical_bytes`; mimalloc, pages of
-    /// its segments found resident by mincore(2) (else `mi_process_info` current_commit).
-    pub allocator_resident_bytes: u64,
-    /// `rss_anon - allocator_resident`: anonymous memory outside the allocator.
-    pub non_heap_bytes: u64,
-}
+/// The account is the dump's [`Memory`] (its fields, units and sources: docs/dump-format.md and
+/// docs/memory-account.md), filled here but for `vsz_bytes` (the snapshot's). Where the figures
+/// come from: RSS and its split, /proc/self/status; `live_bytes`, the backend's exact figure
+/// (glibc mallinfo2 `uordblks + hblkhd`, jemalloc `stats.allocated`, tcmalloc
+/// `generic.current_allocated_bytes`; mimalloc, which counts none, the heap profile's estimate
+/// capped at its resident bytes, or with sampling off its committed bytes, an upper bound);
+/// `allocator_resident_bytes`, at most `rss_anon_bytes` (glibc, mincore over its heaps plus
+/// `hblkhd`; jemalloc `stats.resident`; tcmalloc `generic.total_physical_bytes`; mimalloc,
+/// mincore over its segments, else its committed bytes); `allocator_metadata_bytes` where the
+/// backend reports it (jemalloc `stats.metadata`; tcmalloc `total_physical_bytes -
+/// (heap_size - pageheap_unmapped_bytes)`; None under glibc and mimalloc).
+pub use mallocshim_format::Memory;
 
 /// The shim's best figure of the bytes the program holds, for a backend that counts none
 /// (mimalloc), capped at `cap` (what the backend holds): the shim's own per-op counts (bytes
@@ -113,18 +93,24 @@ pub fn status_rss() -> (u64, u64, u64, u64) {
     (kb("VmRSS:"), kb("RssAnon:"), kb("RssFile:"), kb("RssShmem:"))
 }
 
-/// Measures the account now, with the backend's own figures read for it (one read: glibc's
-/// mallinfo2 walks every free chunk). Backend figures first (each backend's sources are in its
-/// own file: `backend::<name>::account`), then residency, then /proc/self/status last, so that
-/// RSS is read closest to the residency.
-pub fn measure() -> (Account, MemStats) {
+/// Measures the account now (all of [`Memory`] but `vsz_bytes`), with the backend's own figures
+/// (`backend_*_bytes`) read for it (one read: glibc's mallinfo2 walks every free chunk). Backend
+/// figures first (each backend's sources are in its own file: `backend::<name>::account`), then
+/// residency, then /proc/self/status last, so that RSS is read closest to the residency.
+pub fn measure() -> Memory {
     let f = backend::account_figures();
     // A backend that counts no live bytes (mimalloc): the shim's figure (its counts or the heap
     // profile's estimate, see `shim_live`), capped at what the allocator holds resident so its
     // error never pushes the account past RSS; with neither, everything resident counts as live.
     let live = f.live.or_else(|| shim_live(f.resident));
     let (rss, anon, file, shmem) = status_rss();
-    (compose(live, f.resident, f.metadata, rss, anon, file, shmem), f.stats)
+    let m: MemStats = f.stats;
+    Memory {
+        backend_allocated_bytes: m.allocated,
+        backend_resident_bytes: m.resident,
+        backend_free_bytes: m.free,
+        ..compose(live, f.resident, f.metadata, rss, anon, file, shmem)
+    }
 }
 
 /// Builds the account from raw figures (pure). `live` None: the backend has no live figure,
@@ -137,10 +123,10 @@ fn compose(
     anon: u64,
     file: u64,
     shmem: u64,
-) -> Account {
+) -> Memory {
     let resident = resident.min(anon);
     let live = live.unwrap_or(resident);
-    Account {
+    Memory {
         rss_bytes: rss,
         rss_anon_bytes: anon,
         rss_file_bytes: file,
@@ -150,5 +136,6 @@ fn compose(
         allocator_metadata_bytes: metadata,
         allocator_resident_bytes: resident,
         non_heap_bytes: anon - resident,
+        ..Memory::default()
     }
 }

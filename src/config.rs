@@ -8,14 +8,7 @@
 use crate::backend::{Backend, Release};
 use crate::diag::LineBuf;
 use core::cell::UnsafeCell;
-
-/// `range!(v, MIN, MAX)`: [`parse_u64`] whose error names the range, "a whole number from MIN to
-/// MAX" (integer literals, so the message is a static string).
-macro_rules! range {
-    ($v:expr, $min:literal, $max:literal) => {
-        parse_u64($v, $min, $max).map_err(|_| concat!("a whole number from ", $min, " to ", $max))
-    };
-}
+use mallocshim_format::formats;
 
 /// Longest path accepted for path-valued variables, in bytes.
 pub const PATH_MAX: usize = 512;
@@ -39,7 +32,7 @@ pub struct Config {
     pub dump_at_exit: bool,
     /// NUL-terminated dump directory; empty = `$TMPDIR` or `/tmp`, resolved when dumping.
     pub dump_dir: [u8; PATH_MAX],
-    /// Bit set of dump formats (`FMT_*`).
+    /// Bit set of dump formats (`formats::Fmt::bit`).
     pub dump_formats: u8,
     /// Milliseconds between periodic trims; 0 = off.
     pub trim_interval_ms: u64,
@@ -72,382 +65,289 @@ pub struct Config {
 /// Longest `MALLOCSHIM_INSTANCE` accepted, in bytes (plus the NUL).
 pub const INSTANCE_MAX: usize = 65;
 
-/// Dump format bits for [`Config::dump_formats`].
-pub const FMT_JSON: u8 = 1;
-pub const FMT_PROM: u8 = 2;
-pub const FMT_HDR: u8 = 4;
-pub const FMT_TEXT: u8 = 8;
-/// The heap profile, gzip'ed profile.proto (file extension `pb.gz`).
-pub const FMT_PPROF: u8 = 16;
-/// Format names and bits, in file order.
-pub const FORMATS: [(&str, u8); 5] =
-    [("json", FMT_JSON), ("prom", FMT_PROM), ("hdr", FMT_HDR), ("text", FMT_TEXT), ("pprof", FMT_PPROF)];
+/// How a row's value is read and shown: the kind says what the variable holds; rows of the
+/// common kinds are one line, the others name their own parser and printer.
+pub enum Kind {
+    /// A switch (1, 0, on, off, yes, no, true, false), shown as `shown[0]` (off) or `shown[1]`.
+    Switch { set: fn(&mut Config, bool), get: fn(&Config) -> bool, shown: [&'static str; 2] },
+    /// A whole number in `min..=max`; `expected` names the range in the bad-value line.
+    Number { set: fn(&mut Config, u64), get: fn(&Config) -> u64, min: u64, max: u64, expected: &'static str },
+    /// A path shorter than [`PATH_MAX`], ignored in a secure-execution process; the value
+    /// `unset` (when not empty) clears it and is how an empty path is shown.
+    Path { get: fn(&mut Config) -> &mut [u8; PATH_MAX], show: fn(&Config) -> &[u8], unset: &'static str },
+    /// Its own parser (`Err` says what was expected) and printer.
+    Other { parse: fn(&[u8], &mut Config) -> Result<(), &'static str>, show: fn(&Config, &mut LineBuf) },
+}
 
-/// One row of the table.
+/// `switch!(field, "off", "on")`: a [`Kind::Switch`] on a `bool` field.
+macro_rules! switch {
+    ($f:ident, $off:literal, $on:literal) => {
+        Kind::Switch { set: |c, b| c.$f = b, get: |c| c.$f, shown: [$off, $on] }
+    };
+}
+
+/// `number!(field, MIN, MAX)`: a [`Kind::Number`] whose bad-value line says "a whole number from
+/// MIN to MAX" (or the given text).
+macro_rules! number {
+    ($f:ident, $min:literal, $max:literal) => {
+        number!($f, $min, $max, concat!("a whole number from ", $min, " to ", $max))
+    };
+    ($f:ident, $min:literal, $max:literal, $expected:expr) => {
+        Kind::Number {
+            set: |c, n| c.$f = n as _,
+            get: |c| c.$f as u64,
+            min: $min,
+            max: $max,
+            expected: $expected,
+        }
+    };
+}
+
+/// `path!(field, "unset")`: a [`Kind::Path`] on a `[u8; PATH_MAX]` field.
+macro_rules! path {
+    ($f:ident, $unset:literal) => {
+        Kind::Path { get: |c| &mut c.$f, show: |c| cstr_bytes(&c.$f), unset: $unset }
+    };
+}
+
+/// `other!(parse, show)`: a [`Kind::Other`].
+macro_rules! other {
+    ($parse:expr, $show:expr) => {
+        Kind::Other { parse: $parse, show: $show }
+    };
+}
+
+/// One row of the table: the variable, its default (parsed like a value), its kind and the
+/// one-line doc the README's table and `MALLOCSHIM_VERBOSE=1` print.
 pub struct Opt {
     pub name: &'static str,
     pub default: &'static str,
+    pub kind: Kind,
     pub doc: &'static str,
-    /// Path-valued: ignored under AT_SECURE.
-    pub path: bool,
-    /// Applies a value; `Err` says what was expected.
-    parse: fn(&[u8], &mut Config) -> Result<(), &'static str>,
-    /// Writes the effective value.
-    show: fn(&Config, &mut LineBuf),
 }
 
-/// Every variable the shim reads. The README's table matches this one row for row.
+const fn opt(name: &'static str, default: &'static str, kind: Kind, doc: &'static str) -> Opt {
+    Opt { name, default, kind, doc }
+}
+
+/// Every variable the shim reads, one line each. The README's table matches this one row for
+/// row and cell for cell (tests/config.rs).
+#[rustfmt::skip]
 pub static OPTIONS: [Opt; 23] = [
-    Opt {
-        name: "MALLOCSHIM_BACKEND",
-        default: "glibc",
-        doc: crate::backend::OPTION_DOC,
-        path: false,
-        parse: |v, c| {
-            c.backend = Backend::from_name(v).ok_or(crate::backend::NAMES)?;
-            Ok(())
-        },
-        show: |c, out| out.put(c.backend.name().as_bytes()),
-    },
-    Opt {
-        name: "MALLOCSHIM_TCMALLOC_LIB",
-        default: Backend::Tcmalloc.default_lib_str(),
-        doc: "gperftools library dlopen()ed (RTLD_LOCAL) for the tcmalloc backend",
-        path: true,
-        parse: |v, c| {
-            set_path(&mut c.tcmalloc_lib, v)
-        },
-        show: |c, out| out.put(cstr_bytes(&c.tcmalloc_lib)),
-    },
-    Opt {
-        name: "MALLOCSHIM_PROFILE",
-        default: "on",
-        doc: "count calls per entry point and thread; off leaves pure routing",
-        path: false,
-        parse: |v, c| {
-            c.profile = parse_bool(v)?;
-            Ok(())
-        },
-        show: |c, out| out.put(if c.profile { b"on" } else { b"off" }),
-    },
-    Opt {
-        name: "MALLOCSHIM_VERBOSE",
-        default: "0",
-        doc: "1 prints this table at start and a call summary at exit, on stderr; 2 also a line per trim",
-        path: false,
-        parse: |v, c| {
-            c.verbose = match v {
-                b"2" => 2,
-                _ => parse_bool(v).map_err(|_| "0, 1 or 2")? as u8,
-            };
-            Ok(())
-        },
-        show: |c, out| put_u64(out, c.verbose as u64),
-    },
-    Opt {
-        name: "MALLOCSHIM_SAMPLE",
-        default: "64",
-        doc: "time 1 call in N per thread with the cycle counter (1 times every call)",
-        path: false,
-        parse: |v, c| {
-            c.sample_every = range!(v, 1, 1073741824)? as u32;
-            Ok(())
-        },
-        show: |c, out| put_u64(out, c.sample_every as u64),
-    },
-    Opt {
-        name: "MALLOCSHIM_DUMP_SIGNAL",
-        default: "SIGUSR1",
-        doc: "signal that writes a dump when sent to the process (kill -USR1 PID); none disables",
-        path: false,
-        parse: |v, c| {
-            c.dump_signal = match v {
-                b"none" => 0,
-                b"SIGUSR1" | b"USR1" => libc::SIGUSR1,
-                b"SIGUSR2" | b"USR2" => libc::SIGUSR2,
-                _ => match parse_u64(v, 1, 64) {
-                    Ok(n) if n != libc::SIGKILL as u64 && n != libc::SIGSTOP as u64 => n as i32,
-                    _ => return Err("SIGUSR1, SIGUSR2, a signal number from 1 to 64 (not 9 or 19) or none"),
-                },
-            };
-            Ok(())
-        },
-        show: |c, out| match c.dump_signal {
-            0 => out.put(b"none"),
-            libc::SIGUSR1 => out.put(b"SIGUSR1"),
-            libc::SIGUSR2 => out.put(b"SIGUSR2"),
-            n => put_u64(out, n as u64),
-        },
-    },
-    Opt {
-        name: "MALLOCSHIM_DUMP_INTERVAL_S",
-        default: "0",
-        doc: "also write a dump every N seconds (0 = off)",
-        path: false,
-        parse: |v, c| {
-            c.dump_interval_s = range!(v, 0, 31536000)?;
-            Ok(())
-        },
-        show: |c, out| put_u64(out, c.dump_interval_s),
-    },
-    Opt {
-        name: "MALLOCSHIM_DUMP_AT_EXIT",
-        default: "0",
-        doc: "1 writes one dump when the process exits",
-        path: false,
-        parse: |v, c| {
-            c.dump_at_exit = parse_bool(v)?;
-            Ok(())
-        },
-        show: |c, out| out.put(if c.dump_at_exit { b"1" } else { b"0" }),
-    },
-    Opt {
-        name: "MALLOCSHIM_DUMP_DIR",
-        default: "$TMPDIR or /tmp",
-        doc: "directory for mallocshim.<pid>.<seq>.<ext> dump files",
-        path: true,
-        parse: |v, c| {
-            if v == b"$TMPDIR or /tmp" {
-                c.dump_dir = [0; PATH_MAX];
-                return Ok(());
-            }
-            set_path(&mut c.dump_dir, v)
-        },
-        show: |c, out| match cstr_bytes(&c.dump_dir) {
-            b"" => out.put(b"$TMPDIR or /tmp"),
-            d => out.put(d),
-        },
-    },
-    Opt {
-        name: "MALLOCSHIM_DUMP_FORMATS",
-        default: "json,prom",
-        doc: "dump formats, comma-separated: json, prom, hdr, text, pprof (heap profile, .pb.gz)",
-        path: false,
-        parse: |v, c| {
-            let mut bits = 0;
-            for part in v.split(|&b| b == b',') {
-                bits |= FORMATS.iter().find(|f| f.0.as_bytes() == part).map(|f| f.1).ok_or("a comma-separated list of json, prom, hdr, text, pprof")?;
-            }
-            c.dump_formats = bits;
-            Ok(())
-        },
-        show: |c, out| {
-            let mut first = true;
-            for (n, b) in FORMATS {
-                if c.dump_formats & b != 0 {
-                    if !first {
-                        out.put(b",");
-                    }
-                    out.put(n.as_bytes());
-                    first = false;
-                }
-            }
-        },
-    },
-    Opt {
-        name: "MALLOCSHIM_TRIM_INTERVAL_MS",
-        default: "10000",
-        doc: "give free memory back to the OS every N ms (glibc malloc_trim, jemalloc purge, tcmalloc release, mimalloc mi_collect); 0 = off",
-        path: false,
-        parse: |v, c| {
-            c.trim_interval_ms = range!(v, 0, 86400000)?;
-            Ok(())
-        },
-        show: |c, out| put_u64(out, c.trim_interval_ms),
-    },
-    Opt {
-        name: "MALLOCSHIM_TRIM_MIN_BYTES",
-        default: "67108864",
-        doc: "skip a periodic trim while the backend holds fewer free bytes than this",
-        path: false,
-        parse: |v, c| {
-            c.trim_min_bytes = range!(v, 0, 9223372036854775807)?;
-            Ok(())
-        },
-        show: |c, out| put_u64(out, c.trim_min_bytes),
-    },
-    Opt {
-        name: "MALLOCSHIM_TRIM_ABOVE_RSS",
-        default: "off",
-        doc: "also trim whenever RSS is above SIZE (bytes, or K/M/G suffix), checked every 250 ms, at most once a second",
-        path: false,
-        parse: |v, c| {
-            c.trim_above_rss = if matches!(v, b"off" | b"0") { 0 } else { parse_size(v)? };
-            Ok(())
-        },
-        show: |c, out| match c.trim_above_rss {
-            0 => out.put(b"off"),
-            n => put_u64(out, n),
-        },
-    },
-    Opt {
-        name: "MALLOCSHIM_TRIM_ON_PRESSURE",
-        default: "0",
-        doc: "1 also trims when the cgroup's PSI memory `some avg10` reaches 10%; N% sets the threshold; at most once per 10 s",
-        path: false,
-        parse: |v, c| {
-            c.trim_on_pressure = match v {
-                b"0" | b"off" => 0,
-                b"1" | b"on" => 10,
-                _ => match v.strip_suffix(b"%") {
-                    Some(n) => parse_u64(n, 1, 100).map_err(|_| "0, 1 or a percentage N% from 1 to 100")? as u32,
-                    None => return Err("0, 1 or a percentage N% from 1 to 100"),
-                },
-            };
-            Ok(())
-        },
-        show: |c, out| match c.trim_on_pressure {
-            0 => out.put(b"0"),
-            n => {
-                put_u64(out, n as u64);
-                out.put(b"%");
-            }
-        },
-    },
-    Opt {
-        name: "MALLOCSHIM_JEMALLOC_RELEASE",
-        default: "purge",
-        doc: "jemalloc release call: purge (arena.<all>.purge, all unused pages) or decay (arena.<all>.decay)",
-        path: false,
-        parse: |v, c| {
-            c.release = match v {
-                b"purge" => Release::Purge,
-                b"decay" => Release::Decay,
-                _ => return Err("purge or decay"),
-            };
-            Ok(())
-        },
-        show: |c, out| out.put(if c.release == Release::Decay { b"decay" } else { b"purge" }),
-    },
-    Opt {
-        name: "MALLOCSHIM_MEMLOG",
-        default: "off",
-        doc: "append a CSV line of RSS and backend memory every MEMLOG_INTERVAL_MS to this file (%p = pid)",
-        path: true,
-        parse: |v, c| {
-            if v == b"off" {
-                c.memlog = [0; PATH_MAX];
-                return Ok(());
-            }
-            set_path(&mut c.memlog, v)
-        },
-        show: |c, out| match cstr_bytes(&c.memlog) {
-            b"" => out.put(b"off"),
-            d => out.put(d),
-        },
-    },
-    Opt {
-        name: "MALLOCSHIM_MEMLOG_INTERVAL_MS",
-        default: "1000",
-        doc: "milliseconds between memlog lines",
-        path: false,
-        parse: |v, c| {
-            c.memlog_interval_ms = range!(v, 10, 86400000)?;
-            Ok(())
-        },
-        show: |c, out| put_u64(out, c.memlog_interval_ms),
-    },
-    Opt {
-        name: "MALLOCSHIM_PROF_SAMPLE_BYTES",
-        default: "524288",
-        doc: "heap profile: sample one allocation per N bytes on average (exponential gaps); 0 = off",
-        path: false,
-        parse: |v, c| {
-            c.prof_sample_bytes = range!(v, 0, 1099511627776)?;
-            Ok(())
-        },
-        show: |c, out| put_u64(out, c.prof_sample_bytes),
-    },
-    Opt {
-        name: "MALLOCSHIM_PROF_UNWIND",
-        default: "cfi",
-        doc: "heap profile stacks: `cfi` (from `.eh_frame`, whole stacks without frame pointers) or `fp` (frame pointers only)",
-        path: false,
-        parse: |v, c| {
-            c.prof_unwind_fp = match v {
-                b"cfi" => false,
-                b"fp" => true,
-                _ => return Err("cfi or fp"),
-            };
-            Ok(())
-        },
-        show: |c, out| out.put(if c.prof_unwind_fp { b"fp" } else { b"cfi" }),
-    },
-    Opt {
-        name: "MALLOCSHIM_PROM_TEXTFILE_DIR",
-        default: "off",
-        doc: "write DIR/mallocshim_<instance>.prom for node_exporter's textfile collector every PROM_INTERVAL_S",
-        path: true,
-        parse: |v, c| {
-            if v == b"off" {
-                c.prom_textfile_dir = [0; PATH_MAX];
-                return Ok(());
-            }
-            set_path(&mut c.prom_textfile_dir, v)
-        },
-        show: |c, out| match cstr_bytes(&c.prom_textfile_dir) {
-            b"" => out.put(b"off"),
-            d => out.put(d),
-        },
-    },
-    Opt {
-        name: "MALLOCSHIM_PROM_INTERVAL_S",
-        default: "15",
-        doc: "seconds between rewrites of the textfile (1 to 86400)",
-        path: false,
-        parse: |v, c| {
-            c.prom_interval_s = parse_u64(v, 1, 86_400).map_err(|_| "a whole number of seconds from 1 to 86400")?;
-            Ok(())
-        },
-        show: |c, out| put_u64(out, c.prom_interval_s),
-    },
-    Opt {
-        name: "MALLOCSHIM_PROM_FILE_MODE",
-        default: "0644",
-        doc: "permission bits of the textfile, octal, at most 0666 (0644: node_exporter's user can read it)",
-        path: false,
-        parse: |v, c| {
-            const ERR: &str = "octal permission bits from 0 to 0666, e.g. 0644 or 0640";
-            if v.is_empty() || v.len() > 4 || !v.iter().all(|d| (b'0'..=b'7').contains(d)) {
-                return Err(ERR);
-            }
-            let m = v.iter().fold(0u32, |a, &d| a * 8 + (d - b'0') as u32);
-            if m & !0o666 != 0 {
-                return Err(ERR);
-            }
-            c.prom_file_mode = m;
-            Ok(())
-        },
-        show: |c, out| {
-            let _ = core::fmt::Write::write_fmt(out, format_args!("{:04o}", c.prom_file_mode));
-        },
-    },
-    Opt {
-        name: "MALLOCSHIM_INSTANCE",
-        default: "the pid",
-        doc: "value of the instance label and name of the textfile: letters, digits, . _ - (1 to 64)",
-        path: false,
-        parse: |v, c| {
-            if v == b"the pid" {
-                c.instance = [0; INSTANCE_MAX];
-                return Ok(());
-            }
-            if v.is_empty()
-                || v.len() >= INSTANCE_MAX
-                || !v.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-            {
-                return Err("1 to 64 letters, digits, '.', '_' or '-'");
-            }
-            c.instance = [0; INSTANCE_MAX];
-            c.instance[..v.len()].copy_from_slice(v);
-            Ok(())
-        },
-        show: |c, out| match cstr_bytes(&c.instance) {
-            b"" => out.put(b"the pid"),
-            d => out.put(d),
-        },
-    },
+    opt("MALLOCSHIM_BACKEND", "glibc", other!(parse_backend, show_backend), crate::backend::OPTION_DOC),
+    opt("MALLOCSHIM_TCMALLOC_LIB", Backend::Tcmalloc.default_lib_str(), path!(tcmalloc_lib, ""), "gperftools library dlopen()ed (RTLD_LOCAL) for the tcmalloc backend"),
+    opt("MALLOCSHIM_PROFILE", "on", switch!(profile, "off", "on"), "count calls per entry point and thread; off leaves pure routing"),
+    opt("MALLOCSHIM_VERBOSE", "0", other!(parse_verbose, |c, out| put_u64(out, c.verbose as u64)), "1 prints this table at start and a call summary at exit, on stderr; 2 also a line per trim"),
+    opt("MALLOCSHIM_SAMPLE", "64", number!(sample_every, 1, 1073741824), "time 1 call in N per thread with the cycle counter (1 times every call)"),
+    opt("MALLOCSHIM_DUMP_SIGNAL", "SIGUSR1", other!(parse_signal, show_signal), "signal that writes a dump when sent to the process (kill -USR1 PID); none disables"),
+    opt("MALLOCSHIM_DUMP_INTERVAL_S", "0", number!(dump_interval_s, 0, 31536000), "also write a dump every N seconds (0 = off)"),
+    opt("MALLOCSHIM_DUMP_AT_EXIT", "0", switch!(dump_at_exit, "0", "1"), "1 writes one dump when the process exits"),
+    opt("MALLOCSHIM_DUMP_DIR", "$TMPDIR or /tmp", path!(dump_dir, "$TMPDIR or /tmp"), "directory for mallocshim.<pid>.<seq>.<ext> dump files"),
+    opt("MALLOCSHIM_DUMP_FORMATS", formats::DEFAULT, other!(parse_formats, show_formats), formats::OPTION_DOC),
+    opt("MALLOCSHIM_TRIM_INTERVAL_MS", "10000", number!(trim_interval_ms, 0, 86400000), "give free memory back to the OS every N ms (glibc malloc_trim, jemalloc purge, tcmalloc release, mimalloc mi_collect); 0 = off"),
+    opt("MALLOCSHIM_TRIM_MIN_BYTES", "67108864", number!(trim_min_bytes, 0, 9223372036854775807), "skip a periodic trim while the backend holds fewer free bytes than this"),
+    opt("MALLOCSHIM_TRIM_ABOVE_RSS", "off", other!(parse_above_rss, show_above_rss), "also trim whenever RSS is above SIZE (bytes, or K/M/G suffix), checked every 250 ms, at most once a second"),
+    opt("MALLOCSHIM_TRIM_ON_PRESSURE", "0", other!(parse_pressure, show_pressure), "1 also trims when the cgroup's PSI memory `some avg10` reaches 10%; N% sets the threshold; at most once per 10 s"),
+    opt("MALLOCSHIM_JEMALLOC_RELEASE", "purge", other!(parse_release, show_release), "jemalloc release call: purge (arena.<all>.purge, all unused pages) or decay (arena.<all>.decay)"),
+    opt("MALLOCSHIM_MEMLOG", "off", path!(memlog, "off"), "append a CSV line of RSS and backend memory every MEMLOG_INTERVAL_MS to this file (%p = pid)"),
+    opt("MALLOCSHIM_MEMLOG_INTERVAL_MS", "1000", number!(memlog_interval_ms, 10, 86400000), "milliseconds between memlog lines"),
+    opt("MALLOCSHIM_PROF_SAMPLE_BYTES", "524288", number!(prof_sample_bytes, 0, 1099511627776), "heap profile: sample one allocation per N bytes on average (exponential gaps); 0 = off"),
+    opt("MALLOCSHIM_PROF_UNWIND", "cfi", other!(parse_unwind, |c, out| out.put(if c.prof_unwind_fp { b"fp" } else { b"cfi" })), "heap profile stacks: `cfi` (from `.eh_frame`, whole stacks without frame pointers) or `fp` (frame pointers only)"),
+    opt("MALLOCSHIM_PROM_TEXTFILE_DIR", "off", path!(prom_textfile_dir, "off"), "write DIR/mallocshim_<instance>.prom for node_exporter's textfile collector every PROM_INTERVAL_S"),
+    opt("MALLOCSHIM_PROM_INTERVAL_S", "15", number!(prom_interval_s, 1, 86400, "a whole number of seconds from 1 to 86400"), "seconds between rewrites of the textfile (1 to 86400)"),
+    opt("MALLOCSHIM_PROM_FILE_MODE", "0644", other!(parse_file_mode, |c, out| { let _ = core::fmt::Write::write_fmt(out, format_args!("{:04o}", c.prom_file_mode)); }), "permission bits of the textfile, octal, at most 0666 (0644: node_exporter's user can read it)"),
+    opt("MALLOCSHIM_INSTANCE", "the pid", other!(parse_instance, show_instance), "value of the instance label and name of the textfile: letters, digits, . _ - (1 to 64)"),
 ];
+
+impl Opt {
+    /// Path-valued: ignored in a secure-execution process.
+    pub fn is_path(&self) -> bool {
+        matches!(self.kind, Kind::Path { .. })
+    }
+
+    /// Applies a value; `Err` says what was expected.
+    fn parse(&self, v: &[u8], c: &mut Config) -> Result<(), &'static str> {
+        match self.kind {
+            Kind::Switch { set, .. } => set(c, parse_bool(v)?),
+            Kind::Number { set, min, max, expected, .. } => {
+                set(c, parse_u64(v, min, max).map_err(|_| expected)?)
+            }
+            Kind::Path { get, unset, .. } if !unset.is_empty() && v == unset.as_bytes() => {
+                *get(c) = [0; PATH_MAX]
+            }
+            Kind::Path { get, .. } => set_path(get(c), v)?,
+            Kind::Other { parse, .. } => parse(v, c)?,
+        }
+        Ok(())
+    }
+
+    /// Writes the effective value.
+    fn show(&self, c: &Config, out: &mut LineBuf) {
+        match self.kind {
+            Kind::Switch { get, shown, .. } => out.put(shown[get(c) as usize].as_bytes()),
+            Kind::Number { get, .. } => put_u64(out, get(c)),
+            Kind::Path { show, unset, .. } => match show(c) {
+                b"" => out.put(unset.as_bytes()),
+                p => out.put(p),
+            },
+            Kind::Other { show, .. } => show(c, out),
+        }
+    }
+}
+
+fn parse_backend(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
+    c.backend = Backend::from_name(v).ok_or(crate::backend::NAMES)?;
+    Ok(())
+}
+
+fn show_backend(c: &Config, out: &mut LineBuf) {
+    out.put(c.backend.name().as_bytes())
+}
+
+fn parse_verbose(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
+    c.verbose = match v {
+        b"2" => 2,
+        _ => parse_bool(v).map_err(|_| "0, 1 or 2")? as u8,
+    };
+    Ok(())
+}
+
+fn parse_signal(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
+    c.dump_signal = match v {
+        b"none" => 0,
+        b"SIGUSR1" | b"USR1" => libc::SIGUSR1,
+        b"SIGUSR2" | b"USR2" => libc::SIGUSR2,
+        _ => match parse_u64(v, 1, 64) {
+            Ok(n) if n != libc::SIGKILL as u64 && n != libc::SIGSTOP as u64 => n as i32,
+            _ => return Err("SIGUSR1, SIGUSR2, a signal number from 1 to 64 (not 9 or 19) or none"),
+        },
+    };
+    Ok(())
+}
+
+fn show_signal(c: &Config, out: &mut LineBuf) {
+    match c.dump_signal {
+        0 => out.put(b"none"),
+        libc::SIGUSR1 => out.put(b"SIGUSR1"),
+        libc::SIGUSR2 => out.put(b"SIGUSR2"),
+        n => put_u64(out, n as u64),
+    }
+}
+
+fn parse_formats(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
+    let mut bits = 0;
+    for part in v.split(|&b| b == b',') {
+        bits |= formats::Fmt::from_name(part).map(formats::Fmt::bit).ok_or(formats::EXPECTED)?;
+    }
+    c.dump_formats = bits;
+    Ok(())
+}
+
+fn show_formats(c: &Config, out: &mut LineBuf) {
+    let mut first = true;
+    for f in formats::Fmt::ALL {
+        if c.dump_formats & f.bit() != 0 {
+            if !first {
+                out.put(b",");
+            }
+            out.put(f.row().name.as_bytes());
+            first = false;
+        }
+    }
+}
+
+fn parse_unwind(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
+    c.prof_unwind_fp = match v {
+        b"cfi" => false,
+        b"fp" => true,
+        _ => return Err("cfi or fp"),
+    };
+    Ok(())
+}
+
+fn parse_above_rss(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
+    c.trim_above_rss = if matches!(v, b"off" | b"0") { 0 } else { parse_size(v)? };
+    Ok(())
+}
+
+fn show_above_rss(c: &Config, out: &mut LineBuf) {
+    match c.trim_above_rss {
+        0 => out.put(b"off"),
+        n => put_u64(out, n),
+    }
+}
+
+fn parse_pressure(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
+    const ERR: &str = "0, 1 or a percentage N% from 1 to 100";
+    c.trim_on_pressure = match v {
+        b"0" | b"off" => 0,
+        b"1" | b"on" => 10,
+        _ => match v.strip_suffix(b"%") {
+            Some(n) => parse_u64(n, 1, 100).map_err(|_| ERR)? as u32,
+            None => return Err(ERR),
+        },
+    };
+    Ok(())
+}
+
+fn show_pressure(c: &Config, out: &mut LineBuf) {
+    match c.trim_on_pressure {
+        0 => out.put(b"0"),
+        n => {
+            put_u64(out, n as u64);
+            out.put(b"%");
+        }
+    }
+}
+
+fn parse_release(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
+    c.release = match v {
+        b"purge" => Release::Purge,
+        b"decay" => Release::Decay,
+        _ => return Err("purge or decay"),
+    };
+    Ok(())
+}
+
+fn show_release(c: &Config, out: &mut LineBuf) {
+    out.put(if c.release == Release::Decay { b"decay" } else { b"purge" })
+}
+
+fn parse_file_mode(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
+    const ERR: &str = "octal permission bits from 0 to 0666, e.g. 0644 or 0640";
+    if v.is_empty() || v.len() > 4 || !v.iter().all(|d| (b'0'..=b'7').contains(d)) {
+        return Err(ERR);
+    }
+    let m = v.iter().fold(0u32, |a, &d| a * 8 + (d - b'0') as u32);
+    if m & !0o666 != 0 {
+        return Err(ERR);
+    }
+    c.prom_file_mode = m;
+    Ok(())
+}
+
+fn parse_instance(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
+    if v == b"the pid" {
+        c.instance = [0; INSTANCE_MAX];
+        return Ok(());
+    }
+    if v.is_empty()
+        || v.len() >= INSTANCE_MAX
+        || !v.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return Err("1 to 64 letters, digits, '.', '_' or '-'");
+    }
+    c.instance = [0; INSTANCE_MAX];
+    c.instance[..v.len()].copy_from_slice(v);
+    Ok(())
+}
+
+fn show_instance(c: &Config, out: &mut LineBuf) {
+    match cstr_bytes(&c.instance) {
+        b"" => out.put(b"the pid"),
+        d => out.put(d),
+    }
+}
 
 /// Stores a path as a NUL-terminated buffer.
 fn set_path(dst: &mut [u8; PATH_MAX], v: &[u8]) -> Result<(), &'static str> {
@@ -459,7 +359,7 @@ fn set_path(dst: &mut [u8; PATH_MAX], v: &[u8]) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// A decimal whole number in [min, max]; callers name the range in their error (see `range!`).
+/// A decimal whole number in [min, max]; callers name the range in their error (see `number!`).
 fn parse_u64(v: &[u8], min: u64, max: u64) -> Result<u64, &'static str> {
     const ERR: &str = "a whole number";
     if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
@@ -550,7 +450,7 @@ pub unsafe fn load() {
     // SAFETY: single writer before publication (see `Cell`).
     let cfg = unsafe { &mut *CONFIG.0.get() };
     for o in OPTIONS.iter() {
-        let _ = (o.parse)(o.default.as_bytes(), cfg);
+        let _ = o.parse(o.default.as_bytes(), cfg);
     }
     // SAFETY: getauxval is async-signal-safe and does not allocate.
     let secure = unsafe { libc::getauxval(libc::AT_SECURE) } != 0;
@@ -581,7 +481,7 @@ pub unsafe fn load() {
             ),
             Some(i) => {
                 let o = &OPTIONS[i];
-                if o.path && secure {
+                if o.is_path() && secure {
                     crate::shim_warn!(
                         "{} ignored in a secure-execution (setuid) process; using default {}",
                         o.name,
@@ -590,7 +490,7 @@ pub unsafe fn load() {
                     continue;
                 }
                 let before = *cfg;
-                match (o.parse)(value, cfg) {
+                match o.parse(value, cfg) {
                     // SAFETY: single writer before publication.
                     Ok(()) => unsafe { FROM_ENV[i] = true },
                     Err(expected) => {
@@ -651,7 +551,7 @@ pub fn print_table() {
         // SAFETY: FROM_ENV is only written during initialisation, before this runs.
         let src = if unsafe { FROM_ENV[i] } { "env" } else { "default" };
         let mut v = LineBuf::new();
-        (o.show)(c, &mut v);
+        o.show(c, &mut v);
         crate::shim_warn!(
             "  {:<29} = {:<26} [{}; default {}] {}",
             o.name,

@@ -17,9 +17,10 @@
 //! ignored there, see `config`), and no dump is written without a configured directory: dumps
 //! are off (said at start under `MALLOCSHIM_VERBOSE=1`).
 
-use crate::config::{self, FMT_HDR, FMT_JSON, FMT_PPROF, FMT_PROM, FMT_TEXT, FORMATS};
+use crate::config;
 use crate::report;
 use crate::tls::Reentry;
+use mallocshim_format::Fmt;
 use std::ffi::{CString, OsString};
 use std::io::Write;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -155,37 +156,87 @@ pub fn dir() -> PathBuf {
     }
 }
 
+/// Why a dump was not written (whole).
+#[derive(Debug)]
+pub enum DumpError {
+    /// The process is exiting: only the exit dump is written.
+    Exiting,
+    /// A secure-execution process without a configured directory: dumps are off.
+    Off,
+    /// This thread is already writing a dump (a signal handler or exit interrupting it).
+    Busy,
+    /// The backend refused the probe block: memory has run out.
+    OutOfMemory { probe_bytes: usize },
+    /// A file could not be written (files written before it stay).
+    Write { dir: PathBuf, name: String, source: std::io::Error },
+}
+
+impl std::fmt::Display for DumpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DumpError::Exiting => f.write_str("the process is exiting"),
+            DumpError::Off => f.write_str("dumps are off in a secure-execution process"),
+            DumpError::Busy => f.write_str("a dump is already being written by this thread"),
+            DumpError::OutOfMemory { probe_bytes } => write!(
+                f,
+                "dump skipped: malloc returned NULL for a {} KiB probe (out of memory); ask again when memory is free",
+                probe_bytes >> 10
+            ),
+            DumpError::Write { dir, name, source } => {
+                write!(f, "cannot write dump {}/{}: {}", dir.display(), name, source)
+            }
+        }
+    }
+}
+
+impl std::error::Error for DumpError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            DumpError::Write { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
 /// Writes one dump in every configured format; returns the paths written.
-pub fn write_all() -> Result<Vec<PathBuf>, String> {
+pub fn write_all() -> Result<Vec<PathBuf>, DumpError> {
     if EXITING.load(Ordering::Acquire) {
-        return Err("the process is exiting".into());
+        return Err(DumpError::Exiting);
     }
     write(false)
 }
 
 /// The exit dump (`MALLOCSHIM_DUMP_AT_EXIT`, or a request no thread has written yet).
-pub fn write_at_exit() -> Result<Vec<PathBuf>, String> {
+pub fn write_at_exit() -> Result<Vec<PathBuf>, DumpError> {
     write(true)
 }
 
-fn write(at_exit: bool) -> Result<Vec<PathBuf>, String> {
+/// One format's rendering of the snapshot: the renderer of each row of the format table.
+fn render(fmt: Fmt, snap: &report::Snapshot) -> Vec<u8> {
+    match fmt {
+        Fmt::Json => report::json::render(snap).into_bytes(),
+        Fmt::Prom => report::prom::render(snap).into_bytes(),
+        Fmt::Hdr => report::hdr::render(snap),
+        Fmt::Text => report::text::render(snap).into_bytes(),
+        Fmt::Pprof => crate::heapprof::pprof::render(crate::route::heap_table()),
+    }
+}
+
+fn write(at_exit: bool) -> Result<Vec<PathBuf>, DumpError> {
     let _g = Reentry::enter();
     if off() {
         clear_pending();
-        return Err("dumps are off in a secure-execution process".into());
+        return Err(DumpError::Off);
     }
     let Some(_l) = Serial::take(at_exit.then_some(5000)) else {
-        return Err("a dump is already being written by this thread".into());
+        return Err(DumpError::Busy);
     };
     // This dump answers any request still waiting for a thread to write it.
     clear_pending();
     if !memory_to_spare() {
-        let msg = format!(
-            "dump skipped: malloc returned NULL for a {} KiB probe (out of memory); ask again when memory is free",
-            PROBE_BYTES >> 10
-        );
-        crate::shim_warn!("{}", msg);
-        return Err(msg);
+        let e = DumpError::OutOfMemory { probe_bytes: PROBE_BYTES };
+        crate::shim_warn!("{}", e);
+        return Err(e);
     }
     let reserve_before = crate::reserve::counts();
     let formats = config::get().dump_formats;
@@ -193,37 +244,15 @@ fn write(at_exit: bool) -> Result<Vec<PathBuf>, String> {
     let dir = dir();
     let seq = free_seq(&dir, snap.pid, formats);
     let mut written = Vec::new();
-    for (ext, bit) in FORMATS {
-        if formats & bit == 0 {
-            continue;
-        }
-        let body = match bit {
-            FMT_JSON => report::json::render(&snap).into_bytes(),
-            FMT_PROM => report::prom::render(&snap).into_bytes(),
-            FMT_HDR => report::hdr::render(&snap),
-            FMT_TEXT => report::text::render(&snap).into_bytes(),
-            FMT_PPROF => crate::heapprof::pprof::render(crate::route::heap_table()),
-            _ => continue,
-        };
-        let ext = if bit == FMT_PPROF { "pb.gz" } else { ext };
-        let mut name = mallocshim_format::dump_file_name(snap.pid, seq, ext);
-        let mut r = publish(&dir, &name, &body);
-        // A file created under this name since `free_seq` looked: the next free number.
-        for _ in 0..SEQ_TRIES {
-            if !matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists) {
-                break;
-            }
-            name = mallocshim_format::dump_file_name(snap.pid, free_seq(&dir, snap.pid, bit), ext);
-            r = publish(&dir, &name, &body);
-        }
-        match r {
+    for fmt in Fmt::ALL.into_iter().filter(|f| formats & f.bit() != 0) {
+        let body = render(fmt, &snap);
+        match publish_free(&dir, snap.pid, seq, fmt, &body) {
             Ok(p) => written.push(p),
             Err(e) => {
-                let msg = format!("cannot write dump {}/{}: {}", dir.display(), name, e);
                 if !REPORTED.swap(true, Ordering::Relaxed) {
-                    crate::shim_warn!("{}", msg);
+                    crate::shim_warn!("{}", e);
                 }
-                return Err(msg);
+                return Err(e);
             }
         }
     }
@@ -237,6 +266,28 @@ fn write(at_exit: bool) -> Result<Vec<PathBuf>, String> {
         );
     }
     Ok(written)
+}
+
+/// Publishes one format's file under sequence number `seq`, or, when a file was created under
+/// that name since `free_seq` looked, under the next free number.
+fn publish_free(
+    dir: &std::path::Path,
+    pid: u32,
+    seq: u64,
+    fmt: Fmt,
+    body: &[u8],
+) -> Result<PathBuf, DumpError> {
+    let ext = fmt.row().ext;
+    let mut name = mallocshim_format::dump_file_name(pid, seq, ext);
+    let mut r = publish(dir, &name, body);
+    for _ in 0..SEQ_TRIES {
+        if !matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists) {
+            break;
+        }
+        name = mallocshim_format::dump_file_name(pid, free_seq(dir, pid, fmt.bit()), ext);
+        r = publish(dir, &name, body);
+    }
+    r.map_err(|source| DumpError::Write { dir: dir.to_path_buf(), name, source })
 }
 
 /// The block a dump asks the backend for before it starts: a sign that the backend can still
@@ -267,11 +318,14 @@ const SEQ_TRIES: u32 = 64;
 fn free_seq(dir: &std::path::Path, pid: u32, formats: u8) -> u64 {
     for _ in 0..SEQ_TRIES {
         let seq = SEQ.fetch_add(1, Ordering::Relaxed);
-        let taken = FORMATS.iter().any(|&(ext, bit)| {
-            let ext = if bit == FMT_PPROF { "pb.gz" } else { ext };
-            formats & bit != 0
-                && std::fs::symlink_metadata(dir.join(mallocshim_format::dump_file_name(pid, seq, ext)))
-                    .is_ok()
+        let taken = Fmt::ALL.into_iter().any(|f| {
+            formats & f.bit() != 0
+                && std::fs::symlink_metadata(dir.join(mallocshim_format::dump_file_name(
+                    pid,
+                    seq,
+                    f.row().ext,
+                )))
+                .is_ok()
         });
         if !taken {
             return seq;

@@ -98,7 +98,7 @@ pub fn sample() {
     // mallinfo2 walks every free chunk), and a late stamp could equal the next line's.
     let ms = crate::procfs::unix_ms();
     let (_, vsz) = crate::procfs::statm();
-    let (a, m) = crate::account::measure();
+    let a = crate::account::measure();
     let (trims, released) = crate::trim::totals();
     let r = crate::trim::by_reason();
     let mut line = Vec::with_capacity(256);
@@ -106,9 +106,9 @@ pub fn sample() {
         unix_ms: ms,
         rss_bytes: a.rss_bytes,
         vsz_bytes: vsz,
-        backend_allocated_bytes: Some(m.allocated),
-        backend_resident_bytes: Some(m.resident),
-        backend_free_bytes: Some(m.free),
+        backend_allocated_bytes: Some(a.backend_allocated_bytes),
+        backend_resident_bytes: Some(a.backend_resident_bytes),
+        backend_free_bytes: Some(a.backend_free_bytes),
         trims: Some(trims),
         released_bytes: Some(released),
         rss_anon_bytes: Some(a.rss_anon_bytes),

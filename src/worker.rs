@@ -217,6 +217,9 @@ fn now_ms() -> u64 {
     crate::clock::mono_ns() / 1_000_000
 }
 
+// Long (86 lines): the worker's one loop — a poll(2) on the wake-up pipe with the nearest
+// deadline, then each periodic duty in turn (dump, trim, ceiling, pressure, memlog, textfile);
+// the deadlines are its locals, shared by the duties.
 fn run() {
     // SAFETY: this thread's TLS: everything it allocates goes straight to the backend.
     unsafe { (*tls::state()).guard = 1 };

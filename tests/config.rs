@@ -89,21 +89,32 @@ fn backend_names_in_any_case() {
 
 #[test]
 fn readme_env_table_matches_the_shim_table() {
-    // The README's env table lists exactly the variables the shim prints with MALLOCSHIM_VERBOSE=1.
+    // The README's env table is the shim's table, row for row and cell for cell: the name, the
+    // default and the doc `MALLOCSHIM_VERBOSE=1` prints
+    // (`  NAME = VALUE [env|default; default DEFAULT] DOC`).
     let (_, lines) = run(&[("MALLOCSHIM_VERBOSE", "1")]);
-    let shim_vars: Vec<String> = lines
+    let shim_rows: Vec<[String; 3]> = lines
         .iter()
         .filter_map(|l| {
-            l.split_whitespace().nth(1).filter(|w| w.starts_with("MALLOCSHIM_")).map(String::from)
+            let name = l.split_whitespace().nth(1).filter(|w| w.starts_with("MALLOCSHIM_"))?;
+            let (_, rest) = l.split_once("; default ")?;
+            let (default, doc) = rest.split_once("] ")?;
+            Some([name.to_string(), default.to_string(), doc.to_string()])
         })
         .collect();
     let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
-    let readme_vars: Vec<String> = readme
+    let readme_rows: Vec<[String; 3]> = readme
         .lines()
         .filter(|l| l.starts_with("| `MALLOCSHIM_"))
-        .map(|l| l.split('`').nth(1).unwrap().to_string())
+        .map(|l| {
+            let cells: Vec<&str> = l.trim_matches('|').split(" | ").map(str::trim).collect();
+            assert_eq!(cells.len(), 3, "README row of three cells: {l}");
+            let unquote = |c: &str| c.trim_matches('`').to_string();
+            [unquote(cells[0]), unquote(cells[1]), cells[2].to_string()]
+        })
         .collect();
-    assert_eq!(shim_vars, readme_vars, "README env table and the shim's table differ");
+    assert!(shim_rows.len() >= 20, "every row parsed: {lines:?}");
+    assert_eq!(shim_rows, readme_rows, "README env table and the shim's table differ");
 }
 
 /// A number out of range (or not a number) names the accepted range in its line, one line per

@@ -68,6 +68,30 @@ fn cells<'a>(out: &'a str, op: &str, size: &str) -> Vec<&'a str> {
         .unwrap_or_else(|| panic!("no {op} {size} row in:\n{out}"))
 }
 
+/// With every format of the format table asked for (`pprof` included, whose files end in
+/// `.pb.gz`), `mallocshim dump` waits for and prints one file of each, json first.
+#[test]
+fn dump_prints_a_file_of_every_format_in_the_table() {
+    let every: Vec<&str> = mallocshim_format::DUMP_FORMATS.iter().map(|f| f.name).collect();
+    let every = every.join(",");
+    for backend in BACKENDS {
+        let dir = scratch(&format!("formats-{backend}"));
+        let (child, stdin, pid) = start_busy(backend, &[("MALLOCSHIM_DUMP_FORMATS", &every)], &dir);
+        let files = dump_ok(pid);
+        finish(child, stdin);
+        let names: Vec<String> =
+            files.iter().map(|p| p.file_name().unwrap().to_string_lossy().into()).collect();
+        let seq = seq_ext(&files[0]).1;
+        let mut want: Vec<String> = mallocshim_format::DUMP_FORMATS
+            .iter()
+            .map(|f| mallocshim_format::dump_file_name(pid, seq, f.ext))
+            .collect();
+        want[1..].sort();
+        assert_eq!(names, want, "{backend}: every format's file, json first");
+        assert!(files.iter().all(|p| p.starts_with(&dir) && p.is_file()), "{backend}: {files:?}");
+    }
+}
+
 #[test]
 fn dump_then_interval_diff_under_every_backend() {
     for backend in BACKENDS {

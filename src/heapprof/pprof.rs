@@ -40,6 +40,9 @@ impl Strings {
 }
 
 /// Builds the profile from the live set's copy (exposed for tests of the structure).
+// Long (166 lines) for a reason: one pass fills profile.proto's six interlinked tables (strings,
+// mappings, functions, locations, samples, labels) whose ids refer to each other; split, every
+// helper would take all six plus the id maps. What is separable (Strings) is.
 pub fn build(heap_table: bool) -> Profile {
     let c = live::copy();
     let mean = super::rate().max(super::last_rate());

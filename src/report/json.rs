@@ -9,10 +9,8 @@
 
 use super::{Latency, Snapshot};
 use crate::classes::{class_range, OP_NAMES};
-use mallocshim_format::dump::{STATE_EXITED, STATE_LIVE};
 use mallocshim_format::{
-    Buckets, ClassRow, Dump, DurationUs, LatencyBuckets, Memory, ThreadOp, ThreadRow, Total, Trim,
-    TrimReasons,
+    Buckets, ClassRow, Dump, DurationUs, LatencyBuckets, ThreadOp, ThreadRow, Total, Trim, TrimReasons,
 };
 
 /// Raw sampled-latency counts, `[bucket, count]` for the non-zero buckets.
@@ -35,6 +33,36 @@ pub fn dump(s: &Snapshot) -> Dump {
         .enumerate()
         .map(|(o, ((count, bytes), failed))| (OP_NAMES[o].to_string(), Total { count, bytes, failed }))
         .collect();
+    Dump {
+        format: mallocshim_format::FORMAT.into(),
+        version: mallocshim_format::VERSION,
+        pid: s.pid,
+        backend: s.backend.into(),
+        unix_time_ms: s.unix_time_ms,
+        uptime_s: s.uptime_s,
+        sample_every: s.sample_every.into(),
+        profiling: s.profiling,
+        totals,
+        size_classes: size_classes(s),
+        threads: threads(s),
+        memory: s.memory.clone(),
+        trim: trim(&s.trim),
+        latency_buckets: latency_buckets(crate::clock::ns_per_tick()),
+        live_by_class: s
+            .live_by_class
+            .iter()
+            .flat_map(|v| v.iter().enumerate())
+            .filter(|(_, &b)| b > 0)
+            .map(|(c, &live_bytes)| {
+                let (min_bytes, max_bytes) = crate::classes::class_range(c);
+                mallocshim_format::LiveClass { min_bytes, max_bytes, live_bytes }
+            })
+            .collect(),
+    }
+}
+
+/// One row per op and size class with a call or a sample.
+fn size_classes(s: &Snapshot) -> Vec<ClassRow> {
     let mut size_classes = Vec::new();
     for (o, cs) in s.classes.iter().enumerate() {
         for (c, r) in cs.iter().enumerate() {
@@ -60,8 +88,12 @@ pub fn dump(s: &Snapshot) -> Dump {
             });
         }
     }
-    let threads = s
-        .threads
+    size_classes
+}
+
+/// The threads' rows: the snapshot's, with their ops filled.
+fn threads(s: &Snapshot) -> Vec<ThreadRow> {
+    s.threads
         .iter()
         .map(|t| {
             let ops = t
@@ -84,76 +116,27 @@ pub fn dump(s: &Snapshot) -> Dump {
                     (OP_NAMES[o].to_string(), op)
                 })
                 .collect();
-            let state = if t.live { STATE_LIVE } else { STATE_EXITED };
-            ThreadRow {
-                tid: t.tid,
-                name: t.name.clone(),
-                state: state.into(),
-                ops,
-                comm: t.name.clone(),
-                start_routine: t.start_routine.clone(),
-                creator_tid: t.creator_tid,
-                start_unix_ms: t.start_unix_ms,
-                exited_threads: (!t.live).then_some(t.exited_threads),
-            }
+            ThreadRow { ops, ..t.row.clone() }
         })
-        .collect();
-    let m = &s.memory;
-    let a = &m.account;
-    let t = &s.trim;
+        .collect()
+}
+
+/// The trims so far.
+fn trim(t: &crate::trim::Stats) -> Trim {
     let d = t.duration.percentiles(&[0.5, 0.99]);
     let us = |ns: u64| ns as f64 / 1000.0;
     let [periodic, ceiling, pressure, api] = t.by_reason;
-    Dump {
-        format: mallocshim_format::FORMAT.into(),
-        version: mallocshim_format::VERSION,
-        pid: s.pid,
-        backend: s.backend.into(),
-        unix_time_ms: s.unix_time_ms,
-        uptime_s: s.uptime_s,
-        sample_every: s.sample_every.into(),
-        profiling: s.profiling,
-        totals,
-        size_classes,
-        threads,
-        memory: Memory {
-            rss_bytes: m.rss_bytes,
-            vsz_bytes: m.vsz_bytes,
-            backend_allocated_bytes: m.backend.allocated,
-            backend_resident_bytes: m.backend.resident,
-            backend_free_bytes: m.backend.free,
-            rss_anon_bytes: a.rss_anon_bytes,
-            rss_file_bytes: a.rss_file_bytes,
-            rss_shmem_bytes: a.rss_shmem_bytes,
-            live_bytes: a.live_bytes,
-            allocator_free_bytes: a.allocator_free_bytes,
-            allocator_metadata_bytes: a.allocator_metadata_bytes,
-            allocator_resident_bytes: a.allocator_resident_bytes,
-            non_heap_bytes: a.non_heap_bytes,
-        },
-        trim: Trim {
-            interval_ms: t.interval_ms,
-            min_bytes: t.min_bytes,
-            runs: t.runs,
-            skipped: t.skipped,
-            released_bytes: t.released_bytes,
-            duration_us: DurationUs { p50: us(d[0]), p99: us(d[1]), max: us(t.duration.max_ns) },
-            last_unix_ms: t.last_unix_ms,
-            by_reason: TrimReasons { periodic, ceiling, pressure, api },
-            above_rss_bytes: t.above_rss_bytes,
-            pressure_pct: t.pressure_pct,
-        },
-        latency_buckets: latency_buckets(crate::clock::ns_per_tick()),
-        live_by_class: s
-            .live_by_class
-            .iter()
-            .flat_map(|v| v.iter().enumerate())
-            .filter(|(_, &b)| b > 0)
-            .map(|(c, &live_bytes)| {
-                let (min_bytes, max_bytes) = crate::classes::class_range(c);
-                mallocshim_format::LiveClass { min_bytes, max_bytes, live_bytes }
-            })
-            .collect(),
+    Trim {
+        interval_ms: t.interval_ms,
+        min_bytes: t.min_bytes,
+        runs: t.runs,
+        skipped: t.skipped,
+        released_bytes: t.released_bytes,
+        duration_us: DurationUs { p50: us(d[0]), p99: us(d[1]), max: us(t.duration.max_ns) },
+        last_unix_ms: t.last_unix_ms,
+        by_reason: TrimReasons { periodic, ceiling, pressure, api },
+        above_rss_bytes: t.above_rss_bytes,
+        pressure_pct: t.pressure_pct,
     }
 }
 

@@ -14,6 +14,7 @@ pub use crate::latency::Latency;
 pub use crate::procfs::{statm, unix_ms};
 use crate::slots::{self, CLASS_HIST, CLASS_MAX};
 use core::sync::atomic::Ordering::Relaxed;
+use mallocshim_format::dump::{STATE_EXITED, STATE_LIVE};
 
 /// Calls and bytes of one op (in one size class, or in one thread).
 #[derive(Clone, Debug, Default)]
@@ -25,35 +26,18 @@ pub struct OpRow {
     pub latency: Latency,
 }
 
-/// One thread, live or the aggregate of exited ones.
+/// One thread, live, or the aggregate of the exited threads of one start routine: the dump's own
+/// row for what names the thread (`row`, its `ops` left empty: `json` fills them from `ops`),
+/// and the recorded calls and latencies per op (index `classes::Op`), which the other formats
+/// render too.
 #[derive(Clone, Debug)]
 pub struct ThreadRow {
-    pub tid: u32,
-    pub name: String,
-    pub live: bool,
+    pub row: mallocshim_format::ThreadRow,
     pub ops: Vec<OpRow>,
-    /// Start routine, `symbol+0xoffset` (or `object+0xoffset`) from the symbols of the file
-    /// mapped there, at dump time (`routines`; never the loader); None when unknown (the main thread, threads of unknown routines folded together).
-    pub start_routine: Option<String>,
-    /// Kernel thread id of the creating thread (live threads; 0 unknown).
-    pub creator_tid: u32,
-    /// Thread start, ms since the epoch (live threads; 0 unknown).
-    pub start_unix_ms: u64,
-    /// Exited rows: how many threads were folded in.
-    pub exited_threads: u64,
 }
 
-/// Memory figures at snapshot time, in bytes.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Memory {
-    /// Resident set size (/proc/self/status `VmRSS`, as in `account`).
-    pub rss_bytes: u64,
-    /// Virtual size from /proc/self/statm.
-    pub vsz_bytes: u64,
-    pub backend: crate::backend::MemStats,
-    /// The RSS account (see [`crate::account`]).
-    pub account: crate::account::Account,
-}
+/// Memory figures at snapshot time, in bytes: the dump's own type (see [`crate::account`]).
+pub use mallocshim_format::Memory;
 
 /// Everything recorded, at one instant.
 #[derive(Clone, Debug)]
@@ -96,6 +80,11 @@ fn thread_name(tid: u32) -> String {
         .unwrap_or_default()
 }
 
+/// The name of the exited row of unknown start routines (the main thread's kind, a full table
+/// of routines, calls of threads without a slot); the other exited rows are named
+/// `exited threads of <routine>`.
+pub const EXITED_OTHER: &str = "exited threads of other routines";
+
 static START_MS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
 
 /// Records the process start for `uptime_s` (initialisation).
@@ -137,25 +126,33 @@ pub fn snapshot() -> Snapshot {
             ops.push(row);
         }
         routines.push(s.start_routine.load(Relaxed));
-        threads.push(ThreadRow {
+        let row = mallocshim_format::ThreadRow {
             tid: if live { tid } else { 0 },
+            comm: String::new(),
             name: String::new(),
-            live,
-            ops,
+            state: if live { STATE_LIVE } else { STATE_EXITED }.to_string(),
+            ops: Default::default(),
             start_routine: None,
             creator_tid: s.creator_tid.load(Relaxed),
             start_unix_ms: s.start_unix_ms.load(Relaxed),
-            exited_threads: if live { 0 } else { s.folded_threads.load(Relaxed) },
-        });
+            exited_threads: (!live).then(|| s.folded_threads.load(Relaxed)),
+        };
+        threads.push(ThreadRow { row, ops });
     });
     let known: Vec<usize> = routines.iter().copied().filter(|&r| r != 0).collect();
     let names = routines::names(&known);
     for (t, r) in threads.iter_mut().zip(routines) {
-        t.name = if t.live { thread_name(t.tid) } else { "exited threads".to_string() };
-        t.start_routine = (r != 0).then(|| names.get(&r).cloned().unwrap_or_else(|| format!("{r:#x}")));
+        let row = &mut t.row;
+        row.start_routine = (r != 0).then(|| names.get(&r).cloned().unwrap_or_else(|| format!("{r:#x}")));
+        row.name = match (row.state == STATE_LIVE, &row.start_routine) {
+            (true, _) => thread_name(row.tid),
+            (false, Some(r)) => format!("exited threads of {r}"),
+            (false, None) => EXITED_OTHER.to_string(),
+        };
+        row.comm = row.name.clone();
     }
     let (_, vsz) = statm();
-    let (account, backend_stats) = crate::account::measure();
+    let memory = Memory { vsz_bytes: vsz, ..crate::account::measure() };
     let now_ms = unix_ms();
     let up = (crate::clock::mono_ns() / 1_000_000).saturating_sub(START_MS.load(Relaxed));
     Snapshot {
@@ -168,7 +165,7 @@ pub fn snapshot() -> Snapshot {
         profiling: crate::config::get().profile,
         classes,
         threads,
-        memory: Memory { rss_bytes: account.rss_bytes, vsz_bytes: vsz, backend: backend_stats, account },
+        memory,
         live_by_class: crate::heapprof::live_by_class(),
         trim: crate::trim::stats(),
     }

@@ -30,8 +30,20 @@ const LE_NS: [u64; 16] = [
     1_000_000_000,
 ];
 
+/// The Prometheus text exposition of `s`: latency histograms, calls and bytes per op and size
+/// class, memory gauges, the RSS account and the trims.
 pub fn render(s: &Snapshot) -> String {
     let mut o = String::new();
+    latency(&mut o, s);
+    calls_and_bytes(&mut o, s);
+    memory(&mut o, s);
+    account(&mut o, s);
+    trims(&mut o, s);
+    o
+}
+
+/// The sampled call latencies, one histogram per op and size class.
+fn latency(o: &mut String, s: &Snapshot) {
     let b = s.backend;
     let _ = writeln!(o, "# HELP mallocshim_call_latency_seconds Latency of sampled allocator calls (1 in {} per thread), by op and size class.", s.sample_every);
     let _ = writeln!(o, "# TYPE mallocshim_call_latency_seconds histogram");
@@ -69,6 +81,11 @@ pub fn render(s: &Snapshot) -> String {
             let _ = writeln!(o, "mallocshim_call_latency_seconds_count{{{labels}}} {n}");
         }
     }
+}
+
+/// Calls and bytes per op and size class.
+fn calls_and_bytes(o: &mut String, s: &Snapshot) {
+    let b = s.backend;
     for (name, help, pick) in [
         ("mallocshim_calls_total", "Allocator calls routed, by op and size class.", 0),
         ("mallocshim_bytes_total", "Bytes requested (free: usable size), by op and size class.", 1),
@@ -95,20 +112,33 @@ pub fn render(s: &Snapshot) -> String {
     for (op, n) in s.failed().into_iter().enumerate() {
         let _ = writeln!(o, "{name}{{backend=\"{b}\",op=\"{}\"}} {n}", OP_NAMES[op]);
     }
+}
+
+/// RSS and the backend's own figures.
+fn memory(o: &mut String, s: &Snapshot) {
+    let b = s.backend;
     let m = &s.memory;
     for (name, help, v) in [
         ("mallocshim_rss_bytes", "Resident set size (/proc/self/status VmRSS).", m.rss_bytes),
         (
             "mallocshim_backend_allocated_bytes",
             "Bytes in live blocks, from the backend.",
-            m.backend.allocated,
+            m.backend_allocated_bytes,
         ),
-        ("mallocshim_backend_resident_bytes", "Bytes the backend holds in memory.", m.backend.resident),
-        ("mallocshim_backend_free_bytes", "Free bytes the backend could return to the OS.", m.backend.free),
+        ("mallocshim_backend_resident_bytes", "Bytes the backend holds in memory.", m.backend_resident_bytes),
+        (
+            "mallocshim_backend_free_bytes",
+            "Free bytes the backend could return to the OS.",
+            m.backend_free_bytes,
+        ),
     ] {
         let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{backend=\"{b}\"}} {v}");
     }
-    account(&mut o, s);
+}
+
+/// Trims by reason, their totals and their durations.
+fn trims(o: &mut String, s: &Snapshot) {
+    let b = s.backend;
     let t = &s.trim;
     let name = "mallocshim_trims_total";
     let _ = writeln!(
@@ -161,13 +191,12 @@ pub fn render(s: &Snapshot) -> String {
     let _ = writeln!(o, "{name}_bucket{{backend=\"{b}\",le=\"+Inf\"}} {n}");
     let _ = writeln!(o, "{name}_sum{{backend=\"{b}\"}} {}", sum_ns / 1e9);
     let _ = writeln!(o, "{name}_count{{backend=\"{b}\"}} {n}");
-    o
 }
 
 /// The RSS account's gauges (sources in `crate::account`); the metadata gauge only where the
 /// backend reports it.
 fn account(o: &mut String, s: &Snapshot) {
-    let a = &s.memory.account;
+    let a = &s.memory;
     let b = s.backend;
     let rows = [
         (

@@ -6,6 +6,10 @@ use crate::classes::class_label;
 use crate::classes::OP_NAMES;
 use core::fmt::Write;
 
+/// The text dump: a header, the table per op and size class, memory and the RSS account, the
+/// busiest threads.
+// Long (95 lines): one table written top to bottom, each section a few `writeln!`s; split, each
+// part would only move a heading away from its rows.
 pub fn render(s: &Snapshot) -> String {
     let mut o = String::new();
     let m = &s.memory;
@@ -17,10 +21,10 @@ pub fn render(s: &Snapshot) -> String {
         s.uptime_s,
         s.sample_every,
         m.rss_bytes >> 20,
-        m.backend.allocated >> 20,
-        m.backend.resident >> 20
+        m.backend_allocated_bytes >> 20,
+        m.backend_resident_bytes >> 20
     );
-    let a = &m.account;
+    let a = m;
     let mib = |v: u64| v as f64 / 1048576.0;
     let _ = writeln!(
         o,
@@ -90,9 +94,9 @@ pub fn render(s: &Snapshot) -> String {
         let _ = writeln!(
             o,
             "{:>8} {:<16} {:<7} {:>12} {:>9} {:>9}  {}",
-            t.tid,
-            t.name,
-            if t.live { "live" } else { "exited" },
+            t.row.tid,
+            t.row.name,
+            t.row.state,
             calls,
             p[0],
             p[1],
@@ -105,10 +109,10 @@ pub fn render(s: &Snapshot) -> String {
 /// The start routine column: `routine` for a live thread, `routine: N exited threads` for an
 /// exited row (`other` when the routine is unknown or the table of routines was full).
 fn routine(t: &super::ThreadRow) -> String {
-    let r = t.start_routine.as_deref().unwrap_or(if t.live { "-" } else { "other" });
-    if t.live {
-        r.to_string()
-    } else {
-        format!("{r}: {} exited threads", t.exited_threads)
+    let t = &t.row;
+    let r = t.start_routine.as_deref().unwrap_or(if t.is_live() { "-" } else { "other" });
+    match t.exited_threads {
+        Some(n) => format!("{r}: {n} exited threads"),
+        None => r.to_string(),
     }
 }

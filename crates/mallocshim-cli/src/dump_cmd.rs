@@ -4,6 +4,7 @@
 //! under the shim (no libmallocshim in /proc/PID/maps); it never signals by name.
 
 use mallocshim_format::dump::parse_dump_file_name;
+use mallocshim_format::formats;
 use mallocshim_proc::environ_var;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -15,8 +16,8 @@ use std::time::{Duration, Instant};
                   for its new dump files mallocshim.<pid>.<seq>.<ext> (a sequence number above \
                   every one it had) and print their paths, one a line. The directory is --dir, \
                   else the process's MALLOCSHIM_DUMP_DIR (read from /proc/PID/environ), else its \
-                  TMPDIR, else /tmp; the formats waited for are its MALLOCSHIM_DUMP_FORMATS \
-                  (default json,prom).\n\n\
+                  TMPDIR, else /tmp; the files waited for are those of its \
+                  MALLOCSHIM_DUMP_FORMATS (default json,prom; pprof is the .pb.gz file).\n\n\
                   Exit status: 0 dumped; 1 the process could not be dumped (no such process, not \
                   under the shim: no libmallocshim in /proc/PID/maps, not permitted, no new dump \
                   within --timeout); 2 bad arguments or an unreadable directory. One line on \
@@ -105,12 +106,9 @@ pub fn dump(pid: u32, dir: Option<&Path>, timeout: f64) -> Result<Vec<PathBuf>, 
     }
     check_process(pid)?;
     let dir = dir.map(Path::to_path_buf).unwrap_or_else(|| dump_dir(pid));
-    let formats = environ_var(pid, "MALLOCSHIM_DUMP_FORMATS").unwrap_or_else(|| "json,prom".into());
-    let want: Vec<String> = formats
-        .split(',')
-        .map(|f| f.trim().to_ascii_lowercase())
-        .filter(|f| matches!(f.as_str(), "json" | "prom" | "hdr" | "text"))
-        .collect();
+    let formats = environ_var(pid, "MALLOCSHIM_DUMP_FORMATS").unwrap_or_else(|| formats::DEFAULT.into());
+    // The file extensions the process writes, from the format table (`pprof` is `.pb.gz`).
+    let want: Vec<&str> = formats::parse_list(&formats).into_iter().map(|f| f.row().ext).collect();
     let before = files_after(&dir, pid, None)?.iter().map(|f| f.0).max();
     // SAFETY: kill(2) on one pid with a valid signal number; no memory is passed.
     if unsafe { libc::kill(pid as libc::pid_t, libc::SIGUSR1) } != 0 {
@@ -127,7 +125,7 @@ pub fn dump(pid: u32, dir: Option<&Path>, timeout: f64) -> Result<Vec<PathBuf>, 
         let new = files_after(&dir, pid, before)?;
         if let Some(seq) = new.first().map(|f| f.0) {
             let this: Vec<_> = new.into_iter().filter(|f| f.0 == seq).collect();
-            let complete = want.iter().all(|w| this.iter().any(|f| &f.1 == w));
+            let complete = want.iter().all(|w| this.iter().any(|f| f.1 == *w));
             if complete || Instant::now() >= deadline {
                 let mut paths: Vec<(bool, PathBuf)> =
                     this.into_iter().map(|f| (f.1 != "json", f.2)).collect();

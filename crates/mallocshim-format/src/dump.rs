@@ -47,7 +47,8 @@ pub struct Dump {
     pub totals: BTreeMap<String, Total>,
     /// One row per op and size class with at least one call or sample.
     pub size_classes: Vec<ClassRow>,
-    /// One row per live thread that called the shim, then one for all exited threads.
+    /// One row per live thread that called the shim, then the exited rows: one per start
+    /// routine (`exited threads of <routine>`) and one for other routines.
     pub threads: Vec<ThreadRow>,
     /// Memory figures at the dump.
     #[serde(default)]
@@ -130,12 +131,14 @@ pub struct ClassRow {
     pub buckets: Buckets,
 }
 
-/// One thread: a live thread, or (tid 0, state `exited`) the sum of every exited thread.
+/// One thread: a live thread, or (tid 0, state `exited`) the sum of the exited threads of one
+/// start routine.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct ThreadRow {
-    /// Kernel thread id (gettid); 0 for the exited threads' row.
+    /// Kernel thread id (gettid); 0 for the exited rows.
     pub tid: u32,
-    /// /proc/self/task/<tid>/comm; `exited threads` for the exited row.
+    /// /proc/self/task/<tid>/comm; `exited threads of <routine>` (or `... of other routines`)
+    /// for an exited row.
     pub name: String,
     /// [`STATE_LIVE`] or [`STATE_EXITED`].
     pub state: String,
@@ -402,15 +405,18 @@ pub fn dump_file_name(pid: u32, seq: u64, ext: &str) -> String {
     format!("mallocshim.{pid}.{seq}.{ext}")
 }
 
-/// Pid, sequence number and extension of a dump file name; None for any other name (including
-/// the writer's `.mallocshim.*.tmp` files).
+/// Pid, sequence number and extension of a dump file name (an extension of the format table,
+/// [`crate::formats`], or any without a dot); None for any other name (including the writer's
+/// `.mallocshim.*.tmp` files).
 pub fn parse_dump_file_name(name: &str) -> Option<(u32, u64, &str)> {
     let rest = name.strip_prefix("mallocshim.")?;
     let mut it = rest.splitn(3, '.');
     let pid = it.next()?.parse().ok()?;
     let seq = it.next()?.parse().ok()?;
     let ext = it.next()?;
-    (!ext.is_empty() && !ext.contains('.')).then_some((pid, seq, ext))
+    // A table extension (`pb.gz` has a dot), or any other without one.
+    let known = crate::formats::Fmt::from_ext(ext).is_some();
+    (known || !ext.is_empty() && !ext.contains('.')).then_some((pid, seq, ext))
 }
 
 /// The dump files of process `pid` in format `ext` in `dir`, oldest (lowest seq) first.
@@ -571,6 +577,7 @@ mod tests {
         assert_eq!(parse_dump_file_name(".mallocshim.12.3.json.tmp"), None);
         assert_eq!(parse_dump_file_name("mallocshim.12.x.json"), None);
         assert_eq!(parse_dump_file_name("mallocshim.12.3.json.tmp"), None);
+        assert_eq!(parse_dump_file_name("mallocshim.12.3.pb.gz"), Some((12, 3, "pb.gz")));
         let dir = std::env::temp_dir().join(format!("mallocshim-format-test.{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();

@@ -4,6 +4,7 @@
 //!
 //! - [`dump`]: the JSON dump `mallocshim.<pid>.<seq>.json` ([`Dump`], [`FORMAT`], [`VERSION`]),
 //!   reading with format and version checks, and the dump files of a process ([`newest_dump`]);
+//! - [`formats`]: the dump formats as a table (name, extension, content type, reader);
 //! - [`memlog`]: the memory time series CSV (`MALLOCSHIM_MEMLOG`), its header and rows;
 //! - [`pprof`]: the heap profile `mallocshim.<pid>.<seq>.pb.gz`, gzip'ed profile.proto
 //!   ([`pprof::Profile`], read with [`pprof::Profile::read`]);
@@ -25,6 +26,7 @@
 pub mod backends;
 pub mod classes;
 pub mod dump;
+pub mod formats;
 pub mod memlog;
 pub mod pprof;
 pub mod stats;
@@ -35,4 +37,5 @@ pub use dump::{
     dump_file_name, dumps_of, newest_dump, Buckets, ClassRow, Dump, DurationUs, LatencyBuckets, LiveClass,
     Memory, ParseError, ReadError, ThreadOp, ThreadRow, Total, Trim, TrimReasons, FORMAT, VERSION,
 };
+pub use formats::{Fmt, Format, FORMATS as DUMP_FORMATS};
 pub use memlog::MemRow;
