@@ -37,6 +37,10 @@ pub struct Config {
     pub dump_interval_s: u64,
     /// Write one dump at exit.
     pub dump_at_exit: bool,
+    /// Minimum milliseconds between signal-requested dumps; 0 = no limit.
+    pub dump_min_interval_ms: u64,
+    /// Dumps of this process kept in the dump directory; 0 = all.
+    pub dump_keep: u32,
     /// NUL-terminated dump directory; empty = `$TMPDIR` or `/tmp`, resolved when dumping.
     pub dump_dir: [u8; PATH_MAX],
     /// Bit set of dump formats (`FMT_*`).
@@ -95,7 +99,7 @@ pub struct Opt {
 }
 
 /// Every variable the shim reads. The README's table matches this one row for row.
-pub static OPTIONS: [Opt; 22] = [
+pub static OPTIONS: [Opt; 24] = [
     Opt {
         name: "MALLOCSHIM_BACKEND",
         default: "glibc",
@@ -159,15 +163,7 @@ pub static OPTIONS: [Opt; 22] = [
         doc: "signal that writes a dump when sent to the process (kill -USR1 PID); none disables",
         path: false,
         parse: |v, c| {
-            c.dump_signal = match v {
-                b"none" => 0,
-                b"SIGUSR1" | b"USR1" => libc::SIGUSR1,
-                b"SIGUSR2" | b"USR2" => libc::SIGUSR2,
-                _ => match parse_u64(v, 1, 64) {
-                    Ok(n) if n != libc::SIGKILL as u64 && n != libc::SIGSTOP as u64 => n as i32,
-                    _ => return Err("SIGUSR1, SIGUSR2, a signal number from 1 to 64 (not 9 or 19) or none"),
-                },
-            };
+            c.dump_signal = parse_dump_signal(v)?;
             Ok(())
         },
         show: |c, out| match c.dump_signal {
@@ -198,6 +194,28 @@ pub static OPTIONS: [Opt; 22] = [
             Ok(())
         },
         show: |c, out| out.put(if c.dump_at_exit { b"1" } else { b"0" }),
+    },
+    Opt {
+        name: "MALLOCSHIM_DUMP_MIN_INTERVAL_MS",
+        default: "1000",
+        doc: "signal-requested dumps: at most one per N ms; a request inside the interval is answered at its end (0 = no limit)",
+        path: false,
+        parse: |v, c| {
+            c.dump_min_interval_ms = range!(v, 0, 86400000)?;
+            Ok(())
+        },
+        show: |c, out| put_u64(out, c.dump_min_interval_ms),
+    },
+    Opt {
+        name: "MALLOCSHIM_DUMP_KEEP",
+        default: "100",
+        doc: "keep this process's newest N dumps in the dump directory, removing its older ones (0 = keep all)",
+        path: false,
+        parse: |v, c| {
+            c.dump_keep = range!(v, 0, 1000000)? as u32;
+            Ok(())
+        },
+        show: |c, out| put_u64(out, c.dump_keep as u64),
     },
     Opt {
         name: "MALLOCSHIM_DUMP_DIR",
@@ -432,6 +450,20 @@ pub static OPTIONS: [Opt; 22] = [
     },
 ];
 
+/// `MALLOCSHIM_DUMP_SIGNAL`'s value: the signal number, 0 for none. Also read by `sigearly`
+/// while the loader relocates the library, so it calls nothing outside this function.
+pub fn parse_dump_signal(v: &[u8]) -> Result<i32, &'static str> {
+    Ok(match v {
+        b"none" => 0,
+        b"SIGUSR1" | b"USR1" => libc::SIGUSR1,
+        b"SIGUSR2" | b"USR2" => libc::SIGUSR2,
+        _ => match parse_u64(v, 1, 64) {
+            Ok(n) if n != libc::SIGKILL as u64 && n != libc::SIGSTOP as u64 => n as i32,
+            _ => return Err("SIGUSR1, SIGUSR2, a signal number from 1 to 64 (not 9 or 19) or none"),
+        },
+    })
+}
+
 /// Stores a path as a NUL-terminated buffer.
 fn set_path(dst: &mut [u8; PATH_MAX], v: &[u8]) -> Result<(), &'static str> {
     if v.is_empty() || v.len() >= PATH_MAX || v.contains(&0) {
@@ -494,6 +526,8 @@ static CONFIG: Cell = Cell(UnsafeCell::new(Config {
     dump_signal: 0,
     dump_interval_s: 0,
     dump_at_exit: false,
+    dump_min_interval_ms: 0,
+    dump_keep: 0,
     dump_dir: [0; PATH_MAX],
     dump_formats: 0,
     trim_interval_ms: 0,

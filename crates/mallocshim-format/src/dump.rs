@@ -389,20 +389,21 @@ impl fmt::Display for ReadError {
 impl std::error::Error for ParseError {}
 impl std::error::Error for ReadError {}
 
-/// The name of dump number `seq` of process `pid` in format `ext` (`json`, `prom`, `hdr`, `text`).
+/// The name of dump number `seq` of process `pid` in format `ext` (`json`, `prom`, `hdr`, `text`,
+/// `pb.gz` for the pprof heap profile).
 pub fn dump_file_name(pid: u32, seq: u64, ext: &str) -> String {
     format!("mallocshim.{pid}.{seq}.{ext}")
 }
 
-/// Pid, sequence number and extension of a dump file name; None for any other name (including
-/// the writer's `.mallocshim.*.tmp` files).
+/// Pid, sequence number and extension of a dump file name (the extension `pb.gz` for the pprof
+/// heap profile); None for any other name (including the writer's `.mallocshim.*.tmp` files).
 pub fn parse_dump_file_name(name: &str) -> Option<(u32, u64, &str)> {
     let rest = name.strip_prefix("mallocshim.")?;
     let mut it = rest.splitn(3, '.');
     let pid = it.next()?.parse().ok()?;
     let seq = it.next()?.parse().ok()?;
     let ext = it.next()?;
-    (!ext.is_empty() && !ext.contains('.')).then_some((pid, seq, ext))
+    (!ext.is_empty() && (ext == "pb.gz" || !ext.contains('.'))).then_some((pid, seq, ext))
 }
 
 /// The dump files of process `pid` in format `ext` in `dir`, oldest (lowest seq) first.
@@ -562,6 +563,8 @@ mod tests {
         assert_eq!(parse_dump_file_name(".mallocshim.12.3.json.tmp"), None);
         assert_eq!(parse_dump_file_name("mallocshim.12.x.json"), None);
         assert_eq!(parse_dump_file_name("mallocshim.12.3.json.tmp"), None);
+        assert_eq!(parse_dump_file_name("mallocshim.12.3.pb.gz"), Some((12, 3, "pb.gz")));
+        assert_eq!(parse_dump_file_name("mallocshim.12.3.pb.gz.tmp"), None);
         let dir = std::env::temp_dir().join(format!("mallocshim-format-test.{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
