@@ -30,6 +30,10 @@ pub struct Config {
     pub dump_interval_s: u64,
     /// Write one dump at exit.
     pub dump_at_exit: bool,
+    /// Minimum milliseconds between signal-requested dumps; 0 = no limit.
+    pub dump_min_interval_ms: u64,
+    /// Dumps of this process kept in the dump directory; 0 = all.
+    pub dump_keep: u32,
     /// NUL-terminated dump directory; empty = `$TMPDIR` or `/tmp`, resolved when dumping.
     pub dump_dir: [u8; PATH_MAX],
     /// Bit set of dump formats (`formats::Fmt::bit`).
@@ -133,7 +137,7 @@ const fn opt(name: &'static str, default: &'static str, kind: Kind, doc: &'stati
 /// Every variable the shim reads, one line each. The README's table matches this one row for
 /// row and cell for cell (tests/config.rs).
 #[rustfmt::skip]
-pub static OPTIONS: [Opt; 23] = [
+pub static OPTIONS: [Opt; 25] = [
     opt("MALLOCSHIM_BACKEND", "glibc", other!(parse_backend, show_backend), crate::backend::OPTION_DOC),
     opt("MALLOCSHIM_TCMALLOC_LIB", Backend::Tcmalloc.default_lib_str(), path!(tcmalloc_lib, ""), "gperftools library dlopen()ed (RTLD_LOCAL) for the tcmalloc backend"),
     opt("MALLOCSHIM_PROFILE", "on", switch!(profile, "off", "on"), "count calls per entry point and thread; off leaves pure routing"),
@@ -142,6 +146,8 @@ pub static OPTIONS: [Opt; 23] = [
     opt("MALLOCSHIM_DUMP_SIGNAL", "SIGUSR1", other!(parse_signal, show_signal), "signal that writes a dump when sent to the process (kill -USR1 PID); none disables"),
     opt("MALLOCSHIM_DUMP_INTERVAL_S", "0", number!(dump_interval_s, 0, 31536000), "also write a dump every N seconds (0 = off)"),
     opt("MALLOCSHIM_DUMP_AT_EXIT", "0", switch!(dump_at_exit, "0", "1"), "1 writes one dump when the process exits"),
+    opt("MALLOCSHIM_DUMP_MIN_INTERVAL_MS", "1000", number!(dump_min_interval_ms, 0, 86400000), "signal-requested dumps: at most one per N ms; a request inside the interval is answered at its end (0 = no limit)"),
+    opt("MALLOCSHIM_DUMP_KEEP", "100", number!(dump_keep, 0, 1000000), "keep this process's newest N dumps in the dump directory, removing its older ones (0 = keep all)"),
     opt("MALLOCSHIM_DUMP_DIR", "$TMPDIR or /tmp", path!(dump_dir, "$TMPDIR or /tmp"), "directory for mallocshim.<pid>.<seq>.<ext> dump files"),
     opt("MALLOCSHIM_DUMP_FORMATS", formats::DEFAULT, other!(parse_formats, show_formats), formats::OPTION_DOC),
     opt("MALLOCSHIM_TRIM_INTERVAL_MS", "10000", number!(trim_interval_ms, 0, 86400000), "give free memory back to the OS every N ms (glibc malloc_trim, jemalloc purge, tcmalloc release, mimalloc mi_collect); 0 = off"),
@@ -213,7 +219,14 @@ fn parse_verbose(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
 }
 
 fn parse_signal(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
-    c.dump_signal = match v {
+    c.dump_signal = parse_dump_signal(v)?;
+    Ok(())
+}
+
+/// `MALLOCSHIM_DUMP_SIGNAL`'s value: the signal number, 0 for none. Also read by `sigearly`
+/// while the loader relocates the library, so it calls nothing outside this function.
+pub fn parse_dump_signal(v: &[u8]) -> Result<i32, &'static str> {
+    Ok(match v {
         b"none" => 0,
         b"SIGUSR1" | b"USR1" => libc::SIGUSR1,
         b"SIGUSR2" | b"USR2" => libc::SIGUSR2,
@@ -221,8 +234,7 @@ fn parse_signal(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
             Ok(n) if n != libc::SIGKILL as u64 && n != libc::SIGSTOP as u64 => n as i32,
             _ => return Err("SIGUSR1, SIGUSR2, a signal number from 1 to 64 (not 9 or 19) or none"),
         },
-    };
-    Ok(())
+    })
 }
 
 fn show_signal(c: &Config, out: &mut LineBuf) {
@@ -411,6 +423,8 @@ static CONFIG: Cell = Cell(UnsafeCell::new(Config {
     dump_signal: 0,
     dump_interval_s: 0,
     dump_at_exit: false,
+    dump_min_interval_ms: 0,
+    dump_keep: 0,
     dump_dir: [0; PATH_MAX],
     dump_formats: 0,
     trim_interval_ms: 0,

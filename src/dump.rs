@@ -252,10 +252,12 @@ fn write(at_exit: bool) -> Result<Vec<PathBuf>, DumpError> {
                 if !REPORTED.swap(true, Ordering::Relaxed) {
                     crate::shim_warn!("{}", e);
                 }
+                crate::dumpbound::retain(&dir, &written);
                 return Err(e);
             }
         }
     }
+    crate::dumpbound::retain(&dir, &written);
     let (served, refused) = crate::reserve::counts();
     if (served, refused) != reserve_before {
         crate::shim_warn!(
@@ -407,6 +409,9 @@ fn publish_named(dir: &std::path::Path, name: &str, body: &[u8]) -> std::io::Res
 static WAKER: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(-1);
 /// A dump was requested while there was no worker.
 static PENDING: AtomicBool = AtomicBool::new(false);
+/// A request the worker deferred to the end of the rate-limit interval (`dumpbound`): when it
+/// is due, in CLOCK_MONOTONIC ms (0: none).
+static DEFERRED: AtomicU64 = AtomicU64::new(0);
 
 /// The worker's wake-up pipe (`-1`: none, e.g. in a forked child before its worker starts).
 pub fn set_waker(fd: i32) {
@@ -417,6 +422,7 @@ pub fn set_waker(fd: i32) {
 /// worker, two stores (the request and this thread's sample countdown, so that its next recorded
 /// call takes the out-of-line path and sees the request).
 pub fn request() {
+    crate::dumpbound::asked();
     let fd = WAKER.load(Ordering::Relaxed);
     if fd >= 0 {
         // SAFETY: writing one byte from a static buffer; a full pipe already holds a request.
@@ -439,21 +445,71 @@ pub fn clear_pending() {
     PENDING.store(false, Ordering::Relaxed);
 }
 
-/// Writes a pending dump on the calling thread (a sampled call outside the shim, the worker's
-/// start, or exit).
+/// True when a request waits for the end of the rate-limit interval (for the exit dump).
+pub fn deferred() -> bool {
+    DEFERRED.load(Ordering::Relaxed) != 0
+}
+
+/// Writes a pending dump on the calling thread (a sampled call outside the shim), unless the
+/// rate limit defers it: it then stays pending for a later call, or for exit.
 #[cold]
 #[inline(never)]
 pub fn write_pending() {
+    if !PENDING.load(Ordering::Relaxed) {
+        return;
+    }
+    let now = crate::dumpbound::now_ms();
+    if crate::dumpbound::gate(now).is_some() {
+        return;
+    }
     if PENDING.swap(false, Ordering::Relaxed) {
         let _g = Reentry::enter();
+        crate::dumpbound::started(now);
         let _ = write_all();
     }
 }
 
-/// In a forked child (no worker yet): a request still pending is asked again, so that the
-/// child's thread answers it at its next recorded call.
+/// The worker's start: takes a request made before it existed (or before a fork).
+pub fn take_waiting() -> bool {
+    PENDING.swap(false, Ordering::Relaxed) | (DEFERRED.swap(0, Ordering::Relaxed) != 0)
+}
+
+/// The worker, after `asked` (new requests came through its pipe) at `now` (ms): true when a
+/// requested dump is due now (write it with [`write_requested`]); otherwise a request waiting
+/// for the end of the rate-limit interval is recorded for [`deferred_wait`].
+pub fn requested_due(asked: bool, now: u64) -> bool {
+    let d = DEFERRED.load(Ordering::Relaxed);
+    if !asked && (d == 0 || now < d) {
+        return false;
+    }
+    match crate::dumpbound::gate(now) {
+        Some(until) => {
+            DEFERRED.store(until, Ordering::Relaxed);
+            false
+        }
+        None => {
+            DEFERRED.store(0, Ordering::Relaxed);
+            true
+        }
+    }
+}
+
+/// Milliseconds from `now` until a deferred request is due; None without one.
+pub fn deferred_wait(now: u64) -> Option<u64> {
+    let d = DEFERRED.load(Ordering::Relaxed);
+    (d != 0).then(|| d.saturating_sub(now))
+}
+
+/// The worker writes a requested dump (answering every request so far).
+pub fn write_requested(now: u64) {
+    crate::dumpbound::started(now);
+    let _ = write_all();
+}
+
+/// In a forked child (no worker yet): a request still pending or deferred is asked again, so
+/// that the child's thread answers it at its next recorded call (or its worker, once it has one).
 pub fn repost_pending() {
-    if PENDING.load(Ordering::Relaxed) {
+    if PENDING.load(Ordering::Relaxed) | (DEFERRED.swap(0, Ordering::Relaxed) != 0) {
         request();
     }
 }

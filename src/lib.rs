@@ -47,6 +47,7 @@ mod config;
 mod csem;
 mod diag;
 mod dump;
+mod dumpbound;
 mod exports;
 mod front;
 mod heapprof;
@@ -58,6 +59,7 @@ mod procfs;
 mod report;
 mod reserve;
 mod route;
+mod sigearly;
 mod signals;
 mod slots;
 mod sys;
@@ -95,10 +97,15 @@ extern "C" fn at_exit() {
     let _g = tls::Reentry::enter();
     // No dump starts from now on but the exit dump; one in progress elsewhere is finished first.
     dump::finish_at_exit();
-    // A dump requested by signal that no thread has written yet (single-threaded program) is
-    // answered by the exit dump.
-    if config::get().dump_at_exit || dump::pending() {
+    // A dump requested by signal that no thread has written yet (single-threaded program), or
+    // one waiting for the end of the rate-limit interval, is answered by the exit dump.
+    let requested = dump::pending() || dump::deferred();
+    if config::get().dump_at_exit || requested {
         dump::clear_pending();
+        let _ = dump::take_waiting();
+        if requested {
+            dumpbound::started(dumpbound::now_ms());
+        }
         let _ = dump::write_at_exit();
     }
     textfile::remove_at_exit();

@@ -74,17 +74,28 @@ fn load_mask(m: &mut sigset_t) {
 }
 
 /// Installs the shim's handler for `sig` (initialisation, under the guard), remembering what was
-/// there as the application's action.
+/// there as the application's action (the load-time handler of `sigearly` counts as SIG_DFL); a
+/// signal that `sigearly` caught before this becomes a dump request.
 pub fn install(sig: c_int) {
-    if sig == 0 {
-        return;
+    if sig != 0 {
+        install_handler(sig);
     }
+    if crate::sigearly::take_over(sig) {
+        crate::dump::request();
+    }
+}
+
+fn install_handler(sig: c_int) {
     // SAFETY: zeroed sigaction structs are valid; real_sigaction gets valid pointers.
     unsafe {
         let mut old: Sigaction = core::mem::zeroed();
         if real_sigaction(sig, ptr::null(), &mut old) != 0 {
             crate::shim_warn!("cannot read the action of signal {}: no dumps on signal", sig);
             return;
+        }
+        if crate::sigearly::is_early(old.sa_sigaction) {
+            old = core::mem::zeroed();
+            old.sa_sigaction = libc::SIG_DFL;
         }
         APP_HANDLER.store(old.sa_sigaction, Relaxed);
         APP_FLAGS.store(old.sa_flags, Relaxed);

@@ -7,8 +7,9 @@
 //! Prometheus textfile every `MALLOCSHIM_PROM_INTERVAL_S` (`textfile`); each second, until fd 2
 //! is seen reopened onto another file, the check that writes the start-up lines again there
 //! (`diag::replay_if_stderr_moved`). A burst of wake-ups while
-//! a dump runs is drained into one
-//! more dump. Its allocations bypass recording (its guard is always set).
+//! a dump runs is drained into one more dump, at most one per `MALLOCSHIM_DUMP_MIN_INTERVAL_MS`
+//! (`dumpbound`; a request inside the interval is written at its end). Its allocations bypass
+//! recording (its guard is always set).
 //! The thread starts when the program creates its first thread (the shim interposes
 //! `pthread_create`), never in a single-threaded process: a second thread would make glibc's
 //! fork take every arena lock, and a fork from a signal handler that interrupted malloc would
@@ -248,7 +249,7 @@ fn run() {
     let mut restderr = Job::new(if crate::diag::replay_pending() { 1000 } else { 0 }, now);
     crate::diag::replay_if_stderr_moved();
     // A request made before this thread existed.
-    crate::dump::write_pending();
+    let mut asked = crate::dump::take_waiting();
     loop {
         let rd = WAKE_RD.load(Relaxed);
         if rd < 0 {
@@ -262,6 +263,8 @@ fn run() {
             watch.wait(now),
             textfile.wait(now),
             restderr.wait(now),
+            crate::dump::deferred_wait(now),
+            asked.then_some(0),
         ]
         .into_iter()
         .flatten()
@@ -271,13 +274,12 @@ fn run() {
         let mut p = libc::pollfd { fd: rd, events: libc::POLLIN, revents: 0 };
         // SAFETY: one valid pollfd.
         let n = unsafe { libc::poll(&mut p, 1, timeout) };
-        let mut want_dump = false;
         if n > 0 {
             let mut buf = [0u8; 256];
-            // Drain every pending request: a burst is one dump.
+            // Drain every pending request: a burst is one dump (`dumpbound` rate-limits them).
             // SAFETY: reading into a local buffer from our non-blocking pipe.
             while unsafe { libc::read(rd, buf.as_mut_ptr().cast(), buf.len()) } > 0 {
-                want_dump = true;
+                asked = true;
             }
         }
         // Each job reads the clock itself: a trim can take tens of ms, and a job re-armed from a
@@ -301,7 +303,12 @@ fn run() {
                 restderr.every = 0;
             }
         }
-        if dump.due(now_ms()) || want_dump {
+        // A requested dump also stands for a periodic one due at the same time.
+        let t = now_ms();
+        let periodic = dump.due(t);
+        if crate::dump::requested_due(core::mem::take(&mut asked), t) {
+            crate::dump::write_requested(t);
+        } else if periodic {
             let _ = crate::dump::write_all();
         }
     }

@@ -1,7 +1,11 @@
-//! `mallocshim dump PID`: signals exactly that process (kill(2) on the pid, SIGUSR1) and waits
-//! for its new dump files (a sequence number above every one it had), printing their paths.
-//! It owns finding a process's dump directory (/proc/PID/environ) and telling a process not
-//! under the shim (no libmallocshim in /proc/PID/maps); it never signals by name.
+//! `mallocshim dump PID`: signals exactly that process (kill(2) on the pid) with its dump signal
+//! (`MALLOCSHIM_DUMP_SIGNAL` from /proc/PID/environ, SIGUSR1 by default), only once the process
+//! catches it (`SigCgt` in /proc/PID/status: before the shim's handler is in place the signal
+//! would take its default action and kill the process), and waits for its new dump files (a
+//! sequence number above every one it had, every configured format, the `.pb.gz` heap profile
+//! included), printing their paths. It owns finding a process's dump directory and signal
+//! (/proc/PID/environ) and telling a process not under the shim (no libmallocshim in
+//! /proc/PID/maps nor in its LD_PRELOAD); it never signals by name.
 
 use mallocshim_format::dump::parse_dump_file_name;
 use mallocshim_format::formats;
@@ -11,17 +15,24 @@ use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
 #[command(
-    about = "Signal one process under the shim (SIGUSR1) and print the paths of its new dump files",
-    long_about = "Send SIGUSR1 to exactly process PID (kill(2) on that pid, never by name), wait \
-                  for its new dump files mallocshim.<pid>.<seq>.<ext> (a sequence number above \
-                  every one it had) and print their paths, one a line. The directory is --dir, \
-                  else the process's MALLOCSHIM_DUMP_DIR (read from /proc/PID/environ), else its \
-                  TMPDIR, else /tmp; the files waited for are those of its \
-                  MALLOCSHIM_DUMP_FORMATS (default json,prom; pprof is the .pb.gz file).\n\n\
+    about = "Signal one process under the shim with its dump signal and print the paths of its new dump files",
+    long_about = "Send the process's dump signal (its MALLOCSHIM_DUMP_SIGNAL, read from \
+                  /proc/PID/environ; SIGUSR1 by default) to exactly process PID (kill(2) on that \
+                  pid, never by name), wait for its new dump files mallocshim.<pid>.<seq>.<ext> \
+                  (a sequence number above every one it had) and print their paths, one a line, \
+                  JSON first: every format of its MALLOCSHIM_DUMP_FORMATS (default json,prom), \
+                  the pprof heap profile (.pb.gz) included. The signal is sent only once the \
+                  process catches it (SigCgt in /proc/PID/status): a process that has just been \
+                  started is waited for (within --timeout) instead of being killed by the \
+                  signal's default action. The directory is --dir, else the process's \
+                  MALLOCSHIM_DUMP_DIR, else its TMPDIR, else /tmp. The shim answers at most one \
+                  signal per MALLOCSHIM_DUMP_MIN_INTERVAL_MS (default 1000 ms): a dump asked for \
+                  sooner comes at the end of that interval.\n\n\
                   Exit status: 0 dumped; 1 the process could not be dumped (no such process, not \
-                  under the shim: no libmallocshim in /proc/PID/maps, not permitted, no new dump \
-                  within --timeout); 2 bad arguments or an unreadable directory. One line on \
-                  stderr, prefixed \"mallocshim dump:\".",
+                  under the shim: no libmallocshim in /proc/PID/maps nor in its LD_PRELOAD, \
+                  MALLOCSHIM_DUMP_SIGNAL=none, the signal not caught or no new dump within \
+                  --timeout, not permitted); 2 bad arguments or an unreadable directory. One line \
+                  on stderr, prefixed \"mallocshim dump:\".",
     after_help = "Example:\n  mallocshim dump $(pgrep -o -x mariadbd)"
 )]
 pub struct Args {
@@ -31,7 +42,7 @@ pub struct Args {
     /// Where the process writes its dumps (default: from its environment).
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
-    /// Seconds to wait for the new dump files.
+    /// Seconds to wait for the process to catch its dump signal and for the new dump files.
     #[arg(long, value_name = "S", default_value_t = 10.0)]
     pub timeout: f64,
 }
@@ -61,25 +72,94 @@ pub fn dump_dir(pid: u32) -> PathBuf {
     d
 }
 
-/// Checks that `pid` exists and has libmallocshim mapped.
+/// Checks that `pid` exists and is under the shim: libmallocshim mapped, or (a process still
+/// being loaded) named in its LD_PRELOAD.
 pub fn check_process(pid: u32) -> Result<(), Fail> {
     if pid == 0 || pid > i32::MAX as u32 {
         return Err(fail(2, format!("{pid} is not a process id")));
     }
-    let maps = match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
-        Ok(m) => m,
+    if mapped(pid)? || environ_var(pid, "LD_PRELOAD").is_some_and(|v| v.contains("libmallocshim")) {
+        return Ok(());
+    }
+    Err(fail(
+        1,
+        format!("process {pid} is not running under the shim (no libmallocshim in /proc/{pid}/maps)"),
+    ))
+}
+
+/// Whether libmallocshim is in the process's maps.
+fn mapped(pid: u32) -> Result<bool, Fail> {
+    match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+        Ok(m) => Ok(m.lines().any(|l| l.contains("libmallocshim"))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(fail(1, format!("no such process: {pid}"))),
+        Err(e) => Err(fail(1, format!("cannot read /proc/{pid}/maps: {e}"))),
+    }
+}
+
+/// The process's dump signal, as the shim reads `MALLOCSHIM_DUMP_SIGNAL` (its default, SIGUSR1,
+/// for a value it would refuse); None for `none`.
+pub fn dump_signal(pid: u32) -> Option<i32> {
+    let Some(v) = environ_var(pid, "MALLOCSHIM_DUMP_SIGNAL") else { return Some(libc::SIGUSR1) };
+    match v.as_str() {
+        "none" => None,
+        "SIGUSR1" | "USR1" => Some(libc::SIGUSR1),
+        "SIGUSR2" | "USR2" => Some(libc::SIGUSR2),
+        n => match n.parse::<i32>() {
+            Ok(s)
+                if (1..=64).contains(&s)
+                    && s != libc::SIGKILL
+                    && s != libc::SIGSTOP
+                    && n.bytes().all(|b| b.is_ascii_digit()) =>
+            {
+                Some(s)
+            }
+            _ => Some(libc::SIGUSR1),
+        },
+    }
+}
+
+/// Whether the process catches `sig` (its bit in /proc/PID/status `SigCgt`).
+fn catches(pid: u32, sig: i32) -> Result<bool, Fail> {
+    let st = match std::fs::read_to_string(format!("/proc/{pid}/status")) {
+        Ok(s) => s,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(fail(1, format!("no such process: {pid}")))
         }
-        Err(e) => return Err(fail(1, format!("cannot read /proc/{pid}/maps: {e}"))),
+        Err(e) => return Err(fail(1, format!("cannot read /proc/{pid}/status: {e}"))),
     };
-    if !maps.lines().any(|l| l.contains("libmallocshim")) {
-        return Err(fail(
-            1,
-            format!("process {pid} is not running under the shim (no libmallocshim in /proc/{pid}/maps)"),
-        ));
+    let mask = st
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
+        .unwrap_or(0);
+    Ok(mask >> (sig - 1) & 1 == 1)
+}
+
+/// Waits until the process has the shim mapped and catches `sig`, until `deadline`.
+fn wait_caught(pid: u32, sig: i32, deadline: Instant, timeout: f64) -> Result<(), Fail> {
+    loop {
+        if mapped(pid)? && catches(pid, sig)? {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(fail(
+                1,
+                format!(
+                    "process {pid} did not catch its dump signal {} within {timeout}s (SigCgt in /proc/{pid}/status): not sent",
+                    signal_name(sig)
+                ),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(2));
     }
-    Ok(())
+}
+
+fn signal_name(sig: i32) -> String {
+    match sig {
+        libc::SIGUSR1 => "SIGUSR1".into(),
+        libc::SIGUSR2 => "SIGUSR2".into(),
+        n => format!("{n}"),
+    }
 }
 
 /// The dump files of `pid` in `dir` with sequence number above `after`, as (seq, ext, path).
@@ -104,14 +184,19 @@ pub fn dump(pid: u32, dir: Option<&Path>, timeout: f64) -> Result<Vec<PathBuf>, 
     if !(timeout.is_finite() && timeout > 0.0) {
         return Err(fail(2, format!("--timeout wants seconds above 0, got {timeout}")));
     }
+    let deadline = Instant::now() + Duration::from_secs_f64(timeout);
     check_process(pid)?;
+    let Some(sig) = dump_signal(pid) else {
+        return Err(fail(1, format!("process {pid} dumps on no signal (MALLOCSHIM_DUMP_SIGNAL=none)")));
+    };
     let dir = dir.map(Path::to_path_buf).unwrap_or_else(|| dump_dir(pid));
     let formats = environ_var(pid, "MALLOCSHIM_DUMP_FORMATS").unwrap_or_else(|| formats::DEFAULT.into());
     // The file extensions the process writes, from the format table (`pprof` is `.pb.gz`).
     let want: Vec<&str> = formats::parse_list(&formats).into_iter().map(|f| f.row().ext).collect();
     let before = files_after(&dir, pid, None)?.iter().map(|f| f.0).max();
+    wait_caught(pid, sig, deadline, timeout)?;
     // SAFETY: kill(2) on one pid with a valid signal number; no memory is passed.
-    if unsafe { libc::kill(pid as libc::pid_t, libc::SIGUSR1) } != 0 {
+    if unsafe { libc::kill(pid as libc::pid_t, sig) } != 0 {
         let e = std::io::Error::last_os_error();
         let msg = match e.raw_os_error() {
             Some(libc::ESRCH) => format!("no such process: {pid}"),
@@ -119,8 +204,6 @@ pub fn dump(pid: u32, dir: Option<&Path>, timeout: f64) -> Result<Vec<PathBuf>, 
         };
         return Err(fail(1, msg));
     }
-    let start = Instant::now();
-    let deadline = start + Duration::from_secs_f64(timeout);
     loop {
         let new = files_after(&dir, pid, before)?;
         if let Some(seq) = new.first().map(|f| f.0) {

@@ -400,7 +400,8 @@ impl fmt::Display for ReadError {
 impl std::error::Error for ParseError {}
 impl std::error::Error for ReadError {}
 
-/// The name of dump number `seq` of process `pid` in format `ext` (`json`, `prom`, `hdr`, `text`).
+/// The name of dump number `seq` of process `pid` in format `ext` (`json`, `prom`, `hdr`, `text`,
+/// `pb.gz` for the pprof heap profile).
 pub fn dump_file_name(pid: u32, seq: u64, ext: &str) -> String {
     format!("mallocshim.{pid}.{seq}.{ext}")
 }
@@ -578,6 +579,7 @@ mod tests {
         assert_eq!(parse_dump_file_name("mallocshim.12.x.json"), None);
         assert_eq!(parse_dump_file_name("mallocshim.12.3.json.tmp"), None);
         assert_eq!(parse_dump_file_name("mallocshim.12.3.pb.gz"), Some((12, 3, "pb.gz")));
+        assert_eq!(parse_dump_file_name("mallocshim.12.3.pb.gz.tmp"), None);
         let dir = std::env::temp_dir().join(format!("mallocshim-format-test.{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
