@@ -36,39 +36,20 @@
 // Every unsafe block states why it is sound (`// SAFETY:`), and clippy holds us to it.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-mod account;
-mod atfork;
 mod backend;
-mod bootstrap;
-mod capi;
-mod classes;
-mod clock;
-mod config;
-mod csem;
-mod diag;
-mod dump;
-mod exports;
-mod front;
-mod heapprof;
-mod init;
-mod introspect;
-mod latency;
-mod memlog;
-mod procfs;
-mod report;
-mod reserve;
-mod route;
-mod signals;
-mod slots;
-mod sys;
-mod textfile;
-mod tls;
-mod trim;
-mod worker;
+mod base;
+mod boundary;
+mod cold;
+mod hot;
+
+use base::{diag, own_heap};
+use boundary::capi;
+use cold::{dump, textfile, worker};
+use hot::{config, heapprof, init, tls};
 
 /// The shim's own allocations: the backend, and a reserve when it returns NULL (`reserve`).
 #[global_allocator]
-static SHIM_HEAP: reserve::ShimHeap = reserve::ShimHeap;
+static SHIM_HEAP: own_heap::ShimHeap = own_heap::ShimHeap;
 
 /// Runs when the library is loaded (`.init_array`): initialises the shim if no allocation has
 /// done so yet, so a program that never allocates still gets its configuration checked.

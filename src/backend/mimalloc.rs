@@ -115,7 +115,7 @@ fn mi() -> &'static Mi {
 ///
 /// # Safety
 /// Initialisation only, under the reentrancy guard.
-pub(super) unsafe fn load(lib: &CStr, why: &mut crate::diag::LineBuf) -> bool {
+pub(super) unsafe fn load(lib: &CStr, why: &mut crate::base::diag::LineBuf) -> bool {
     let need =
         [c"mi_malloc", c"mi_calloc", c"mi_realloc", c"mi_malloc_aligned_at", c"mi_free", c"mi_usable_size"];
     // SAFETY: forwarded contract (initialisation, under the reentrancy guard).
@@ -291,7 +291,7 @@ pub(super) unsafe fn release(_pad: usize, _mode: Release) -> bool {
 }
 
 /// `mimalloc <major>.<minor>.<patch>` from `mi_version()` (e.g. 209 is 2.0.9).
-pub(super) unsafe fn version(out: &mut crate::diag::LineBuf) {
+pub(super) unsafe fn version(out: &mut crate::base::diag::LineBuf) {
     use core::fmt::Write;
     match mi().version {
         Some(f) => {

@@ -1,0 +1,174 @@
+//! The exported C symbols: forwards to the `route` table (the malloc family and C++'s delete
+//! family: naked, one load and one indirect jump, see [`route_forward`]), `introspect` and
+//! `signals` (the dump signal's interposers); C++'s new family is exported by `heapprof::cxx`,
+//! as naked stubs that can tail-jump into libstdc++.
+//! No logic lives here. `__libc_*` names are deliberately not exported.
+
+#![allow(non_snake_case)]
+
+use crate::backend::atfork;
+use crate::backend::glibc::{Mallinfo, Mallinfo2};
+use crate::boundary::signals;
+use crate::cold::{introspect, worker};
+use crate::hot::route;
+use core::ffi::{c_char, c_int, c_void};
+
+/// Exports `$name` (with its C signature) as a naked forward to the active table's `$field`:
+/// `mov rax, [route::ACTIVE]; jmp [rax + offset]`. The function the table names receives the
+/// caller's registers and stack exactly as the caller left them, return address on top, so it
+/// returns straight to the caller. A forward compiled by rustc would, with the frame pointers
+/// this crate forces (.cargo/config.toml), push and pop %rbp around its tail jump: 3
+/// instructions per call that no heap-profile walk ever sees, since the frame is gone before
+/// the jump. The load is the table pointer's acquire load (`route::get`): a plain load on
+/// x86-64. The CFI directives give unwinders (gdb, perf) the frame these two instructions keep:
+/// none beyond the return address.
+macro_rules! route_forward {
+    ($($name:ident, $field:ident, ($($arg:ident: $ty:ty),*) $(-> $ret:ty)?;)*) => {$(
+        #[no_mangle]
+        // SAFETY: the body loads the published table pointer (always one of the static tables)
+        // and jumps to its function with the caller's arguments untouched; no Rust code runs.
+        #[unsafe(naked)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
+            core::arch::naked_asm!(
+                ".cfi_startproc",
+                "mov rax, qword ptr [rip + {active}]",
+                "jmp qword ptr [rax + {off}]",
+                ".cfi_endproc",
+                active = sym route::ACTIVE,
+                off = const core::mem::offset_of!(route::Table, $field),
+            )
+        }
+    )*};
+}
+
+// The malloc family and C++'s delete family (every delete form frees through the table's
+// free: blocks of every backend, aligned or not, are freed by free; `p` NULL or from this
+// process's allocator). Each is called by C code with the C contract of the function of the
+// same name, which the table's function keeps.
+route_forward! {
+    malloc, malloc, (size: usize) -> *mut c_void;
+    free, free, (p: *mut c_void);
+    calloc, calloc, (n: usize, size: usize) -> *mut c_void;
+    realloc, realloc, (p: *mut c_void, size: usize) -> *mut c_void;
+    reallocarray, reallocarray, (p: *mut c_void, n: usize, size: usize) -> *mut c_void;
+    posix_memalign, posix_memalign, (out: *mut *mut c_void, align: usize, size: usize) -> c_int;
+    aligned_alloc, aligned_alloc, (align: usize, size: usize) -> *mut c_void;
+    memalign, memalign, (align: usize, size: usize) -> *mut c_void;
+    valloc, valloc, (size: usize) -> *mut c_void;
+    pvalloc, pvalloc, (size: usize) -> *mut c_void;
+    malloc_usable_size, malloc_usable_size, (p: *mut c_void) -> usize;
+    free_sized, free_sized, (p: *mut c_void, size: usize);
+    free_aligned_sized, free_aligned_sized, (p: *mut c_void, align: usize, size: usize);
+    _ZdlPv, free, (p: *mut c_void);
+    _ZdaPv, free, (p: *mut c_void);
+    _ZdlPvm, free, (p: *mut c_void, size: usize);
+    _ZdaPvm, free, (p: *mut c_void, size: usize);
+    _ZdlPvRKSt9nothrow_t, free, (p: *mut c_void, nt: *const c_void);
+    _ZdaPvRKSt9nothrow_t, free, (p: *mut c_void, nt: *const c_void);
+    _ZdlPvSt11align_val_t, free, (p: *mut c_void, align: usize);
+    _ZdaPvSt11align_val_t, free, (p: *mut c_void, align: usize);
+    _ZdlPvmSt11align_val_t, free, (p: *mut c_void, size: usize, align: usize);
+    _ZdaPvmSt11align_val_t, free, (p: *mut c_void, size: usize, align: usize);
+    _ZdlPvSt11align_val_tRKSt9nothrow_t, free, (p: *mut c_void, align: usize, nt: *const c_void);
+    _ZdaPvSt11align_val_tRKSt9nothrow_t, free, (p: *mut c_void, align: usize, nt: *const c_void);
+}
+
+// SAFETY (for every function below): each is called by C code with the C contract of the
+// function of the same name; the forwards keep that contract.
+
+#[no_mangle]
+pub extern "C" fn mallinfo2() -> Mallinfo2 {
+    introspect::mallinfo2()
+}
+
+#[no_mangle]
+pub extern "C" fn mallinfo() -> Mallinfo {
+    introspect::mallinfo()
+}
+
+#[no_mangle]
+pub extern "C" fn malloc_trim(pad: usize) -> c_int {
+    introspect::malloc_trim(pad)
+}
+
+#[no_mangle]
+pub extern "C" fn malloc_stats() {
+    introspect::malloc_stats()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn malloc_info(options: c_int, fp: *mut libc::FILE) -> c_int {
+    // SAFETY: forwarded under the caller's C contract (see above).
+    unsafe { introspect::malloc_info(options, fp) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn mallctl(
+    name: *const c_char,
+    oldp: *mut c_void,
+    oldlenp: *mut usize,
+    newp: *mut c_void,
+    newlen: usize,
+) -> c_int {
+    // SAFETY: forwarded under the caller's C contract (see above).
+    unsafe { introspect::mallctl(name, oldp, oldlenp, newp, newlen) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_create(
+    t: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    start: extern "C" fn(*mut c_void) -> *mut c_void,
+    arg: *mut c_void,
+) -> c_int {
+    // SAFETY: forwarded under the caller's C contract (see above).
+    unsafe { worker::pthread_create(t, attr, start, arg) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sigaction(
+    sig: c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> c_int {
+    // SAFETY: forwarded under the caller's C contract (see above).
+    unsafe { signals::sigaction(sig, act, old) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
+    // SAFETY: forwarded under the caller's C contract (see above).
+    unsafe { signals::signal(sig, handler) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sigtimedwait(
+    set: *const libc::sigset_t,
+    info: *mut libc::siginfo_t,
+    timeout: *const libc::timespec,
+) -> c_int {
+    // SAFETY: forwarded under the caller's C contract (see above).
+    unsafe { signals::sigtimedwait(set, info, timeout) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sigwaitinfo(set: *const libc::sigset_t, info: *mut libc::siginfo_t) -> c_int {
+    // SAFETY: forwarded under the caller's C contract (see above).
+    unsafe { signals::sigwaitinfo(set, info) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sigwait(set: *const libc::sigset_t, sig: *mut c_int) -> c_int {
+    // SAFETY: forwarded under the caller's C contract (see above).
+    unsafe { signals::sigwait(set, sig) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_atfork(
+    prepare: atfork::Handler,
+    parent: atfork::Handler,
+    child: atfork::Handler,
+) -> c_int {
+    // SAFETY: forwarded pthread_atfork contract (handlers are plain C functions or NULL).
+    unsafe { atfork::pthread_atfork(prepare, parent, child) }
+}
