@@ -106,7 +106,9 @@ pub fn loading_backend<R>(load: impl FnOnce() -> R) -> R {
         // SAFETY: plain extern "C" handlers that live as long as the process.
         if unsafe { __register_atfork(Some(prepare), Some(parent), Some(child), core::ptr::null_mut()) } != 0
         {
-            crate::shim_warn!("cannot register the backend's fork handlers: fork may leave its heap locked");
+            crate::base::diag::warn!(
+                "cannot register the backend's fork handlers: fork may leave its heap locked"
+            );
         }
     }
     r

@@ -236,7 +236,7 @@ pub unsafe fn load(want: Backend, lib: &CStr) -> Backend {
     if ok {
         return want;
     }
-    crate::shim_warn!(
+    crate::base::diag::warn!(
         "backend {} could not be loaded ({}); continuing with glibc",
         want.name(),
         crate::base::diag::Lossy(why.as_bytes())

@@ -151,14 +151,15 @@ pub fn replay_if_stderr_moved() {
     // SAFETY: RECORDING is cleared (acquire in replay_pending), so no writer touches the buffer;
     // the first `n` bytes are whole lines.
     unsafe { libc::write(2, SAVED.0.get().cast::<libc::c_void>(), n) };
-    crate::shim_warn!("(the lines above were written at start-up, before stderr was reopened)");
+    crate::base::diag::warn!("(the lines above were written at start-up, before stderr was reopened)");
 }
 
-/// `shim_warn!("...", args)`: one `mallocshim:` line on stderr, no allocation.
-#[macro_export]
-macro_rules! shim_warn {
+/// `crate::base::diag::warn!("...", args)`: one `mallocshim:` line on stderr, no allocation.
+/// Path-scoped (not `#[macro_export]`), so its users import this leaf, not the crate root.
+macro_rules! warn_line {
     ($($t:tt)*) => { $crate::base::diag::line(format_args!($($t)*)) };
 }
+pub(crate) use warn_line as warn;
 
 /// Displays bytes as UTF-8, replacing what is not.
 pub struct Lossy<'a>(pub &'a [u8]);

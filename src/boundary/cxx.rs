@@ -67,7 +67,7 @@ extern "C" fn attempt(size: usize, a: usize, i: usize) -> *mut c_void {
         }
     };
     if p.is_null() && resolve(i) == 0 {
-        crate::shim_warn!(
+        crate::base::diag::warn!(
             "operator new failed and libstdc++'s {} cannot be found: aborting (std::bad_alloc)",
             NAMES[i].to_string_lossy()
         );

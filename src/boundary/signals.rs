@@ -83,7 +83,7 @@ pub fn install(sig: c_int) {
     unsafe {
         let mut old: Sigaction = core::mem::zeroed();
         if real_sigaction(sig, ptr::null(), &mut old) != 0 {
-            crate::shim_warn!("cannot read the action of signal {}: no dumps on signal", sig);
+            crate::base::diag::warn!("cannot read the action of signal {}: no dumps on signal", sig);
             return;
         }
         APP_HANDLER.store(old.sa_sigaction, Relaxed);
@@ -94,7 +94,7 @@ pub fn install(sig: c_int) {
         ours.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
         libc::sigemptyset(&mut ours.sa_mask);
         if real_sigaction(sig, &ours, ptr::null_mut()) != 0 {
-            crate::shim_warn!("cannot install the handler of signal {}: no dumps on signal", sig);
+            crate::base::diag::warn!("cannot install the handler of signal {}: no dumps on signal", sig);
             return;
         }
     }

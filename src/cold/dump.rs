@@ -93,7 +93,9 @@ pub fn check_dir() {
     if off() {
         REPORTED.store(true, Ordering::Relaxed);
         if c.verbose > 0 {
-            crate::shim_warn!("secure-execution process: dumps are off (no dump directory configured)");
+            crate::base::diag::warn!(
+                "secure-execution process: dumps are off (no dump directory configured)"
+            );
         }
         return;
     }
@@ -103,7 +105,7 @@ pub fn check_dir() {
     if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 || !d.is_dir() {
         let e = std::io::Error::last_os_error();
         REPORTED.store(true, Ordering::Relaxed);
-        crate::shim_warn!("dump directory {} is not usable ({}): dumps will fail", d.display(), e);
+        crate::base::diag::warn!("dump directory {} is not usable ({}): dumps will fail", d.display(), e);
     }
 }
 
@@ -173,7 +175,7 @@ fn write(at_exit: bool) -> Result<Vec<PathBuf>, String> {
             "dump skipped: malloc returned NULL for a {} KiB probe (out of memory); ask again when memory is free",
             PROBE_BYTES >> 10
         );
-        crate::shim_warn!("{}", msg);
+        crate::base::diag::warn!("{}", msg);
         return Err(msg);
     }
     let reserve_before = crate::base::own_heap::counts();
@@ -210,7 +212,7 @@ fn write(at_exit: bool) -> Result<Vec<PathBuf>, String> {
             Err(e) => {
                 let msg = format!("cannot write dump {}/{}: {}", dir.display(), name, e);
                 if !REPORTED.swap(true, Ordering::Relaxed) {
-                    crate::shim_warn!("{}", msg);
+                    crate::base::diag::warn!("{}", msg);
                 }
                 return Err(msg);
             }
@@ -218,7 +220,7 @@ fn write(at_exit: bool) -> Result<Vec<PathBuf>, String> {
     }
     let (served, refused) = crate::base::own_heap::counts();
     if (served, refused) != reserve_before {
-        crate::shim_warn!(
+        crate::base::diag::warn!(
             "memory ran out while writing dump {}: {} of its allocations came from the shim's reserve, {} did not fit (symbols or parts left out)",
             seq,
             served - reserve_before.0,

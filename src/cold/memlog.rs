@@ -48,7 +48,7 @@ pub fn open(child: bool) {
     let fd = unsafe { libc::open(p.as_ptr(), flags, 0o600 as libc::c_uint) };
     let shown = crate::hot::config::Lossy(p.to_bytes());
     if fd < 0 {
-        crate::shim_warn!(
+        crate::base::diag::warn!(
             "MALLOCSHIM_MEMLOG={}: cannot open ({}); no memlog",
             shown,
             std::io::Error::last_os_error()
@@ -64,7 +64,10 @@ pub fn open(child: bool) {
         && st.st_uid == unsafe { libc::geteuid() }
         && st.st_nlink == 1;
     if !ok {
-        crate::shim_warn!("MALLOCSHIM_MEMLOG={}: not a regular file of ours with one link; no memlog", shown);
+        crate::base::diag::warn!(
+            "MALLOCSHIM_MEMLOG={}: not a regular file of ours with one link; no memlog",
+            shown
+        );
         // SAFETY: closing the descriptor opened above.
         unsafe { libc::close(fd) };
         return;

@@ -67,7 +67,7 @@ pub fn write() {
         let (dst, tmp) = paths();
         if let Err(e) = publish(&dst, &tmp, body.as_bytes()) {
             if !WARNED.swap(true, Relaxed) {
-                crate::shim_warn!(
+                crate::base::diag::warn!(
                     "cannot write the Prometheus textfile {}: {} (reported once; retried every interval)",
                     dst.display(),
                     e

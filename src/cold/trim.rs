@@ -109,7 +109,7 @@ fn run_with(before: MemStats, reason: Reason) -> Outcome {
     DUR_HIST[bucket_of(duration_ns)].fetch_add(1, Relaxed);
     DUR_MAX_NS.fetch_max(duration_ns, Relaxed);
     if crate::hot::config::get().verbose >= 2 {
-        crate::shim_warn!(
+        crate::base::diag::warn!(
             "trim backend={} free_bytes={} rss_before={} rss_after={} released={} duration_us={} reason={}",
             backend::active().name(),
             o.free_before,
@@ -131,7 +131,7 @@ pub fn periodic() -> Option<Outcome> {
     if m.free < cfg.trim_min_bytes {
         SKIPPED.fetch_add(1, Relaxed);
         if cfg.verbose >= 2 {
-            crate::shim_warn!(
+            crate::base::diag::warn!(
                 "trim skipped backend={} free_bytes={} min_bytes={}",
                 backend::active().name(),
                 m.free,

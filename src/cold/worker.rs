@@ -83,7 +83,7 @@ fn spawn(child: bool) {
     let mut fds = [0; 2];
     // SAFETY: a valid two-int array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {
-        crate::shim_warn!("cannot create the worker's pipe: no dumps on signal, no trims");
+        crate::base::diag::warn!("cannot create the worker's pipe: no dumps on signal, no trims");
         return;
     }
     WAKE_RD.store(fds[0], Relaxed);
@@ -100,7 +100,7 @@ fn spawn(child: bool) {
         let r = create_detached();
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
         if r != 0 {
-            crate::shim_warn!("cannot start the worker thread: no dumps on signal, no trims");
+            crate::base::diag::warn!("cannot start the worker thread: no dumps on signal, no trims");
             return;
         }
     }

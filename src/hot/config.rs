@@ -557,14 +557,14 @@ pub unsafe fn load() {
         let value = entry.get(11 + eq + 1..).unwrap_or(b"");
         let name_s = core::str::from_utf8(name).unwrap_or("MALLOCSHIM_?");
         match OPTIONS.iter().position(|o| o.name.as_bytes() == name) {
-            None => crate::shim_warn!(
+            None => crate::base::diag::warn!(
                 "unknown variable {} ignored (see MALLOCSHIM_VERBOSE=1 for the table)",
                 name_s
             ),
             Some(i) => {
                 let o = &OPTIONS[i];
                 if o.path && secure {
-                    crate::shim_warn!(
+                    crate::base::diag::warn!(
                         "{} ignored in a secure-execution (setuid) process; using default {}",
                         o.name,
                         o.default
@@ -577,7 +577,7 @@ pub unsafe fn load() {
                     Ok(()) => unsafe { FROM_ENV[i] = true },
                     Err(expected) => {
                         *cfg = before;
-                        crate::shim_warn!(
+                        crate::base::diag::warn!(
                             "{}={} is not valid (expected {}); using default {}",
                             o.name,
                             Lossy(value),
@@ -624,7 +624,7 @@ pub fn env_raw(name: &[u8]) -> Option<*const libc::c_char> {
 /// Prints the effective table, one `mallocshim:` line per row.
 pub fn print_table() {
     let c = get();
-    crate::shim_warn!(
+    crate::base::diag::warn!(
         "mallocshim {} options in effect (backend {}):",
         env!("CARGO_PKG_VERSION"),
         crate::backend::active().name()
@@ -634,7 +634,7 @@ pub fn print_table() {
         let src = if unsafe { FROM_ENV[i] } { "env" } else { "default" };
         let mut v = LineBuf::new();
         (o.show)(c, &mut v);
-        crate::shim_warn!(
+        crate::base::diag::warn!(
             "  {:<29} = {:<26} [{}; default {}] {}",
             o.name,
             Lossy(v.as_bytes()),

@@ -71,7 +71,7 @@ fn run() {
     }
     crate::base::sys::set_errno(saved_errno);
     #[cfg(feature = "semantics-floor")]
-    crate::shim_warn!(
+    crate::base::diag::warn!(
         "built with the semantics-floor feature, for measurement only: free does not recognise bootstrap-pool blocks; under jemalloc, tcmalloc and mimalloc it does not keep errno and small blocks are 8-byte aligned"
     );
 }

@@ -168,7 +168,9 @@ pub fn init() {
     if unsafe { libc::pthread_key_create(&mut k, Some(release)) } == 0 {
         KEY.store(k, Relaxed);
     } else {
-        crate::shim_warn!("pthread_key_create failed: counts of exiting threads go to the shared aggregate");
+        crate::base::diag::warn!(
+            "pthread_key_create failed: counts of exiting threads go to the shared aggregate"
+        );
     }
     crate::backend::atfork::register_child(after_fork_child);
 }

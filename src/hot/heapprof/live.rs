@@ -172,7 +172,7 @@ pub fn ensure() -> bool {
     let counts = map((1 << FILTER_BITS_LOG2) * 2);
     if [live, recs, heads, frames, counts].iter().any(|p| p.is_null()) {
         STATE.store(3, Release);
-        crate::shim_warn!("cannot map the heap profile's tables: heap profiles off");
+        crate::base::diag::warn!("cannot map the heap profile's tables: heap profiles off");
         return false;
     }
     {
