@@ -54,6 +54,8 @@ static SHIM_HEAP: own_heap::ShimHeap = own_heap::ShimHeap;
 /// Runs when the library is loaded (`.init_array`): initialises the shim if no allocation has
 /// done so yet, so a program that never allocates still gets its configuration checked.
 extern "C" fn at_load() {
+    // A dump asked for before the shim's thread exists is written by the next sampled call.
+    hot::mailbox::register_writer(dump::write_pending);
     if init::ensure() {
         dump::check_dir();
         heapprof::main_started();

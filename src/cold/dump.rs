@@ -19,6 +19,7 @@
 
 use crate::cold::report;
 use crate::hot::config::{self, FMT_HDR, FMT_JSON, FMT_PPROF, FMT_PROM, FMT_TEXT, FORMATS};
+use crate::hot::mailbox;
 use crate::hot::tls::Reentry;
 use std::ffi::{CString, OsString};
 use std::io::Write;
@@ -336,14 +337,13 @@ fn publish_named(dir: &std::path::Path, name: &str, body: &[u8]) -> std::io::Res
     Ok(dst)
 }
 
-// The dump-request mailbox: the dump signal's handler (or the C API) posts a request here; the
-// shim's thread is woken through its pipe (registered with `set_waker`), or, before that thread
-// exists, the request waits for the next sampled call of any thread or for exit.
+// Dump requests: the dump signal's handler (or the C API) posts a request; the shim's thread is
+// woken through its pipe (registered with `set_waker`), or, before that thread exists, the
+// request waits in `hot::mailbox` for the next sampled call of any thread (which calls
+// `write_pending`, registered there by the library constructor) or for exit.
 
 /// The write end of the worker's wake-up pipe; -1 without a worker.
 static WAKER: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(-1);
-/// A dump was requested while there was no worker.
-static PENDING: AtomicBool = AtomicBool::new(false);
 
 /// The worker's wake-up pipe (`-1`: none, e.g. in a forked child before its worker starts).
 pub fn set_waker(fd: i32) {
@@ -359,21 +359,18 @@ pub fn request() {
         // SAFETY: writing one byte from a static buffer; a full pipe already holds a request.
         unsafe { libc::write(fd, b"d".as_ptr().cast(), 1) };
     } else {
-        PENDING.store(true, Ordering::Relaxed);
-        // SAFETY: this thread's TLS block.
-        unsafe { (*crate::hot::tls::state()).countdown = 0 };
+        mailbox::post();
     }
 }
 
 /// True when a dump request waits for a thread to write it.
-#[inline(always)]
 pub fn pending() -> bool {
-    PENDING.load(Ordering::Relaxed)
+    mailbox::pending()
 }
 
 /// A dump is being written: a pending request is answered by it.
 pub fn clear_pending() {
-    PENDING.store(false, Ordering::Relaxed);
+    mailbox::clear();
 }
 
 /// Writes a pending dump on the calling thread (a sampled call outside the shim, the worker's
@@ -381,7 +378,7 @@ pub fn clear_pending() {
 #[cold]
 #[inline(never)]
 pub fn write_pending() {
-    if PENDING.swap(false, Ordering::Relaxed) {
+    if mailbox::take() {
         let _g = Reentry::enter();
         let _ = write_all();
     }
@@ -389,7 +386,7 @@ pub fn write_pending() {
 
 /// In a forked child whose worker has just started: a request still pending goes to it.
 pub fn repost_pending() {
-    if WAKER.load(Ordering::Relaxed) >= 0 && PENDING.swap(false, Ordering::Relaxed) {
+    if WAKER.load(Ordering::Relaxed) >= 0 && mailbox::take() {
         request();
     }
 }

@@ -12,6 +12,7 @@ pub mod c_contract;
 pub mod config;
 pub mod heapprof;
 pub mod init;
+pub mod mailbox;
 pub mod record;
 pub mod route;
 pub mod slots;

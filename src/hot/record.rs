@@ -15,14 +15,15 @@
 //! thread's first recorded call claims a slot (`slots::claim`: an mmap when the pool grows); under
 //! jemalloc, the thread's first served allocation reads its freed-bytes counter (a mallctl); and
 //! in a process without the shim's thread (single-threaded so far), a pending dump request is
-//! written by the next sampled call (`dump::write_pending`: a whole dump, which allocates and
-//! writes files), because no other thread exists to write it.
+//! written by the next sampled call (through `mailbox::write_pending`, the writer the cold path
+//! registered: a whole dump, which allocates and writes files), because no other thread exists
+//! to write it.
 
 use crate::backend::Raw;
 use crate::base::classes::{bucket_of, class_of, Op};
 use crate::base::clock;
 use crate::hot::slots::{self, Entry, Slot, CLASS_HIST, CLASS_MAX};
-use crate::hot::{c_contract, heapprof, tls};
+use crate::hot::{c_contract, heapprof, mailbox, tls};
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
@@ -134,8 +135,8 @@ fn recorded_slow<B: Raw, R: Outcome, const H: bool>(
     };
     // SAFETY: as in `recorded`; the slot is this thread's or EXITED.
     unsafe {
-        if crate::cold::dump::pending() {
-            crate::cold::dump::write_pending();
+        if mailbox::pending() {
+            mailbox::write_pending();
         }
         let n = size();
         // Threads without a slot of their own (EXITED) are not heap-sampled.
