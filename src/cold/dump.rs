@@ -194,7 +194,7 @@ fn write(at_exit: bool) -> Result<Vec<PathBuf>, String> {
             FMT_PROM => report::prom::render(&snap).into_bytes(),
             FMT_HDR => report::hdr::render(&snap),
             FMT_TEXT => report::text::render(&snap).into_bytes(),
-            FMT_PPROF => crate::cold::pprof::render(crate::hot::route::heap_table()),
+            FMT_PPROF => crate::cold::pprof::render(crate::hot::heapprof::frees_tracked()),
             _ => continue,
         };
         let ext = if bit == FMT_PPROF { "pb.gz" } else { ext };

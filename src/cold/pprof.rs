@@ -210,7 +210,7 @@ pub fn build(heap_table: bool) -> Profile {
 
 /// The gzip'ed profile, ready to write as `mallocshim.<pid>.<seq>.pb.gz`.
 /// `heap_table`: whether the entry table in force has the heap-profile tests
-/// (`route::heap_table`), said in the profile's comments.
+/// (`heapprof::frees_tracked`), said in the profile's comments.
 pub fn render(heap_table: bool) -> Vec<u8> {
     build(heap_table).to_gz()
 }

@@ -134,6 +134,12 @@ pub fn last_rate() -> u64 {
     LAST.load(Relaxed)
 }
 
+/// Whether frees are tracked: the entry table in force tests every free against the live set
+/// (heap profiles on at start, or turned on since). Said in the pprof profile's comments.
+pub fn frees_tracked() -> bool {
+    crate::hot::route::heap_table()
+}
+
 /// The hot path's test, for an allocation of `n` bytes by the slot's owner: true when this
 /// allocation exhausts the gap (then the caller makes the call and hands the block to
 /// [`sampled`]); otherwise the gap shrinks by `n`.
