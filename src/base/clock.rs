@@ -38,6 +38,12 @@ pub fn start() {
     T0.store(ticks(), Relaxed);
 }
 
+/// CLOCK_MONOTONIC at [`start`] in milliseconds: the process start as the dumps' `uptime_s`
+/// counts it.
+pub fn start_ms() -> u64 {
+    N0.load(Relaxed) / 1_000_000
+}
+
 /// Nanoseconds per tick, calibrated on first use (waits until 10 ms have passed since
 /// [`start`]). Reporter threads only.
 pub fn ns_per_tick() -> f64 {

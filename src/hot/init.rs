@@ -55,7 +55,6 @@ fn run() {
     crate::hot::heapprof::init(cfg.prof_sample_bytes, cfg.profile);
     crate::base::own_heap::map();
     crate::base::sys::init_errno();
-    crate::cold::report::mark_start();
     backend::publish(b);
     crate::hot::route::publish(b, cfg.profile, crate::hot::heapprof::rate() != 0);
     // A rate set through the C API by another thread while this ran found the bootstrap table

@@ -88,12 +88,6 @@ fn thread_name(tid: u32) -> String {
         .unwrap_or_default()
 }
 
-static START_MS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
-
-/// Records the process start for `uptime_s` (initialisation).
-pub fn mark_start() {
-    START_MS.store(crate::base::clock::mono_ns() / 1_000_000, Relaxed);
-}
 
 /// Takes a snapshot. Call under the reentrancy guard.
 pub fn snapshot() -> Snapshot {
@@ -141,7 +135,7 @@ pub fn snapshot() -> Snapshot {
     let (_, vsz) = statm();
     let (account, backend_stats) = crate::cold::account::measure();
     let now_ms = unix_ms();
-    let up = (crate::base::clock::mono_ns() / 1_000_000).saturating_sub(START_MS.load(Relaxed));
+    let up = (crate::base::clock::mono_ns() / 1_000_000).saturating_sub(crate::base::clock::start_ms());
     Snapshot {
         // SAFETY: getpid has no preconditions.
         pid: unsafe { libc::getpid() } as u32,
