@@ -1,7 +1,8 @@
-//! C++'s `operator new` family, interposed so that a heap profile's first frame is the code
-//! that called `new` (Debian's libstdc++ `operator new` keeps no frame pointer, so a walk from
-//! inside malloc would skip its caller). The delete family forwards to the route table's free
-//! (see `exports.rs`); the new family lives here because it must be naked: each exported symbol is
+//! C++'s `operator new` and `operator delete` families, every form of both. The delete family
+//! forwards to the route table's free like the malloc family (`exports::route_forward`: one
+//! load and one indirect jump). The new family is interposed so that a heap profile's first
+//! frame is the code that called `new` (Debian's libstdc++ `operator new` keeps no frame
+//! pointer, so a walk from inside malloc would skip its caller), and it must be naked: each exported symbol is
 //! a small stub that keeps a frame (push %rbp) around a call to the backend through the route
 //! table, returns the block when there is one, and otherwise pops its frame and tail-jumps,
 //! with the caller's original arguments, to libstdc++'s own operator of the same name
@@ -15,6 +16,7 @@
 
 #![allow(non_snake_case)]
 
+use super::exports::route_forward;
 use crate::hot::route;
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -123,3 +125,21 @@ new_op!(_ZnwmSt11align_val_t, 4);
 new_op!(_ZnamSt11align_val_t, 5);
 new_op!(_ZnwmSt11align_val_tRKSt9nothrow_t, 6);
 new_op!(_ZnamSt11align_val_tRKSt9nothrow_t, 7);
+
+// C++'s delete family: every form frees through the table's free (blocks of every backend,
+// aligned or not, are freed by free; `p` NULL or from this process's allocator). Each is called
+// by C++ code with the contract of the operator of that mangled name, which free keeps.
+route_forward! {
+    _ZdlPv, free, (p: *mut c_void);
+    _ZdaPv, free, (p: *mut c_void);
+    _ZdlPvm, free, (p: *mut c_void, size: usize);
+    _ZdaPvm, free, (p: *mut c_void, size: usize);
+    _ZdlPvRKSt9nothrow_t, free, (p: *mut c_void, nt: *const c_void);
+    _ZdaPvRKSt9nothrow_t, free, (p: *mut c_void, nt: *const c_void);
+    _ZdlPvSt11align_val_t, free, (p: *mut c_void, align: usize);
+    _ZdaPvSt11align_val_t, free, (p: *mut c_void, align: usize);
+    _ZdlPvmSt11align_val_t, free, (p: *mut c_void, size: usize, align: usize);
+    _ZdaPvmSt11align_val_t, free, (p: *mut c_void, size: usize, align: usize);
+    _ZdlPvSt11align_val_tRKSt9nothrow_t, free, (p: *mut c_void, align: usize, nt: *const c_void);
+    _ZdaPvSt11align_val_tRKSt9nothrow_t, free, (p: *mut c_void, align: usize, nt: *const c_void);
+}

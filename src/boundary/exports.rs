@@ -1,7 +1,7 @@
-//! The exported C symbols: forwards to the `route` table (the malloc family and C++'s delete
-//! family: naked, one load and one indirect jump, see [`route_forward`]), `introspect` and
-//! `signals` (the dump signal's interposers); C++'s new family is exported by `heapprof::cxx`,
-//! as naked stubs that can tail-jump into libstdc++.
+//! The exported C symbols: forwards to the `route` table (the malloc family: naked, one load and
+//! one indirect jump, see [`route_forward`]), `introspect`, `worker` (`pthread_create`) and
+//! `signals` (the dump signal's interposers); C++'s new and delete families are exported by
+//! [`super::cxx`].
 //! No logic lives here. `__libc_*` names are deliberately not exported.
 
 #![allow(non_snake_case)]
@@ -41,10 +41,10 @@ macro_rules! route_forward {
     )*};
 }
 
-// The malloc family and C++'s delete family (every delete form frees through the table's
-// free: blocks of every backend, aligned or not, are freed by free; `p` NULL or from this
-// process's allocator). Each is called by C code with the C contract of the function of the
-// same name, which the table's function keeps.
+// The malloc family. Each is called by C code with the C contract of the function of the same
+// name, which the table's function keeps.
+pub(crate) use route_forward;
+
 route_forward! {
     malloc, malloc, (size: usize) -> *mut c_void;
     free, free, (p: *mut c_void);
@@ -59,18 +59,6 @@ route_forward! {
     malloc_usable_size, malloc_usable_size, (p: *mut c_void) -> usize;
     free_sized, free_sized, (p: *mut c_void, size: usize);
     free_aligned_sized, free_aligned_sized, (p: *mut c_void, align: usize, size: usize);
-    _ZdlPv, free, (p: *mut c_void);
-    _ZdaPv, free, (p: *mut c_void);
-    _ZdlPvm, free, (p: *mut c_void, size: usize);
-    _ZdaPvm, free, (p: *mut c_void, size: usize);
-    _ZdlPvRKSt9nothrow_t, free, (p: *mut c_void, nt: *const c_void);
-    _ZdaPvRKSt9nothrow_t, free, (p: *mut c_void, nt: *const c_void);
-    _ZdlPvSt11align_val_t, free, (p: *mut c_void, align: usize);
-    _ZdaPvSt11align_val_t, free, (p: *mut c_void, align: usize);
-    _ZdlPvmSt11align_val_t, free, (p: *mut c_void, size: usize, align: usize);
-    _ZdaPvmSt11align_val_t, free, (p: *mut c_void, size: usize, align: usize);
-    _ZdlPvSt11align_val_tRKSt9nothrow_t, free, (p: *mut c_void, align: usize, nt: *const c_void);
-    _ZdaPvSt11align_val_tRKSt9nothrow_t, free, (p: *mut c_void, align: usize, nt: *const c_void);
 }
 
 // SAFETY (for every function below): each is called by C code with the C contract of the

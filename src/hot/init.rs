@@ -53,6 +53,7 @@ fn run() {
     clock::start();
     record::set_sample_every(cfg.sample_every);
     crate::hot::heapprof::init(cfg.prof_sample_bytes, cfg.profile);
+    crate::boundary::cxx::init();
     crate::base::own_heap::map();
     crate::base::sys::init_errno();
     backend::publish(b);

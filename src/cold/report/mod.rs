@@ -88,7 +88,6 @@ fn thread_name(tid: u32) -> String {
         .unwrap_or_default()
 }
 
-
 /// Takes a snapshot. Call under the reentrancy guard.
 pub fn snapshot() -> Snapshot {
     let npt = crate::base::clock::ns_per_tick();

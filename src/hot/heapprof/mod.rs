@@ -86,7 +86,6 @@ impl Default for ThreadProf {
 /// Initialisation (under the guard): the configured rate, the shim's text range, the tables.
 pub fn init(sample_bytes: u64, profile: bool) {
     unwind::init();
-    crate::boundary::cxx::init();
     if profile && sample_bytes != 0 {
         let _ = set_rate(sample_bytes);
     }
