@@ -1,13 +1,11 @@
 //! Leaf helpers over libc shared by several rooms: errno (read and set, and its fixed offset
 //! from the thread pointer, which lets the hot path keep errno around a backend's free without a
-//! call) and glibc's definition of an interposed symbol (`dlsym(RTLD_NEXT)`, looked up once and
-//! cached). Depends on `tls` alone. `next` runs under the reentrancy guard (dlsym may allocate)
-//! and is never called on the hot path; the errno functions never allocate, lock or fail. Also
-//! the anonymous mapping behind the shim's own tables (slots, heap-profile tables, reserve).
+//! call), the thread pointer itself, and the anonymous mapping behind the shim's own tables
+//! (slots, heap-profile tables, reserve). Imports nothing of the shim; never allocates, locks or
+//! fails.
 
-use crate::hot::tls::Reentry;
-use core::ffi::{c_int, CStr};
-use core::sync::atomic::{AtomicUsize, Ordering, Ordering::Relaxed};
+use core::ffi::c_int;
+use core::sync::atomic::Ordering;
 
 #[inline(always)]
 pub fn errno() -> c_int {
@@ -27,13 +25,25 @@ pub fn set_errno(e: c_int) {
 #[cfg(target_arch = "x86_64")]
 static ERRNO_TPOFF: core::sync::atomic::AtomicIsize = core::sync::atomic::AtomicIsize::new(0);
 
+/// The thread pointer (`%fs:0`, the TCB's self-pointer on x86-64 glibc).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub fn thread_pointer() -> usize {
+    let p: usize;
+    // SAFETY: `%fs:0` holds the thread's TCB address for the life of the thread.
+    unsafe {
+        core::arch::asm!("mov {p}, qword ptr fs:[0]", p = out(reg) p, options(nostack, pure, readonly));
+    }
+    p
+}
+
 /// Records errno's offset from the thread pointer (initialisation, before any backend runs).
 pub fn init_errno() {
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: __errno_location returns this thread's errno slot.
         let e = unsafe { libc::__errno_location() } as isize;
-        ERRNO_TPOFF.store(e.wrapping_sub(crate::hot::tls::thread_pointer() as isize), Ordering::Relaxed);
+        ERRNO_TPOFF.store(e.wrapping_sub(thread_pointer() as isize), Ordering::Relaxed);
     }
 }
 
@@ -42,27 +52,13 @@ pub fn init_errno() {
 pub fn errno_slot() -> *mut c_int {
     #[cfg(target_arch = "x86_64")]
     {
-        (crate::hot::tls::thread_pointer() as isize).wrapping_add(ERRNO_TPOFF.load(Ordering::Relaxed))
-            as *mut c_int
+        (thread_pointer() as isize).wrapping_add(ERRNO_TPOFF.load(Ordering::Relaxed)) as *mut c_int
     }
     #[cfg(not(target_arch = "x86_64"))]
     // SAFETY: __errno_location returns this thread's errno slot.
     unsafe {
         libc::__errno_location()
     }
-}
-
-/// glibc's definition of `name`, looked up once with dlsym(RTLD_NEXT) under the guard.
-pub(crate) fn next(cache: &AtomicUsize, name: &CStr) -> usize {
-    let v = cache.load(Relaxed);
-    if v != 0 {
-        return v;
-    }
-    let _g = Reentry::enter();
-    // SAFETY: dlsym with a valid NUL-terminated name.
-    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) } as usize;
-    cache.store(p, Relaxed);
-    p
 }
 
 /// A fresh anonymous private read-write mapping of `bytes` (zero-filled), or null when mmap

@@ -33,7 +33,7 @@ static REAL_SIGACTION: AtomicUsize = AtomicUsize::new(0);
 static REAL_SIGNAL: AtomicUsize = AtomicUsize::new(0);
 
 unsafe fn real_sigaction(sig: c_int, act: *const Sigaction, old: *mut Sigaction) -> c_int {
-    let f = crate::base::sys::next(&REAL_SIGACTION, c"sigaction");
+    let f = crate::hot::real::next(&REAL_SIGACTION, c"sigaction");
     if f == 0 {
         crate::base::sys::set_errno(libc::ENOSYS);
         return -1;
@@ -178,7 +178,7 @@ pub unsafe fn sigaction(sig: c_int, act: *const Sigaction, old: *mut Sigaction) 
 pub unsafe fn signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
     crate::hot::init::ensure();
     if !INSTALLED.load(Acquire) || sig != DUMP_SIG.load(Relaxed) {
-        let f = crate::base::sys::next(&REAL_SIGNAL, c"signal");
+        let f = crate::hot::real::next(&REAL_SIGNAL, c"signal");
         if f == 0 {
             return libc::SIG_ERR;
         }

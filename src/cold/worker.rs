@@ -362,7 +362,7 @@ pub unsafe fn pthread_create(
     arg: *mut c_void,
 ) -> c_int {
     on_thread_create();
-    let f = crate::base::sys::next(&REAL_PTHREAD_CREATE, c"pthread_create");
+    let f = crate::hot::real::next(&REAL_PTHREAD_CREATE, c"pthread_create");
     if f == 0 {
         return libc::EAGAIN;
     }

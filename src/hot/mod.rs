@@ -13,6 +13,7 @@ pub mod config;
 pub mod heapprof;
 pub mod init;
 pub mod mailbox;
+pub mod real;
 pub mod record;
 pub mod route;
 pub mod slots;

@@ -47,18 +47,6 @@ pub fn state() -> *mut ThreadState {
     p
 }
 
-/// The thread pointer (`%fs:0`, the TCB's self-pointer on x86-64 glibc).
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-pub fn thread_pointer() -> usize {
-    let p: usize;
-    // SAFETY: `%fs:0` holds the thread's TCB address for the life of the thread.
-    unsafe {
-        core::arch::asm!("mov {p}, qword ptr fs:[0]", p = out(reg) p, options(nostack, pure, readonly));
-    }
-    p
-}
-
 #[cfg(not(target_arch = "x86_64"))]
 std::thread_local! {
     static STATE: core::cell::UnsafeCell<ThreadState> = const {
