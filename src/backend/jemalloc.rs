@@ -30,8 +30,8 @@ extern "C" {
 /// # Safety
 /// Initialisation only.
 pub(super) unsafe fn load(_lib: &core::ffi::CStr, why: &mut crate::base::diag::LineBuf) -> bool {
-    if crate::hot::config::env_raw(b"_RJEM_MALLOC_CONF").is_none() {
-        if let Some(conf) = crate::hot::config::env_raw(b"MALLOC_CONF") {
+    if crate::base::sys::env_raw(b"_RJEM_MALLOC_CONF").is_none() {
+        if let Some(conf) = crate::base::sys::env_raw(b"MALLOC_CONF") {
             // SAFETY: jemalloc has not initialised (this is the only path that first calls it) and
             // `conf` points into `environ`, which lives as long as the process.
             unsafe { core::ptr::addr_of_mut!(RJEM_MALLOC_CONF).write(conf) };

@@ -1,6 +1,6 @@
 //! Leaf helpers over libc shared by several rooms: errno (read and set, and its fixed offset
 //! from the thread pointer, which lets the hot path keep errno around a backend's free without a
-//! call), the thread pointer itself, and the anonymous mapping behind the shim's own tables
+//! call), the thread pointer itself, `environ` lookups ([`env_raw`]), and the anonymous mapping behind the shim's own tables
 //! (slots, heap-profile tables, reserve). Imports nothing of the shim; never allocates, locks or
 //! fails.
 
@@ -73,5 +73,39 @@ pub fn map_anon(bytes: usize, noreserve: bool) -> *mut core::ffi::c_void {
         core::ptr::null_mut()
     } else {
         m
+    }
+}
+
+extern "C" {
+    static environ: *const *const libc::c_char;
+}
+
+/// The value of environment variable `name` as the NUL-terminated string inside `environ` (valid
+/// for the process's life unless the program rewrites its environment); None when unset or, as
+/// `secure_getenv` does, in a secure-execution process. No allocation, no lock.
+pub fn env_raw(name: &[u8]) -> Option<*const libc::c_char> {
+    // SAFETY: getauxval does not allocate.
+    if unsafe { libc::getauxval(libc::AT_SECURE) } != 0 {
+        return None;
+    }
+    // SAFETY: `environ` is the NUL-terminated array libc set up before any constructor ran.
+    let mut ep = unsafe { environ };
+    if ep.is_null() {
+        return None;
+    }
+    loop {
+        // SAFETY: `ep` walks the array until its NULL terminator.
+        let e = unsafe { *ep };
+        if e.is_null() {
+            return None;
+        }
+        // SAFETY: `e` was not the terminator, so the next element is still in the array.
+        ep = unsafe { ep.add(1) };
+        // SAFETY: each entry is a NUL-terminated C string.
+        let entry = unsafe { core::ffi::CStr::from_ptr(e) }.to_bytes();
+        if entry.len() > name.len() && entry.starts_with(name) && entry[name.len()] == b'=' {
+            // SAFETY: the value starts after `name=`, inside the same C string.
+            return Some(unsafe { e.add(name.len() + 1) });
+        }
     }
 }

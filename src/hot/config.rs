@@ -591,36 +591,6 @@ pub unsafe fn load() {
     }
 }
 
-/// The value of environment variable `name` as the NUL-terminated string inside `environ` (valid
-/// for the process's life unless the program rewrites its environment); None when unset or, as
-/// `secure_getenv` does, in a secure-execution process. No allocation, no lock.
-pub fn env_raw(name: &[u8]) -> Option<*const libc::c_char> {
-    // SAFETY: getauxval does not allocate.
-    if unsafe { libc::getauxval(libc::AT_SECURE) } != 0 {
-        return None;
-    }
-    // SAFETY: `environ` is the NUL-terminated array libc set up before any constructor ran.
-    let mut ep = unsafe { environ };
-    if ep.is_null() {
-        return None;
-    }
-    loop {
-        // SAFETY: `ep` walks the array until its NULL terminator.
-        let e = unsafe { *ep };
-        if e.is_null() {
-            return None;
-        }
-        // SAFETY: `e` was not the terminator, so the next element is still in the array.
-        ep = unsafe { ep.add(1) };
-        // SAFETY: each entry is a NUL-terminated C string.
-        let entry = unsafe { core::ffi::CStr::from_ptr(e) }.to_bytes();
-        if entry.len() > name.len() && entry.starts_with(name) && entry[name.len()] == b'=' {
-            // SAFETY: the value starts after `name=`, inside the same C string.
-            return Some(unsafe { e.add(name.len() + 1) });
-        }
-    }
-}
-
 /// Prints the effective table, one `mallocshim:` line per row.
 pub fn print_table() {
     let c = get();
