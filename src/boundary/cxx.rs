@@ -1,5 +1,5 @@
 //! C++'s `operator new` and `operator delete` families, every form of both. The delete family
-//! forwards to the route table's free like the malloc family (`exports::route_forward`: one
+//! forwards to the route table's free like the malloc family (`boundary::route_forward`: one
 //! load and one indirect jump). The new family is interposed so that a heap profile's first
 //! frame is the code that called `new` (Debian's libstdc++ `operator new` keeps no frame
 //! pointer, so a walk from inside malloc would skip its caller), and it must be naked: each exported symbol is
@@ -16,7 +16,6 @@
 
 #![allow(non_snake_case)]
 
-use super::exports::route_forward;
 use crate::hot::route;
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};

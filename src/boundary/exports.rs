@@ -1,5 +1,5 @@
 //! The exported C symbols: forwards to the `route` table (the malloc family: naked, one load and
-//! one indirect jump, see [`route_forward`]), `introspect`, `worker` (`pthread_create`) and
+//! one indirect jump, see [`super::route_forward`]), `introspect`, `worker` (`pthread_create`) and
 //! `signals` (the dump signal's interposers); C++'s new and delete families are exported by
 //! [`super::cxx`].
 //! No logic lives here. `__libc_*` names are deliberately not exported.
@@ -10,41 +10,10 @@ use crate::backend::atfork;
 use crate::backend::glibc::{Mallinfo, Mallinfo2};
 use crate::boundary::signals;
 use crate::cold::{introspect, worker};
-use crate::hot::route;
 use core::ffi::{c_char, c_int, c_void};
-
-/// Exports `$name` (with its C signature) as a naked forward to the active table's `$field`:
-/// `mov rax, [route::ACTIVE]; jmp [rax + offset]`. The function the table names receives the
-/// caller's registers and stack exactly as the caller left them, return address on top, so it
-/// returns straight to the caller. A forward compiled by rustc would, with the frame pointers
-/// this crate forces (.cargo/config.toml), push and pop %rbp around its tail jump: 3
-/// instructions per call that no heap-profile walk ever sees, since the frame is gone before
-/// the jump. The load is the table pointer's acquire load (`route::get`): a plain load on
-/// x86-64. The CFI directives give unwinders (gdb, perf) the frame these two instructions keep:
-/// none beyond the return address.
-macro_rules! route_forward {
-    ($($name:ident, $field:ident, ($($arg:ident: $ty:ty),*) $(-> $ret:ty)?;)*) => {$(
-        #[no_mangle]
-        // SAFETY: the body loads the published table pointer (always one of the static tables)
-        // and jumps to its function with the caller's arguments untouched; no Rust code runs.
-        #[unsafe(naked)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) $(-> $ret)? {
-            core::arch::naked_asm!(
-                ".cfi_startproc",
-                "mov rax, qword ptr [rip + {active}]",
-                "jmp qword ptr [rax + {off}]",
-                ".cfi_endproc",
-                active = sym route::ACTIVE,
-                off = const core::mem::offset_of!(route::Table, $field),
-            )
-        }
-    )*};
-}
 
 // The malloc family. Each is called by C code with the C contract of the function of the same
 // name, which the table's function keeps.
-pub(crate) use route_forward;
-
 route_forward! {
     malloc, malloc, (size: usize) -> *mut c_void;
     free, free, (p: *mut c_void);

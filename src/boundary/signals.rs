@@ -115,7 +115,7 @@ fn is_dump_request(sig: c_int, info: *const siginfo_t) -> bool {
 extern "C" fn handler(sig: c_int, info: *mut siginfo_t, ctx: *mut c_void) {
     let e = crate::base::sys::errno();
     if is_dump_request(sig, info) {
-        crate::cold::dump::request();
+        crate::hot::mailbox::request();
     }
     let h = APP_HANDLER.load(Relaxed);
     let flags = APP_FLAGS.load(Relaxed);
@@ -214,7 +214,7 @@ pub unsafe fn sigtimedwait(set: *const sigset_t, info: *mut siginfo_t, timeout: 
         let r = libc::syscall(libc::SYS_rt_sigtimedwait, set, ip, timeout, 8usize) as c_int;
         if r > 0 {
             if is_dump_request(r, ip) {
-                crate::cold::dump::request();
+                crate::hot::mailbox::request();
             }
             if (*ip).si_code == SI_TKILL {
                 (*ip).si_code = SI_USER;

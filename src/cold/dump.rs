@@ -342,25 +342,14 @@ fn publish_named(dir: &std::path::Path, name: &str, body: &[u8]) -> std::io::Res
 // request waits in `hot::mailbox` for the next sampled call of any thread (which calls
 // `write_pending`, registered there by the library constructor) or for exit.
 
-/// The write end of the worker's wake-up pipe; -1 without a worker.
-static WAKER: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(-1);
-
 /// The worker's wake-up pipe (`-1`: none, e.g. in a forked child before its worker starts).
 pub fn set_waker(fd: i32) {
-    WAKER.store(fd, Ordering::Relaxed);
+    mailbox::set_waker(fd);
 }
 
-/// Asks for a dump. Async-signal-safe: one non-blocking write(2) to the worker's pipe; without a
-/// worker, two stores (the request and this thread's sample countdown, so that its next recorded
-/// call takes the out-of-line path and sees the request).
+/// Asks for a dump (async-signal-safe; see `hot::mailbox::request`).
 pub fn request() {
-    let fd = WAKER.load(Ordering::Relaxed);
-    if fd >= 0 {
-        // SAFETY: writing one byte from a static buffer; a full pipe already holds a request.
-        unsafe { libc::write(fd, b"d".as_ptr().cast(), 1) };
-    } else {
-        mailbox::post();
-    }
+    mailbox::request();
 }
 
 /// True when a dump request waits for a thread to write it.
@@ -386,7 +375,7 @@ pub fn write_pending() {
 
 /// In a forked child whose worker has just started: a request still pending goes to it.
 pub fn repost_pending() {
-    if WAKER.load(Ordering::Relaxed) >= 0 && mailbox::take() {
+    if mailbox::has_waker() && mailbox::take() {
         request();
     }
 }

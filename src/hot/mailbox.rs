@@ -1,4 +1,5 @@
-//! The dump-request mailbox, the one piece of the dump machinery the hot path touches: a flag
+//! The dump-request mailbox, the one piece of the dump machinery the hot path and the dump
+//! signal's handler touch: the worker's wake-up pipe ([`request`] writes one byte to it), a flag
 //! set when a dump is asked for while the shim's thread does not exist yet (single-threaded
 //! process, forked child before its worker starts), and the writer the cold path registers
 //! (`cold::dump::write_pending`, by the library constructor). The out-of-line recording path
@@ -7,7 +8,33 @@
 //! Everything here is async-signal-safe: relaxed atomics and one TLS store.
 
 use crate::hot::tls;
-use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering::Relaxed};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, Ordering::Relaxed};
+
+/// The write end of the worker's wake-up pipe; -1 without a worker.
+static WAKER: AtomicI32 = AtomicI32::new(-1);
+
+/// The worker's wake-up pipe (`-1`: none, e.g. in a forked child before its worker starts).
+pub fn set_waker(fd: i32) {
+    WAKER.store(fd, Relaxed);
+}
+
+/// True when a worker's pipe is registered.
+pub fn has_waker() -> bool {
+    WAKER.load(Relaxed) >= 0
+}
+
+/// Asks for a dump. Async-signal-safe: one non-blocking write(2) to the worker's pipe; without a
+/// worker, two stores (the request and this thread's sample countdown, so that its next recorded
+/// call takes the out-of-line path and sees the request).
+pub fn request() {
+    let fd = WAKER.load(Relaxed);
+    if fd >= 0 {
+        // SAFETY: writing one byte from a static buffer; a full pipe already holds a request.
+        unsafe { libc::write(fd, b"d".as_ptr().cast(), 1) };
+    } else {
+        post();
+    }
+}
 
 /// A dump was requested while there was no worker.
 static PENDING: AtomicBool = AtomicBool::new(false);
