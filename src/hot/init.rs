@@ -7,7 +7,7 @@ use crate::backend;
 use crate::base::clock;
 use crate::hot::tls::Reentry;
 use crate::hot::{c_contract, config, record, slots};
-use core::sync::atomic::{AtomicU8, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 const UNINIT: u8 = 0;
 const BUSY: u8 = 1;
@@ -31,10 +31,14 @@ pub fn ensure() -> bool {
     }
 }
 
+/// Readiness, its own state: set when initialisation publishes the backend (before `STATE` turns
+/// `DONE`, so the initialising thread's own later calls see it), never cleared.
+static READY: AtomicBool = AtomicBool::new(false);
+
 /// True once a backend is published.
 #[inline(always)]
 pub fn ready() -> bool {
-    backend::active() != backend::Backend::Bootstrap
+    READY.load(Ordering::Acquire)
 }
 
 fn run() {
@@ -57,6 +61,7 @@ fn run() {
     crate::base::own_heap::map();
     crate::base::sys::init_errno();
     backend::publish(b);
+    READY.store(true, Ordering::Release);
     crate::hot::route::publish(b, cfg.profile, crate::hot::heapprof::rate() != 0);
     // A rate set through the C API by another thread while this ran found the bootstrap table
     // in force, so its switch to the heap-profiling table did nothing: look at the rate again
