@@ -5,76 +5,52 @@
 //! jemalloc, tcmalloc or mimalloc, with glibc's C semantics whatever the backend, and counts calls per
 //! entry point and thread.
 //!
-//! Layout (a thin front over a core, after heaptrack and snmalloc):
-//! - [`exports`]: the exported C symbols, one-line forwards;
-//! - [`route`]: the entry table, one per backend and profiling setting;
-//! - [`front`]: the hot path's recording;
-//! - [`csem`]: glibc's C semantics shared by every backend;
-//! - [`backend`]: glibc, jemalloc, tcmalloc, mimalloc and the bootstrap pseudo-backend;
-//! - [`bootstrap`]: the static pool for allocations made while a backend loads;
-//! - [`init`], [`config`]: lazy start-up and the option table;
-//! - [`atfork`]: the backend's fork handlers, under glibc's fork rules;
-//! - [`tls`], [`slots`]: per-thread state and per-thread counters;
-//! - [`sys`]: errno and dlsym(RTLD_NEXT) helpers (a leaf);
-//! - [`introspect`]: mallinfo and friends for the active backend;
-//! - [`latency`], [`procfs`]: sampled latencies and /proc readings shared by reporting and trims;
-//! - [`account`]: the RSS account (live, allocator free and metadata, non-heap);
-//! - [`worker`], [`trim`], [`memlog`], [`dump`], [`textfile`]: the shim's thread and its jobs;
-//! - [`heapprof`]: sampled heap profiles by call site (pprof output);
-//! - [`reserve`]: the Rust global allocator of the .so (the backend, then a reserve: no abort
-//!   when malloc returns NULL to the shim's own code);
-//! - [`capi`]: the shim's own C API (`shim/include/mallocshim.h`).
+//! Layout: five floors, each a folder, bottom up (docs/design.md, "Layout"):
+//! - [`base`]: the leaves — errno, `environ` and mappings (`sys`), diagnostics (`diag`), the
+//!   clock, the recording vocabulary (`classes`) and the shim's own heap (`own_heap`);
+//! - [`backend`]: glibc, jemalloc, tcmalloc, mimalloc (one file and one row each) and the
+//!   backend's fork handlers;
+//! - [`hot`]: the hot path — the entry tables (`route`), the recording (`record`), glibc's C
+//!   contract (`c_contract`), per-thread state (`tls`, `slots`), the bootstrap pool, the heap
+//!   profile's recording side (`heapprof`), the dump-request mailbox, lazy start-up (`init`,
+//!   `config`);
+//! - [`cold`]: the shim's thread and its jobs — dumps, reports, pprof rendering, the RSS
+//!   account, trims, memlog, textfile, /proc readings, introspection;
+//! - [`boundary`]: every exported C symbol — the malloc family and friends (`exports`), C++'s
+//!   new and delete (`cxx`), the dump signal's handler (`signals`), the C API (`capi`).
 //!
-//! Dependencies run one way — `exports` → `route` → `front` → `csem` → `backend`; on the cold
-//! path `worker` → `dump` → `report` → `latency`, `procfs`, `sys` — except where the mutual
-//! reference is inherent: lazy start-up (`init` installs the dump signal's handler, and `signals`
-//! initialises the shim when a signal call comes first); the hot path's tables (`route` names
-//! every backend's functions, the bootstrap pool is itself a pseudo-backend with its own table,
-//! and `csem` recognises its blocks); and a thread's slot, which holds `heapprof`'s sampler state
-//! and is reached through `tls`.
+//! Arrows run down (`tests/layering.rs` checks it: the hot path never imports the cold path,
+//! a leaf imports nothing above it) except in two inherent knots: lazy start-up with the
+//! bootstrap tables (the bootstrap table's functions start initialisation; `init` installs the
+//! dump signal's handler, which initialises the shim when a signal call comes first, resolves
+//! libstdc++'s operators and publishes an entry table naming every backend's functions; the
+//! backend list still dispatches the bootstrap pool's figures), and a thread's slot, which holds
+//! `heapprof`'s sampler state and is reached through `tls`. The cold path reaches the hot path
+//! only through registered hooks where it must run from it (`hot::mailbox`'s dump writer).
 
 // Every unsafe block states why it is sound (`// SAFETY:`), and clippy holds us to it.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-mod account;
-mod atfork;
 mod backend;
-mod bootstrap;
-mod capi;
-mod classes;
-mod clock;
-mod config;
-mod csem;
-mod diag;
-mod dump;
-mod dumpbound;
-mod exports;
-mod front;
-mod heapprof;
-mod init;
-mod introspect;
-mod latency;
-mod memlog;
-mod procfs;
-mod report;
-mod reserve;
-mod route;
-mod sigearly;
-mod signals;
-mod slots;
-mod sys;
-mod textfile;
-mod tls;
-mod trim;
-mod worker;
+mod base;
+mod boundary;
+mod cold;
+mod hot;
+
+use base::{diag, own_heap};
+use boundary::capi;
+use cold::{dump, textfile, worker};
+use hot::{config, heapprof, init, tls};
 
 /// The shim's own allocations: the backend, and a reserve when it returns NULL (`reserve`).
 #[global_allocator]
-static SHIM_HEAP: reserve::ShimHeap = reserve::ShimHeap;
+static SHIM_HEAP: own_heap::ShimHeap = own_heap::ShimHeap;
 
 /// Runs when the library is loaded (`.init_array`): initialises the shim if no allocation has
 /// done so yet, so a program that never allocates still gets its configuration checked.
 extern "C" fn at_load() {
+    // A dump asked for before the shim's thread exists is written by the next sampled call.
+    hot::mailbox::register_writer(dump::write_pending);
     if init::ensure() {
         dump::check_dir();
         heapprof::main_started();
@@ -104,7 +80,7 @@ extern "C" fn at_exit() {
         dump::clear_pending();
         let _ = dump::take_waiting();
         if requested {
-            dumpbound::started(dumpbound::now_ms());
+            cold::dumpbound::started(cold::dumpbound::now_ms());
         }
         let _ = dump::write_at_exit();
     }

@@ -1,5 +1,5 @@
 //! The committed C header `shim/include/mallocshim.h` must be what cbindgen generates from
-//! `src/capi.rs` today. `MALLOCSHIM_BLESS=1` rewrites it instead of failing.
+//! `src/boundary/capi.rs` today. `MALLOCSHIM_BLESS=1` rewrites it instead of failing.
 
 use std::path::PathBuf;
 
@@ -9,7 +9,7 @@ fn committed_header_is_fresh() {
     let cfg = cbindgen::Config::from_file(root.join("shim/cbindgen.toml")).expect("read shim/cbindgen.toml");
     let bindings = cbindgen::Builder::new()
         .with_config(cfg)
-        .with_src(root.join("src/capi.rs"))
+        .with_src(root.join("src/boundary/capi.rs"))
         .generate()
         .expect("cbindgen generates the header");
     let mut fresh = Vec::new();

@@ -28,7 +28,7 @@ impl Lib {
 pub(super) unsafe fn open<const N: usize>(
     lib: &CStr,
     need: [&CStr; N],
-    why: &mut crate::diag::LineBuf,
+    why: &mut crate::base::diag::LineBuf,
 ) -> Option<(Lib, [*mut c_void; N])> {
     // SAFETY: dlopen/dlerror with a valid NUL-terminated string; dlerror's text is read before
     // any other dl call can replace it.
@@ -43,7 +43,7 @@ pub(super) unsafe fn open<const N: usize>(
                 CStr::from_ptr(e).to_bytes()
             }
         };
-        let _ = write!(why, "{}", crate::diag::Lossy(msg));
+        let _ = write!(why, "{}", crate::base::diag::Lossy(msg));
         return None;
     }
     let l = Lib(h);
@@ -54,8 +54,8 @@ pub(super) unsafe fn open<const N: usize>(
             let _ = write!(
                 why,
                 "{} has no symbol {}",
-                crate::diag::Lossy(lib.to_bytes()),
-                crate::diag::Lossy(n.to_bytes())
+                crate::base::diag::Lossy(lib.to_bytes()),
+                crate::base::diag::Lossy(n.to_bytes())
             );
             return None;
         }

@@ -1,4 +1,4 @@
-//! What a backend measures for the RSS account (`crate::account`): the [`AccountFigures`] each
+//! What a backend measures for the RSS account (`crate::cold::account`): the [`AccountFigures`] each
 //! backend file's `account()` returns, and the residency probes they share (mincore(2) over a
 //! range, one word read through process_vm_readv(2)). Each backend's own sources live in its
 //! file; this module holds no backend knowledge. Worker or dump only, under the reentrancy

@@ -87,7 +87,7 @@ unsafe fn next(name: &core::ffi::CStr) -> *mut c_void {
 ///
 /// # Safety
 /// Initialisation only (single writer before publication).
-pub(super) unsafe fn load(_lib: &core::ffi::CStr, _why: &mut crate::diag::LineBuf) -> bool {
+pub(super) unsafe fn load(_lib: &core::ffi::CStr, _why: &mut crate::base::diag::LineBuf) -> bool {
     // SAFETY: single writer (caller's contract); each pointer is transmuted to the C signature
     // glibc documents for that symbol.
     unsafe {
@@ -188,14 +188,14 @@ pub(super) unsafe fn release(pad: usize, _mode: super::Release) -> bool {
     real().malloc_trim.map(|f| unsafe { f(pad) } != 0).unwrap_or(false)
 }
 
-pub(super) unsafe fn version(out: &mut crate::diag::LineBuf) {
+pub(super) unsafe fn version(out: &mut crate::base::diag::LineBuf) {
     // SAFETY: gnu_get_libc_version returns a static NUL-terminated string.
     let v = unsafe { core::ffi::CStr::from_ptr(libc::gnu_get_libc_version()) };
     out.put(b"glibc ");
     out.put(v.to_bytes());
 }
 
-/// The account's figures (see `crate::account`): live bytes mallinfo2 `uordblks + hblkhd`;
+/// The account's figures (see `crate::cold::account`): live bytes mallinfo2 `uordblks + hblkhd`;
 /// resident, the pages of the main heap and the arena heaps found resident by mincore(2), plus
 /// the mmapped chunks (`hblkhd`: mapped on demand, so resident); no metadata figure (inside the
 /// arenas). One mallinfo2 (it walks every free chunk) gives `stats` too, as [`mem_stats`] does.

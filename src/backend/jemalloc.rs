@@ -29,9 +29,9 @@ extern "C" {
 ///
 /// # Safety
 /// Initialisation only.
-pub(super) unsafe fn load(_lib: &core::ffi::CStr, why: &mut crate::diag::LineBuf) -> bool {
-    if crate::config::env_raw(b"_RJEM_MALLOC_CONF").is_none() {
-        if let Some(conf) = crate::config::env_raw(b"MALLOC_CONF") {
+pub(super) unsafe fn load(_lib: &core::ffi::CStr, why: &mut crate::base::diag::LineBuf) -> bool {
+    if crate::base::sys::env_raw(b"_RJEM_MALLOC_CONF").is_none() {
+        if let Some(conf) = crate::base::sys::env_raw(b"MALLOC_CONF") {
             // SAFETY: jemalloc has not initialised (this is the only path that first calls it) and
             // `conf` points into `environ`, which lives as long as the process.
             unsafe { core::ptr::addr_of_mut!(RJEM_MALLOC_CONF).write(conf) };
@@ -130,7 +130,7 @@ pub(super) unsafe fn mem_stats() -> MemStats {
     MemStats { allocated, resident, free: resident.saturating_sub(allocated) }
 }
 
-/// The account's figures (see `crate::account`): live `stats.allocated`, resident
+/// The account's figures (see `crate::cold::account`): live `stats.allocated`, resident
 /// `stats.resident`, metadata `stats.metadata`, all as of one `epoch` refresh.
 pub(super) fn account() -> super::AccountFigures {
     // SAFETY: the backend is loaded (the account is measured only once the shim is ready).
@@ -166,7 +166,7 @@ pub unsafe fn mallctl(
     unsafe { je::mallctl(name, oldp, oldlenp, newp, newlen) }
 }
 
-pub(super) unsafe fn version(out: &mut crate::diag::LineBuf) {
+pub(super) unsafe fn version(out: &mut crate::base::diag::LineBuf) {
     out.put(b"jemalloc ");
     // The crate's string keeps jemalloc's trailing NUL.
     out.put(tikv_jemalloc_ctl::version::read().unwrap_or("?").trim_end_matches('\0').as_bytes());

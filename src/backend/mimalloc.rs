@@ -115,7 +115,7 @@ fn mi() -> &'static Mi {
 ///
 /// # Safety
 /// Initialisation only, under the reentrancy guard.
-pub(super) unsafe fn load(lib: &CStr, why: &mut crate::diag::LineBuf) -> bool {
+pub(super) unsafe fn load(lib: &CStr, why: &mut crate::base::diag::LineBuf) -> bool {
     let need =
         [c"mi_malloc", c"mi_calloc", c"mi_realloc", c"mi_malloc_aligned_at", c"mi_free", c"mi_usable_size"];
     // SAFETY: forwarded contract (initialisation, under the reentrancy guard).
@@ -277,13 +277,13 @@ pub fn segment_cookie() -> Option<(usize, u64)> {
 /// (They read 32 MiB = committed whatever the program held: issue 21.)
 pub(super) unsafe fn mem_stats() -> MemStats {
     let c = committed();
-    match crate::account::shim_live(c) {
+    match crate::cold::account::shim_live(c) {
         Some(live) => MemStats { allocated: live, resident: c, free: c - live },
         None => MemStats { allocated: c, resident: c, free: c },
     }
 }
 
-/// The account's figures (see `crate::account`): no live figure (mimalloc counts none: the
+/// The account's figures (see `crate::cold::account`): no live figure (mimalloc counts none: the
 /// account takes the heap profile's estimate, else counts its resident bytes as live);
 /// resident, the pages of its segments found resident by mincore(2), else (no segment
 /// recognised, or process_vm_readv refused by a seccomp filter) its committed bytes; no
@@ -337,7 +337,7 @@ pub(super) unsafe fn release(_pad: usize, _mode: Release) -> bool {
 }
 
 /// `mimalloc <major>.<minor>.<patch>` from `mi_version()` (e.g. 209 is 2.0.9).
-pub(super) unsafe fn version(out: &mut crate::diag::LineBuf) {
+pub(super) unsafe fn version(out: &mut crate::base::diag::LineBuf) {
     use core::fmt::Write;
     match mi().version {
         Some(f) => {

@@ -7,6 +7,7 @@
 //! Backend calls take already-validated arguments: C semantics (errno, overflow, alignment,
 //! realloc edge cases) live in `csem`, never here.
 
+pub mod atfork;
 mod dl;
 mod figures;
 pub mod glibc;
@@ -104,7 +105,7 @@ macro_rules! define_backends {
         ///
         /// # Safety
         /// Initialisation only, under the reentrancy guard.
-        unsafe fn load_one(want: Backend, lib: &CStr, why: &mut crate::diag::LineBuf) -> bool {
+        unsafe fn load_one(want: Backend, lib: &CStr, why: &mut crate::base::diag::LineBuf) -> bool {
             // SAFETY: forwarded contract.
             unsafe {
                 match want {
@@ -121,12 +122,12 @@ macro_rules! define_backends {
             unsafe {
                 match active() {
                     $(Backend::$variant => $module::mem_stats(),)*
-                    Backend::Bootstrap => crate::bootstrap::mem_stats(),
+                    Backend::Bootstrap => crate::hot::bootstrap::mem_stats(),
                 }
             }
         }
 
-        /// Reads the active backend's figures for the RSS account (`crate::account`): each
+        /// Reads the active backend's figures for the RSS account (`crate::cold::account`): each
         /// backend says in its own file where they come from. Reads /proc and probes residency:
         /// worker or dump only, under the reentrancy guard.
         pub fn account_figures() -> AccountFigures {
@@ -146,19 +147,19 @@ macro_rules! define_backends {
             unsafe {
                 match active() {
                     $(Backend::$variant => $module::release(pad, mode),)*
-                    Backend::Bootstrap => crate::bootstrap::release(pad, mode),
+                    Backend::Bootstrap => crate::hot::bootstrap::release(pad, mode),
                 }
             }
         }
 
         /// The backend's name and version, e.g. `glibc 2.36`, `jemalloc 5.3.0-...`,
         /// `tcmalloc gperftools 2.10`, `mimalloc 2.0.9`.
-        pub fn version(out: &mut crate::diag::LineBuf) {
+        pub fn version(out: &mut crate::base::diag::LineBuf) {
             // SAFETY: the backend is loaded (called only once the shim is ready).
             unsafe {
                 match active() {
                     $(Backend::$variant => $module::version(out),)*
-                    Backend::Bootstrap => crate::bootstrap::version(out),
+                    Backend::Bootstrap => crate::hot::bootstrap::version(out),
                 }
             }
         }
@@ -278,24 +279,25 @@ pub fn publish(b: Backend) {
 /// Must be called only by the initialising thread, before the shim is published as ready.
 pub unsafe fn load(want: Backend, lib: &CStr) -> Backend {
     let lib = if lib.is_empty() { want.default_lib() } else { lib };
-    let mut why = crate::diag::LineBuf::new();
+    let mut why = crate::base::diag::LineBuf::new();
     // SAFETY: initialisation-time calls, single thread (caller's contract).
     let ok = unsafe {
-        glibc::load(c"", &mut why) && crate::atfork::loading_backend(|| load_one(want, lib, &mut why))
+        glibc::load(c"", &mut why)
+            && crate::backend::atfork::loading_backend(|| load_one(want, lib, &mut why))
     };
     if ok {
         return want;
     }
-    crate::shim_warn!(
+    crate::base::diag::warn!(
         "backend {} could not be loaded ({}); continuing with glibc",
         want.name(),
-        crate::diag::Lossy(why.as_bytes())
+        crate::base::diag::Lossy(why.as_bytes())
     );
     Backend::Glibc
 }
 
-/// One backend's raw operations, with the facts about them that [`crate::csem`] needs to give
-/// glibc's semantics at the lowest cost. [`crate::route`] builds one entry table per backend
+/// One backend's raw operations, with the facts about them that [`crate::hot::c_contract`] needs to give
+/// glibc's semantics at the lowest cost. [`crate::hot::route`] builds one entry table per backend
 /// from these, so the hot path never branches on which backend is active.
 /// Arguments are already validated by `csem`; no implementation sets errno on purpose.
 pub trait Raw {

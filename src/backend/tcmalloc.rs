@@ -72,7 +72,7 @@ fn tc() -> &'static Tc {
 ///
 /// # Safety
 /// Initialisation only, under the reentrancy guard.
-pub(super) unsafe fn load(path: &CStr, why: &mut crate::diag::LineBuf) -> bool {
+pub(super) unsafe fn load(path: &CStr, why: &mut crate::base::diag::LineBuf) -> bool {
     let need = [c"tc_malloc", c"tc_calloc", c"tc_realloc", c"tc_memalign", c"tc_free", c"tc_malloc_size"];
     // SAFETY: forwarded contract (initialisation, under the reentrancy guard).
     let Some((l, p)) = (unsafe { super::dl::open(path, need, why) }) else {
@@ -167,7 +167,7 @@ pub(super) unsafe fn mem_stats() -> MemStats {
     }
 }
 
-/// The account's figures (see `crate::account`): live `generic.current_allocated_bytes`;
+/// The account's figures (see `crate::cold::account`): live `generic.current_allocated_bytes`;
 /// resident `generic.total_physical_bytes` (at least the mapped heap); metadata what is
 /// physical beyond the mapped heap, `generic.total_physical_bytes - (generic.heap_size -
 /// tcmalloc.pageheap_unmapped_bytes)`.
@@ -195,7 +195,7 @@ pub(super) unsafe fn release(_pad: usize, _mode: super::Release) -> bool {
     }
 }
 
-pub(super) unsafe fn version(out: &mut crate::diag::LineBuf) {
+pub(super) unsafe fn version(out: &mut crate::base::diag::LineBuf) {
     match tc().version {
         Some(f) => {
             // SAFETY: tc_version accepts NULL out-pointers and returns a static string.

@@ -1,0 +1,111 @@
+//! Leaf helpers over libc shared by several rooms: errno (read and set, and its fixed offset
+//! from the thread pointer, which lets the hot path keep errno around a backend's free without a
+//! call), the thread pointer itself, `environ` lookups ([`env_raw`]), and the anonymous mapping behind the shim's own tables
+//! (slots, heap-profile tables, reserve). Imports nothing of the shim; never allocates, locks or
+//! fails.
+
+use core::ffi::c_int;
+use core::sync::atomic::Ordering;
+
+#[inline(always)]
+pub fn errno() -> c_int {
+    // SAFETY: __errno_location returns this thread's errno slot.
+    unsafe { *libc::__errno_location() }
+}
+
+#[inline(always)]
+pub fn set_errno(e: c_int) {
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = e }
+}
+
+/// Offset of glibc's `errno` from the thread pointer. libc's TLS block is in the static TLS
+/// area, at the same offset from the thread pointer in every thread (what initial-exec TLS relies
+/// on), so one reading at start-up gives every thread's errno without a call.
+#[cfg(target_arch = "x86_64")]
+static ERRNO_TPOFF: core::sync::atomic::AtomicIsize = core::sync::atomic::AtomicIsize::new(0);
+
+/// The thread pointer (`%fs:0`, the TCB's self-pointer on x86-64 glibc).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub fn thread_pointer() -> usize {
+    let p: usize;
+    // SAFETY: `%fs:0` holds the thread's TCB address for the life of the thread.
+    unsafe {
+        core::arch::asm!("mov {p}, qword ptr fs:[0]", p = out(reg) p, options(nostack, pure, readonly));
+    }
+    p
+}
+
+/// Records errno's offset from the thread pointer (initialisation, before any backend runs).
+pub fn init_errno() {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: __errno_location returns this thread's errno slot.
+        let e = unsafe { libc::__errno_location() } as isize;
+        ERRNO_TPOFF.store(e.wrapping_sub(thread_pointer() as isize), Ordering::Relaxed);
+    }
+}
+
+/// This thread's errno slot, without a call (x86-64; `__errno_location` elsewhere).
+#[inline(always)]
+pub fn errno_slot() -> *mut c_int {
+    #[cfg(target_arch = "x86_64")]
+    {
+        (thread_pointer() as isize).wrapping_add(ERRNO_TPOFF.load(Ordering::Relaxed)) as *mut c_int
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: __errno_location returns this thread's errno slot.
+    unsafe {
+        libc::__errno_location()
+    }
+}
+
+/// A fresh anonymous private read-write mapping of `bytes` (zero-filled), or null when mmap
+/// fails. `noreserve` adds `MAP_NORESERVE` (no swap reserved: address space that is touched as it
+/// fills). Never calls an allocator.
+pub fn map_anon(bytes: usize, noreserve: bool) -> *mut core::ffi::c_void {
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | if noreserve { libc::MAP_NORESERVE } else { 0 };
+    // SAFETY: an anonymous mapping with no address hint; the result is checked for MAP_FAILED.
+    let m =
+        unsafe { libc::mmap(core::ptr::null_mut(), bytes, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
+    if m == libc::MAP_FAILED {
+        core::ptr::null_mut()
+    } else {
+        m
+    }
+}
+
+extern "C" {
+    static environ: *const *const libc::c_char;
+}
+
+/// The value of environment variable `name` as the NUL-terminated string inside `environ` (valid
+/// for the process's life unless the program rewrites its environment); None when unset or, as
+/// `secure_getenv` does, in a secure-execution process. No allocation, no lock.
+pub fn env_raw(name: &[u8]) -> Option<*const libc::c_char> {
+    // SAFETY: getauxval does not allocate.
+    if unsafe { libc::getauxval(libc::AT_SECURE) } != 0 {
+        return None;
+    }
+    // SAFETY: `environ` is the NUL-terminated array libc set up before any constructor ran.
+    let mut ep = unsafe { environ };
+    if ep.is_null() {
+        return None;
+    }
+    loop {
+        // SAFETY: `ep` walks the array until its NULL terminator.
+        let e = unsafe { *ep };
+        if e.is_null() {
+            return None;
+        }
+        // SAFETY: `e` was not the terminator, so the next element is still in the array.
+        ep = unsafe { ep.add(1) };
+        // SAFETY: each entry is a NUL-terminated C string.
+        let entry = unsafe { core::ffi::CStr::from_ptr(e) }.to_bytes();
+        if entry.len() > name.len() && entry.starts_with(name) && entry[name.len()] == b'=' {
+            // SAFETY: the value starts after `name=`, inside the same C string.
+            return Some(unsafe { e.add(name.len() + 1) });
+        }
+    }
+}

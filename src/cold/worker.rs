@@ -1,0 +1,421 @@
+//! The shim's own thread: created with every signal blocked, it sleeps in poll() on a pipe and
+//! runs three jobs: a dump when woken (by the dump signal's handler, which only writes one byte:
+//! async-signal-safe) and every `MALLOCSHIM_DUMP_INTERVAL_S`; a trim every
+//! `MALLOCSHIM_TRIM_INTERVAL_MS` (`trim::periodic`); a memlog line every
+//! `MALLOCSHIM_MEMLOG_INTERVAL_MS`; the ceiling and pressure checks (`trim::watch`) every
+//! `trim::WATCH_MS` when `MALLOCSHIM_TRIM_ABOVE_RSS` or `MALLOCSHIM_TRIM_ON_PRESSURE` is set; the
+//! Prometheus textfile every `MALLOCSHIM_PROM_INTERVAL_S` (`textfile`); each second, until fd 2
+//! is seen reopened onto another file, the check that writes the start-up lines again there
+//! (`diag::replay_if_stderr_moved`). A burst of wake-ups while
+//! a dump runs is drained into one more dump, at most one per `MALLOCSHIM_DUMP_MIN_INTERVAL_MS`
+//! (`dumpbound`; a request inside the interval is written at its end). Its allocations bypass
+//! recording (its guard is always set).
+//! The thread starts when the program creates its first thread (the shim interposes
+//! `pthread_create`), never in a single-threaded process: a second thread would make glibc's
+//! fork take every arena lock, and a fork from a signal handler that interrupted malloc would
+//! then deadlock. Until then a dump request waits in `dump`'s mailbox and is written by the
+//! requesting thread at its next sampled allocator call (or at exit); trims and memlog lines
+//! start with the worker. The worker registers its pipe with `dump::set_waker`, so `dump` never
+//! calls back into this module.
+//! Fork: a child is a new program. Its handler (async-signal-safe) closes the inherited pipe and
+//! memlog (a signal to the child must not dump the parent), resets the dump flag and numbering,
+//! and starts no thread: the child's worker starts as a new program's does, when the child
+//! creates its first thread, and until then its dump requests go through `dump`'s mailbox. (The
+//! child used to start its worker in the handler: a `clone` and the start-up handshake in every
+//! child before it could exec or exit, which made fork+wait several times slower and livelocked
+//! a program forking from a 300 µs SIGALRM handler: the interrupted fork, restarted, never
+//! finished within the timer's period.) The worker holds no lock across fork and its handler is
+//! a child handler only (the backend's prepare handlers are `atfork`'s).
+//! Start-up handshake: `spawn` waits (at most `READY_WAIT_NS`) until the new worker has made its
+//! first allocator calls, so that the backend's per-thread set-up for it (jemalloc's tsd, thread
+//! cache and arena choice, which may create an arena) happens while the program that created
+//! it still has memory. Without the wait the program's thread could exhaust an address-space
+//! limit first, and jemalloc 5.3 dereferences NULL when a new thread's arena cannot be created
+//! (`arena_choose_impl` after `arena_choose_hard` fails): a crash the program did not cause. The
+//! worker is a plain POSIX thread, not a `std::thread` (whose start takes the loader's lock, held
+//! by a program creating its first thread from a library constructor), and the wait is bounded
+//! all the same.
+
+use crate::hot::tls::{self, Reentry};
+use core::ffi::{c_int, c_void};
+use core::sync::atomic::{AtomicBool, AtomicI32, Ordering::*};
+
+static WAKE_RD: AtomicI32 = AtomicI32::new(-1);
+static WAKE_WR: AtomicI32 = AtomicI32::new(-1);
+static STARTED: AtomicBool = AtomicBool::new(false);
+static ATFORK: AtomicBool = AtomicBool::new(false);
+/// This process is a forked child (its memlog needs `%p` in the path, see `memlog`).
+static CHILD: AtomicBool = AtomicBool::new(false);
+/// Set by the worker once its first allocator calls are done (see the module doc).
+static READY: AtomicBool = AtomicBool::new(false);
+/// How long `spawn` waits for `READY`: far above a thread's start (tens of µs), short enough
+/// to be harmless when the creator holds a lock the worker's start needs.
+const READY_WAIT_NS: u64 = 100_000_000;
+/// The program is creating a thread (`pthread_create`): start the worker first.
+pub fn on_thread_create() {
+    if STARTED.load(Relaxed) || !LOADED.load(Relaxed) || !wanted() || STARTED.swap(true, AcqRel) {
+        return;
+    }
+    spawn();
+}
+
+/// Set once the library constructor has run (the configuration is read).
+static LOADED: AtomicBool = AtomicBool::new(false);
+
+/// True when the configuration gives the worker anything to do.
+fn wanted() -> bool {
+    let c = crate::hot::config::get();
+    c.dump_signal != 0
+        || c.dump_interval_s != 0
+        || c.trim_interval_ms != 0
+        || c.trim_above_rss != 0
+        || c.trim_on_pressure != 0
+        || !crate::hot::config::cstr_bytes(&c.memlog).is_empty()
+        || crate::cold::textfile::active()
+        || crate::base::diag::replay_pending()
+}
+
+/// From the library constructor, after initialisation: arms the worker, which starts with the
+/// program's first thread.
+pub fn start() {
+    LOADED.store(true, Release);
+    if !ATFORK.swap(true, AcqRel) {
+        // Registered after the backend's own handlers, so it runs after they have unlocked the
+        // child's heap.
+        crate::backend::atfork::register_child(after_fork_child);
+    }
+}
+
+fn spawn() {
+    let _g = Reentry::enter();
+    let mut fds = [0; 2];
+    // SAFETY: a valid two-int array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {
+        crate::base::diag::warn!("cannot create the worker's pipe: no dumps on signal, no trims");
+        return;
+    }
+    WAKE_RD.store(fds[0], Relaxed);
+    WAKE_WR.store(fds[1], Relaxed);
+    crate::cold::dump::set_waker(fds[1]);
+    crate::cold::memlog::open(CHILD.load(Relaxed));
+    // SAFETY: sigset operations on local, initialised sets; the old mask is restored below.
+    unsafe {
+        let mut all: libc::sigset_t = core::mem::zeroed();
+        let mut old: libc::sigset_t = core::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        READY.store(false, Relaxed);
+        let r = create_detached();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
+        if r != 0 {
+            crate::base::diag::warn!("cannot start the worker thread: no dumps on signal, no trims");
+            return;
+        }
+    }
+    wait_ready();
+}
+
+/// Stack of the worker thread (std's default for its threads).
+const STACK_BYTES: usize = 2 << 20;
+
+/// Creates the worker as a detached POSIX thread named `mallocshim`; returns pthread_create's
+/// error number (0 on success). Not `std::thread`: std's start-up registers a thread-local
+/// destructor (`__cxa_thread_atexit_impl`, which takes the loader's lock) before the thread's
+/// function runs, and the start-up handshake must not wait on a lock the creator may hold.
+///
+/// # Safety
+/// Called with the signal mask the worker must inherit (every signal blocked).
+unsafe fn create_detached() -> c_int {
+    extern "C" fn start(_: *mut c_void) -> *mut c_void {
+        // SAFETY: naming the calling thread (prctl for the thread itself: no file, no allocation).
+        unsafe { libc::pthread_setname_np(libc::pthread_self(), c"mallocshim".as_ptr()) };
+        run();
+        core::ptr::null_mut()
+    }
+    // SAFETY: a local attribute object, initialised, used for one pthread_create, destroyed.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+        if libc::pthread_attr_init(&mut attr) != 0 {
+            return libc::EAGAIN;
+        }
+        libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
+        libc::pthread_attr_setstacksize(&mut attr, STACK_BYTES);
+        let mut t: libc::pthread_t = 0;
+        let rc = libc::pthread_create(&mut t, &attr, start, core::ptr::null_mut());
+        libc::pthread_attr_destroy(&mut attr);
+        rc
+    }
+}
+
+/// Waits, at most `READY_WAIT_NS`, for the new worker's `READY`.
+fn wait_ready() {
+    let deadline = crate::base::clock::mono_ns().saturating_add(READY_WAIT_NS);
+    while !READY.load(Acquire) && crate::base::clock::mono_ns() < deadline {
+        let ts = libc::timespec { tv_sec: 0, tv_nsec: 20_000 };
+        // SAFETY: a valid timespec; an interrupted sleep just loops.
+        unsafe { libc::nanosleep(&ts, core::ptr::null_mut()) };
+    }
+}
+
+/// Fork child handler: async-signal-safe (loads, stores, close). A child is a new program: it
+/// closes the parent's pipe and memlog and starts no thread here; its worker starts, as a new
+/// program's does, when it creates its first thread. Writes only what changes: each page it
+/// writes costs the child a copy, and most children exec or exit at once.
+unsafe extern "C" fn after_fork_child() {
+    if !CHILD.load(Relaxed) {
+        CHILD.store(true, Relaxed);
+    }
+    for a in [&WAKE_RD, &WAKE_WR] {
+        if a.load(Relaxed) >= 0 {
+            let fd = a.swap(-1, Relaxed);
+            // SAFETY: closing a descriptor this module owns.
+            unsafe { libc::close(fd) };
+        }
+    }
+    crate::cold::memlog::after_fork_child();
+    crate::cold::dump::after_fork_child();
+    crate::cold::textfile::after_fork_child();
+    if STARTED.load(Relaxed) {
+        STARTED.store(false, Relaxed);
+    }
+    // A request the parent had not answered yet is the child's to answer too: through the
+    // mailbox (the child's next recorded call, or its worker once it has one).
+    crate::cold::dump::repost_pending();
+}
+
+/// One periodic job: its period (0 = off) and next deadline, in ms of CLOCK_MONOTONIC.
+struct Job {
+    every: u64,
+    next: u64,
+}
+
+impl Job {
+    fn new(every: u64, now: u64) -> Job {
+        Job { every, next: now + every }
+    }
+
+    /// True (and re-armed) when due.
+    fn due(&mut self, now: u64) -> bool {
+        if self.every == 0 || now < self.next {
+            return false;
+        }
+        // Skip missed periods instead of running a backlog, staying on the grid; a late run
+        // also skips a grid point less than half a period away (a run 19 ms late on a 20 ms
+        // period would otherwise be followed 1 ms later by a line with the same figures).
+        self.next += self.every * ((now - self.next) / self.every + 1);
+        if self.next - now < self.every.div_ceil(2) {
+            self.next += self.every;
+        }
+        true
+    }
+
+    fn wait(&self, now: u64) -> Option<u64> {
+        (self.every != 0).then(|| self.next.saturating_sub(now))
+    }
+}
+
+fn now_ms() -> u64 {
+    crate::base::clock::mono_ns() / 1_000_000
+}
+
+// Long (86 lines): the worker's one loop — a poll(2) on the wake-up pipe with the nearest
+// deadline, then each periodic duty in turn (dump, trim, ceiling, pressure, memlog, textfile);
+// the deadlines are its locals, shared by the duties.
+fn run() {
+    // SAFETY: this thread's TLS: everything it allocates goes straight to the backend.
+    unsafe { (*tls::state()).guard = 1 };
+    // The backend's per-thread set-up for this thread, now (module doc: start-up handshake).
+    // SAFETY: a malloc/free pair through the interposed entry points, under this thread's guard
+    // (black_box: the compiler removes an unused malloc/free pair).
+    unsafe { libc::free(core::hint::black_box(libc::malloc(64))) };
+    READY.store(true, Release);
+    let cfg = crate::hot::config::get();
+    let now = now_ms();
+    let mut dump = Job::new(cfg.dump_interval_s.saturating_mul(1000), now);
+    let mut trim = Job::new(cfg.trim_interval_ms, now);
+    let mut memlog = Job::new(if crate::cold::memlog::active() { cfg.memlog_interval_ms } else { 0 }, now);
+    let watching = cfg.trim_above_rss != 0 || cfg.trim_on_pressure != 0;
+    let mut watch = Job::new(if watching { crate::cold::trim::WATCH_MS } else { 0 }, now);
+    let mut watch_state = crate::cold::trim::Watch::default();
+    if memlog.every != 0 {
+        crate::cold::memlog::sample();
+    }
+    let mut textfile = Job::new(
+        if crate::cold::textfile::active() { cfg.prom_interval_s.saturating_mul(1000) } else { 0 },
+        now,
+    );
+    if textfile.every != 0 {
+        crate::cold::textfile::write();
+    }
+    // Start-up lines written again once fd 2 is reopened elsewhere (a server's error log).
+    let mut restderr = Job::new(if crate::base::diag::replay_pending() { 1000 } else { 0 }, now);
+    crate::base::diag::replay_if_stderr_moved();
+    // A request made before this thread existed.
+    let mut asked = crate::cold::dump::take_waiting();
+    loop {
+        let rd = WAKE_RD.load(Relaxed);
+        if rd < 0 {
+            return;
+        }
+        let now = now_ms();
+        let timeout = [
+            dump.wait(now),
+            trim.wait(now),
+            memlog.wait(now),
+            watch.wait(now),
+            textfile.wait(now),
+            restderr.wait(now),
+            crate::cold::dump::deferred_wait(now),
+            asked.then_some(0),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .map(|w| w.min(i32::MAX as u64) as i32)
+        .unwrap_or(-1);
+        let mut p = libc::pollfd { fd: rd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut p, 1, timeout) };
+        if n > 0 {
+            let mut buf = [0u8; 256];
+            // Drain every pending request: a burst is one dump (`dumpbound` rate-limits them).
+            // SAFETY: reading into a local buffer from our non-blocking pipe.
+            while unsafe { libc::read(rd, buf.as_mut_ptr().cast(), buf.len()) } > 0 {
+                asked = true;
+            }
+        }
+        // Each job reads the clock itself: a trim can take tens of ms, and a job re-armed from a
+        // stale time would run again at once.
+        if trim.due(now_ms()) {
+            let _ = crate::cold::trim::periodic();
+        }
+        let t = now_ms();
+        if watch.due(t) {
+            crate::cold::trim::watch(&mut watch_state, t);
+        }
+        if memlog.due(now_ms()) {
+            crate::cold::memlog::sample();
+        }
+        if textfile.due(now_ms()) {
+            crate::cold::textfile::write();
+        }
+        if restderr.due(now_ms()) {
+            crate::base::diag::replay_if_stderr_moved();
+            if !crate::base::diag::replay_pending() {
+                restderr.every = 0;
+            }
+        }
+        // A requested dump also stands for a periodic one due at the same time.
+        let t = now_ms();
+        let periodic = dump.due(t);
+        if crate::cold::dump::requested_due(core::mem::take(&mut asked), t) {
+            crate::cold::dump::write_requested(t);
+        } else if periodic {
+            let _ = crate::cold::dump::write_all();
+        }
+    }
+}
+
+/// What the interposed `pthread_create` hands its trampoline: the program's start routine and
+/// argument, and who created the thread when.
+struct Start {
+    start: extern "C" fn(*mut c_void) -> *mut c_void,
+    arg: *mut c_void,
+    creator_tid: u32,
+    unix_ms: u64,
+    /// Created by the shim's own code (its worker): no slot, no record.
+    own: bool,
+}
+
+/// The new thread's first frame: records its start routine, creator and start time in the
+/// thread's recording slot (claimed now, under the guard), then runs the program's routine.
+extern "C" fn trampoline(p: *mut c_void) -> *mut c_void {
+    let st = {
+        let _g = Reentry::enter();
+        // SAFETY: `p` is the block `pthread_create` wrote for this thread alone; read once, freed.
+        let st = unsafe {
+            let v = core::ptr::read(p as *const Start);
+            libc::free(p);
+            v
+        };
+        if !st.own && crate::hot::init::ready() && crate::hot::config::get().profile {
+            // SAFETY: this thread's TLS block; a new thread has no slot yet.
+            let slot = unsafe {
+                let ts = tls::state();
+                if (*ts).slot.is_null() {
+                    crate::hot::slots::claim(ts)
+                } else {
+                    (*ts).slot
+                }
+            };
+            if slot != crate::hot::slots::exited_ptr() {
+                // SAFETY: the slot this thread just claimed; it lives for the process's life.
+                let s = unsafe { &*slot };
+                s.start_routine.store(st.start as usize, Relaxed);
+                s.creator_tid.store(st.creator_tid, Relaxed);
+                s.start_unix_ms.store(st.unix_ms, Relaxed);
+                crate::hot::heapprof::thread_started(s);
+            }
+        }
+        st
+    };
+    (st.start)(st.arg)
+}
+
+type PthreadCreateFn = unsafe extern "C" fn(
+    *mut libc::pthread_t,
+    *const libc::pthread_attr_t,
+    extern "C" fn(*mut c_void) -> *mut c_void,
+    *mut c_void,
+) -> c_int;
+static REAL_PTHREAD_CREATE: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+
+/// The interposed `pthread_create`: starts the worker before the program's first thread, then
+/// forwards to glibc's with a trampoline that records the thread's start routine, creator and
+/// start time (one small block allocated under the guard, freed by the new thread). When that
+/// block cannot be had, the call is forwarded unchanged. (The worker's own creation comes back
+/// here and is forwarded.)
+///
+/// # Safety
+/// pthread_create's contract.
+pub unsafe fn pthread_create(
+    t: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    start: extern "C" fn(*mut c_void) -> *mut c_void,
+    arg: *mut c_void,
+) -> c_int {
+    on_thread_create();
+    let f = crate::hot::real::next(&REAL_PTHREAD_CREATE, c"pthread_create");
+    if f == 0 {
+        return libc::EAGAIN;
+    }
+    // SAFETY: glibc's pthread_create, resolved by name.
+    let real = unsafe { core::mem::transmute::<usize, PthreadCreateFn>(f) };
+    let own = tls::guarded();
+    let boxed = {
+        let _g = Reentry::enter();
+        // SAFETY: gettid has no preconditions.
+        let creator_tid = unsafe { libc::gettid() } as u32;
+        let s = Start { start, arg, creator_tid, unix_ms: crate::cold::procfs::unix_ms(), own };
+        // SAFETY: a fresh block of the size of `Start` (malloc aligns to 16), written once.
+        unsafe {
+            let b = libc::malloc(core::mem::size_of::<Start>()) as *mut Start;
+            if !b.is_null() {
+                b.write(s);
+            }
+            b
+        }
+    };
+    if boxed.is_null() {
+        // SAFETY: glibc's pthread_create with the caller's arguments, unchanged.
+        return unsafe { real(t, attr, start, arg) };
+    }
+    // SAFETY: glibc's pthread_create with the caller's thread and attributes.
+    let rc = unsafe { real(t, attr, trampoline, boxed.cast()) };
+    if rc != 0 {
+        let _g = Reentry::enter();
+        // SAFETY: the thread was not created: the block is still ours.
+        unsafe { libc::free(boxed.cast()) };
+    }
+    rc
+}

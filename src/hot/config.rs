@@ -1,0 +1,567 @@
+//! The configuration table: one row per `MALLOCSHIM_*` variable (name, default, one-line doc) and
+//! the parsed [`Config`]. Read once, at lazy initialisation, straight from `environ` (no getenv, no
+//! allocation). A bad value gives one `mallocshim:` line naming the variable, the value and the
+//! default kept; an unknown `MALLOCSHIM_*` variable gives one line too. Path-valued variables are
+//! ignored in secure-execution processes (AT_SECURE), as `secure_getenv` would.
+//! Must not allocate: it runs before any backend exists.
+
+use crate::backend::{Backend, Release};
+use crate::base::diag::LineBuf;
+use core::cell::UnsafeCell;
+use mallocshim_format::formats;
+
+/// Longest path accepted for path-valued variables, in bytes.
+pub const PATH_MAX: usize = 512;
+
+/// The effective configuration. Written once during initialisation, read-only afterwards.
+#[derive(Clone, Copy)]
+pub struct Config {
+    pub backend: Backend,
+    /// NUL-terminated library path for the tcmalloc backend.
+    pub tcmalloc_lib: [u8; PATH_MAX],
+    pub profile: bool,
+    /// 0 quiet; 1 the table at start and a summary at exit; 2 also one line per trim.
+    pub verbose: u8,
+    /// Time 1 call in this many per thread (1 = every call).
+    pub sample_every: u32,
+    /// Signal that requests a dump; 0 = none.
+    pub dump_signal: i32,
+    /// Seconds between periodic dumps; 0 = off.
+    pub dump_interval_s: u64,
+    /// Write one dump at exit.
+    pub dump_at_exit: bool,
+    /// Minimum milliseconds between signal-requested dumps; 0 = no limit.
+    pub dump_min_interval_ms: u64,
+    /// Dumps of this process kept in the dump directory; 0 = all.
+    pub dump_keep: u32,
+    /// NUL-terminated dump directory; empty = `$TMPDIR` or `/tmp`, resolved when dumping.
+    pub dump_dir: [u8; PATH_MAX],
+    /// Bit set of dump formats (`formats::Fmt::bit`).
+    pub dump_formats: u8,
+    /// Milliseconds between periodic trims; 0 = off.
+    pub trim_interval_ms: u64,
+    /// A periodic trim is skipped while the backend holds fewer free bytes than this.
+    pub trim_min_bytes: u64,
+    /// How trims ask the backend to release (jemalloc: `arena.<all>.purge` or `.decay`).
+    pub release: Release,
+    /// Trim whenever RSS is above this many bytes; 0 = off.
+    pub trim_above_rss: u64,
+    /// Trim when PSI `some avg10` reaches this percentage; 0 = off.
+    pub trim_on_pressure: u32,
+    /// NUL-terminated memlog path (`%p` = pid); empty = off.
+    pub memlog: [u8; PATH_MAX],
+    /// Milliseconds between memlog lines.
+    pub memlog_interval_ms: u64,
+    /// Mean bytes between heap-profile samples; 0 = off.
+    pub prof_sample_bytes: u64,
+    /// Heap-profile stacks by frame pointers only (`MALLOCSHIM_PROF_UNWIND=fp`).
+    pub prof_unwind_fp: bool,
+    /// NUL-terminated Prometheus textfile directory; empty = off.
+    pub prom_textfile_dir: [u8; PATH_MAX],
+    /// Seconds between textfile writes.
+    pub prom_interval_s: u64,
+    /// Permission bits of the textfile (a subset of 0666).
+    pub prom_file_mode: u32,
+    /// NUL-terminated `instance` label value; empty = the pid.
+    pub instance: [u8; INSTANCE_MAX],
+}
+
+/// Longest `MALLOCSHIM_INSTANCE` accepted, in bytes (plus the NUL).
+pub const INSTANCE_MAX: usize = 65;
+
+/// How a row's value is read and shown: the kind says what the variable holds; rows of the
+/// common kinds are one line, the others name their own parser and printer.
+pub enum Kind {
+    /// A switch (1, 0, on, off, yes, no, true, false), shown as `shown[0]` (off) or `shown[1]`.
+    Switch { set: fn(&mut Config, bool), get: fn(&Config) -> bool, shown: [&'static str; 2] },
+    /// A whole number in `min..=max`; `expected` names the range in the bad-value line.
+    Number { set: fn(&mut Config, u64), get: fn(&Config) -> u64, min: u64, max: u64, expected: &'static str },
+    /// A path shorter than [`PATH_MAX`], ignored in a secure-execution process; the value
+    /// `unset` (when not empty) clears it and is how an empty path is shown.
+    Path { get: fn(&mut Config) -> &mut [u8; PATH_MAX], show: fn(&Config) -> &[u8], unset: &'static str },
+    /// Its own parser (`Err` says what was expected) and printer.
+    Other { parse: fn(&[u8], &mut Config) -> Result<(), &'static str>, show: fn(&Config, &mut LineBuf) },
+}
+
+/// `switch!(field, "off", "on")`: a [`Kind::Switch`] on a `bool` field.
+macro_rules! switch {
+    ($f:ident, $off:literal, $on:literal) => {
+        Kind::Switch { set: |c, b| c.$f = b, get: |c| c.$f, shown: [$off, $on] }
+    };
+}
+
+/// `number!(field, MIN, MAX)`: a [`Kind::Number`] whose bad-value line says "a whole number from
+/// MIN to MAX" (or the given text).
+macro_rules! number {
+    ($f:ident, $min:literal, $max:literal) => {
+        number!($f, $min, $max, concat!("a whole number from ", $min, " to ", $max))
+    };
+    ($f:ident, $min:literal, $max:literal, $expected:expr) => {
+        Kind::Number {
+            set: |c, n| c.$f = n as _,
+            get: |c| c.$f as u64,
+            min: $min,
+            max: $max,
+            expected: $expected,
+        }
+    };
+}
+
+/// `path!(field, "unset")`: a [`Kind::Path`] on a `[u8; PATH_MAX]` field.
+macro_rules! path {
+    ($f:ident, $unset:literal) => {
+        Kind::Path { get: |c| &mut c.$f, show: |c| cstr_bytes(&c.$f), unset: $unset }
+    };
+}
+
+/// `other!(parse, show)`: a [`Kind::Other`].
+macro_rules! other {
+    ($parse:expr, $show:expr) => {
+        Kind::Other { parse: $parse, show: $show }
+    };
+}
+
+/// One row of the table: the variable, its default (parsed like a value), its kind and the
+/// one-line doc the README's table and `MALLOCSHIM_VERBOSE=1` print.
+pub struct Opt {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub kind: Kind,
+    pub doc: &'static str,
+}
+
+const fn opt(name: &'static str, default: &'static str, kind: Kind, doc: &'static str) -> Opt {
+    Opt { name, default, kind, doc }
+}
+
+/// Every variable the shim reads, one line each. The README's table matches this one row for
+/// row and cell for cell (tests/config.rs).
+#[rustfmt::skip]
+pub static OPTIONS: [Opt; 25] = [
+    opt("MALLOCSHIM_BACKEND", "glibc", other!(parse_backend, show_backend), crate::backend::OPTION_DOC),
+    opt("MALLOCSHIM_TCMALLOC_LIB", Backend::Tcmalloc.default_lib_str(), path!(tcmalloc_lib, ""), "gperftools library dlopen()ed (RTLD_LOCAL) for the tcmalloc backend"),
+    opt("MALLOCSHIM_PROFILE", "on", switch!(profile, "off", "on"), "count calls per entry point and thread; off leaves pure routing"),
+    opt("MALLOCSHIM_VERBOSE", "0", other!(parse_verbose, |c, out| put_u64(out, c.verbose as u64)), "1 prints this table at start and a call summary at exit, on stderr; 2 also a line per trim"),
+    opt("MALLOCSHIM_SAMPLE", "64", number!(sample_every, 1, 1073741824), "time 1 call in N per thread with the cycle counter (1 times every call)"),
+    opt("MALLOCSHIM_DUMP_SIGNAL", "SIGUSR1", other!(parse_signal, show_signal), "signal that writes a dump when sent to the process (kill -USR1 PID); none disables"),
+    opt("MALLOCSHIM_DUMP_INTERVAL_S", "0", number!(dump_interval_s, 0, 31536000), "also write a dump every N seconds (0 = off)"),
+    opt("MALLOCSHIM_DUMP_AT_EXIT", "0", switch!(dump_at_exit, "0", "1"), "1 writes one dump when the process exits"),
+    opt("MALLOCSHIM_DUMP_MIN_INTERVAL_MS", "1000", number!(dump_min_interval_ms, 0, 86400000), "signal-requested dumps: at most one per N ms; a request inside the interval is answered at its end (0 = no limit)"),
+    opt("MALLOCSHIM_DUMP_KEEP", "100", number!(dump_keep, 0, 1000000), "keep this process's newest N dumps in the dump directory, removing its older ones (0 = keep all)"),
+    opt("MALLOCSHIM_DUMP_DIR", "$TMPDIR or /tmp", path!(dump_dir, "$TMPDIR or /tmp"), "directory for mallocshim.<pid>.<seq>.<ext> dump files"),
+    opt("MALLOCSHIM_DUMP_FORMATS", formats::DEFAULT, other!(parse_formats, show_formats), formats::OPTION_DOC),
+    opt("MALLOCSHIM_TRIM_INTERVAL_MS", "10000", number!(trim_interval_ms, 0, 86400000), "give free memory back to the OS every N ms (glibc malloc_trim, jemalloc purge, tcmalloc release, mimalloc mi_collect); 0 = off"),
+    opt("MALLOCSHIM_TRIM_MIN_BYTES", "67108864", number!(trim_min_bytes, 0, 9223372036854775807), "skip a periodic trim while the backend holds fewer free bytes than this"),
+    opt("MALLOCSHIM_TRIM_ABOVE_RSS", "off", other!(parse_above_rss, show_above_rss), "also trim whenever RSS is above SIZE (bytes, or K/M/G suffix), checked every 250 ms, at most once a second"),
+    opt("MALLOCSHIM_TRIM_ON_PRESSURE", "0", other!(parse_pressure, show_pressure), "1 also trims when the cgroup's PSI memory `some avg10` reaches 10%; N% sets the threshold; at most once per 10 s"),
+    opt("MALLOCSHIM_JEMALLOC_RELEASE", "purge", other!(parse_release, show_release), "jemalloc release call: purge (arena.<all>.purge, all unused pages) or decay (arena.<all>.decay)"),
+    opt("MALLOCSHIM_MEMLOG", "off", path!(memlog, "off"), "append a CSV line of RSS and backend memory every MEMLOG_INTERVAL_MS to this file (%p = pid)"),
+    opt("MALLOCSHIM_MEMLOG_INTERVAL_MS", "1000", number!(memlog_interval_ms, 10, 86400000), "milliseconds between memlog lines"),
+    opt("MALLOCSHIM_PROF_SAMPLE_BYTES", "524288", number!(prof_sample_bytes, 0, 1099511627776), "heap profile: sample one allocation per N bytes on average (exponential gaps); 0 = off"),
+    opt("MALLOCSHIM_PROF_UNWIND", "cfi", other!(parse_unwind, |c, out| out.put(if c.prof_unwind_fp { b"fp" } else { b"cfi" })), "heap profile stacks: `cfi` (from `.eh_frame`, whole stacks without frame pointers) or `fp` (frame pointers only)"),
+    opt("MALLOCSHIM_PROM_TEXTFILE_DIR", "off", path!(prom_textfile_dir, "off"), "write DIR/mallocshim_<instance>.prom for node_exporter's textfile collector every PROM_INTERVAL_S"),
+    opt("MALLOCSHIM_PROM_INTERVAL_S", "15", number!(prom_interval_s, 1, 86400, "a whole number of seconds from 1 to 86400"), "seconds between rewrites of the textfile (1 to 86400)"),
+    opt("MALLOCSHIM_PROM_FILE_MODE", "0644", other!(parse_file_mode, |c, out| { let _ = core::fmt::Write::write_fmt(out, format_args!("{:04o}", c.prom_file_mode)); }), "permission bits of the textfile, octal, at most 0666 (0644: node_exporter's user can read it)"),
+    opt("MALLOCSHIM_INSTANCE", "the pid", other!(parse_instance, show_instance), "value of the instance label and name of the textfile: letters, digits, . _ - (1 to 64)"),
+];
+
+impl Opt {
+    /// Path-valued: ignored in a secure-execution process.
+    pub fn is_path(&self) -> bool {
+        matches!(self.kind, Kind::Path { .. })
+    }
+
+    /// Applies a value; `Err` says what was expected.
+    fn parse(&self, v: &[u8], c: &mut Config) -> Result<(), &'static str> {
+        match self.kind {
+            Kind::Switch { set, .. } => set(c, parse_bool(v)?),
+            Kind::Number { set, min, max, expected, .. } => {
+                set(c, parse_u64(v, min, max).map_err(|_| expected)?)
+            }
+            Kind::Path { get, unset, .. } if !unset.is_empty() && v == unset.as_bytes() => {
+                *get(c) = [0; PATH_MAX]
+            }
+            Kind::Path { get, .. } => set_path(get(c), v)?,
+            Kind::Other { parse, .. } => parse(v, c)?,
+        }
+        Ok(())
+    }
+
+    /// Writes the effective value.
+    fn show(&self, c: &Config, out: &mut LineBuf) {
+        match self.kind {
+            Kind::Switch { get, shown, .. } => out.put(shown[get(c) as usize].as_bytes()),
+            Kind::Number { get, .. } => put_u64(out, get(c)),
+            Kind::Path { show, unset, .. } => match show(c) {
+                b"" => out.put(unset.as_bytes()),
+                p => out.put(p),
+            },
+            Kind::Other { show, .. } => show(c, out),
+        }
+    }
+}
+
+fn parse_backend(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
+    c.backend = Backend::from_name(v).ok_or(crate::backend::NAMES)?;
+    Ok(())
+}
+
+fn show_backend(c: &Config, out: &mut LineBuf) {
+    out.put(c.backend.name().as_bytes())
+}
+
+fn parse_verbose(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
+    c.verbose = match v {
+        b"2" => 2,
+        _ => parse_bool(v).map_err(|_| "0, 1 or 2")? as u8,
+    };
+    Ok(())
+}
+
+fn parse_signal(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
+    c.dump_signal = parse_dump_signal(v)?;
+    Ok(())
+}
+
+/// `MALLOCSHIM_DUMP_SIGNAL`'s value: the signal number, 0 for none. Also read by `sigearly`
+/// while the loader relocates the library, so it calls nothing outside this function.
+pub fn parse_dump_signal(v: &[u8]) -> Result<i32, &'static str> {
+    Ok(match v {
+        b"none" => 0,
+        b"SIGUSR1" | b"USR1" => libc::SIGUSR1,
+        b"SIGUSR2" | b"USR2" => libc::SIGUSR2,
+        _ => match parse_u64(v, 1, 64) {
+            Ok(n) if n != libc::SIGKILL as u64 && n != libc::SIGSTOP as u64 => n as i32,
+            _ => return Err("SIGUSR1, SIGUSR2, a signal number from 1 to 64 (not 9 or 19) or none"),
+        },
+    })
+}
+
+fn show_signal(c: &Config, out: &mut LineBuf) {
+    match c.dump_signal {
+        0 => out.put(b"none"),
+        libc::SIGUSR1 => out.put(b"SIGUSR1"),
+        libc::SIGUSR2 => out.put(b"SIGUSR2"),
+        n => put_u64(out, n as u64),
+    }
+}
+
+fn parse_formats(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
+    let mut bits = 0;
+    for part in v.split(|&b| b == b',') {
+        bits |= formats::Fmt::from_name(part).map(formats::Fmt::bit).ok_or(formats::EXPECTED)?;
+    }
+    c.dump_formats = bits;
+    Ok(())
+}
+
+fn show_formats(c: &Config, out: &mut LineBuf) {
+    let mut first = true;
+    for f in formats::Fmt::ALL {
+        if c.dump_formats & f.bit() != 0 {
+            if !first {
+                out.put(b",");
+            }
+            out.put(f.row().name.as_bytes());
+            first = false;
+        }
+    }
+}
+
+fn parse_unwind(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
+    c.prof_unwind_fp = match v {
+        b"cfi" => false,
+        b"fp" => true,
+        _ => return Err("cfi or fp"),
+    };
+    Ok(())
+}
+
+fn parse_above_rss(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
+    c.trim_above_rss = if matches!(v, b"off" | b"0") { 0 } else { parse_size(v)? };
+    Ok(())
+}
+
+fn show_above_rss(c: &Config, out: &mut LineBuf) {
+    match c.trim_above_rss {
+        0 => out.put(b"off"),
+        n => put_u64(out, n),
+    }
+}
+
+fn parse_pressure(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
+    const ERR: &str = "0, 1 or a percentage N% from 1 to 100";
+    c.trim_on_pressure = match v {
+        b"0" | b"off" => 0,
+        b"1" | b"on" => 10,
+        _ => match v.strip_suffix(b"%") {
+            Some(n) => parse_u64(n, 1, 100).map_err(|_| ERR)? as u32,
+            None => return Err(ERR),
+        },
+    };
+    Ok(())
+}
+
+fn show_pressure(c: &Config, out: &mut LineBuf) {
+    match c.trim_on_pressure {
+        0 => out.put(b"0"),
+        n => {
+            put_u64(out, n as u64);
+            out.put(b"%");
+        }
+    }
+}
+
+fn parse_release(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
+    c.release = match v {
+        b"purge" => Release::Purge,
+        b"decay" => Release::Decay,
+        _ => return Err("purge or decay"),
+    };
+    Ok(())
+}
+
+fn show_release(c: &Config, out: &mut LineBuf) {
+    out.put(if c.release == Release::Decay { b"decay" } else { b"purge" })
+}
+
+fn parse_file_mode(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
+    const ERR: &str = "octal permission bits from 0 to 0666, e.g. 0644 or 0640";
+    if v.is_empty() || v.len() > 4 || !v.iter().all(|d| (b'0'..=b'7').contains(d)) {
+        return Err(ERR);
+    }
+    let m = v.iter().fold(0u32, |a, &d| a * 8 + (d - b'0') as u32);
+    if m & !0o666 != 0 {
+        return Err(ERR);
+    }
+    c.prom_file_mode = m;
+    Ok(())
+}
+
+fn parse_instance(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
+    if v == b"the pid" {
+        c.instance = [0; INSTANCE_MAX];
+        return Ok(());
+    }
+    if v.is_empty()
+        || v.len() >= INSTANCE_MAX
+        || !v.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return Err("1 to 64 letters, digits, '.', '_' or '-'");
+    }
+    c.instance = [0; INSTANCE_MAX];
+    c.instance[..v.len()].copy_from_slice(v);
+    Ok(())
+}
+
+fn show_instance(c: &Config, out: &mut LineBuf) {
+    match cstr_bytes(&c.instance) {
+        b"" => out.put(b"the pid"),
+        d => out.put(d),
+    }
+}
+
+/// Stores a path as a NUL-terminated buffer.
+fn set_path(dst: &mut [u8; PATH_MAX], v: &[u8]) -> Result<(), &'static str> {
+    if v.is_empty() || v.len() >= PATH_MAX || v.contains(&0) {
+        return Err("a path shorter than 512 bytes");
+    }
+    *dst = [0; PATH_MAX];
+    dst[..v.len()].copy_from_slice(v);
+    Ok(())
+}
+
+/// A decimal whole number in [min, max]; callers name the range in their error (see `number!`).
+fn parse_u64(v: &[u8], min: u64, max: u64) -> Result<u64, &'static str> {
+    const ERR: &str = "a whole number";
+    if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
+        return Err(ERR);
+    }
+    let n = v.iter().fold(0u64, |a, &d| a * 10 + (d - b'0') as u64);
+    if n < min || n > max {
+        return Err(ERR);
+    }
+    Ok(n)
+}
+
+/// A byte count in [1, 2^62) with an optional K, M or G suffix (powers of 1024).
+fn parse_size(v: &[u8]) -> Result<u64, &'static str> {
+    const ERR: &str = "a size from 1 to 4611686018427387903 bytes (under 4 EiB), or with a K, M or G suffix";
+    let (num, shift) = match v.last() {
+        Some(b'K' | b'k') => (&v[..v.len() - 1], 10),
+        Some(b'M' | b'm') => (&v[..v.len() - 1], 20),
+        Some(b'G' | b'g') => (&v[..v.len() - 1], 30),
+        _ => (v, 0),
+    };
+    let n = parse_u64(num, 1, u64::MAX >> 1).map_err(|_| ERR)?;
+    n.checked_shl(shift).filter(|&b| b >> shift == n && b < 1 << 62).ok_or(ERR)
+}
+
+fn put_u64(out: &mut LineBuf, n: u64) {
+    let _ = core::fmt::Write::write_fmt(out, format_args!("{n}"));
+}
+
+fn parse_bool(v: &[u8]) -> Result<bool, &'static str> {
+    match v {
+        b"1" | b"on" | b"yes" | b"true" => Ok(true),
+        b"0" | b"off" | b"no" | b"false" => Ok(false),
+        _ => Err("one of 1, 0, on, off, yes, no, true, false"),
+    }
+}
+
+struct Cell(UnsafeCell<Config>);
+// SAFETY: written only by the initialising thread before the shim is published as ready
+// (a Release store in `init`); every later access is a read.
+unsafe impl Sync for Cell {}
+
+static CONFIG: Cell = Cell(UnsafeCell::new(Config {
+    backend: Backend::Glibc,
+    tcmalloc_lib: [0; PATH_MAX],
+    profile: true,
+    verbose: 0,
+    sample_every: 64,
+    dump_signal: 0,
+    dump_interval_s: 0,
+    dump_at_exit: false,
+    dump_min_interval_ms: 0,
+    dump_keep: 0,
+    dump_dir: [0; PATH_MAX],
+    dump_formats: 0,
+    trim_interval_ms: 0,
+    trim_min_bytes: 0,
+    release: Release::Purge,
+    trim_above_rss: 0,
+    trim_on_pressure: 0,
+    memlog: [0; PATH_MAX],
+    memlog_interval_ms: 1000,
+    prof_sample_bytes: 0,
+    prof_unwind_fp: false,
+    prom_textfile_dir: [0; PATH_MAX],
+    prom_interval_s: 15,
+    prom_file_mode: 0o644,
+    instance: [0; INSTANCE_MAX],
+}));
+
+/// The effective configuration (valid once initialisation has run).
+#[inline(always)]
+pub fn get() -> &'static Config {
+    // SAFETY: see `Cell`: no writes happen after initialisation.
+    unsafe { &*CONFIG.0.get() }
+}
+
+/// Which rows were set by the environment (for the verbose table).
+static mut FROM_ENV: [bool; OPTIONS.len()] = [false; OPTIONS.len()];
+
+extern "C" {
+    static environ: *const *const libc::c_char;
+}
+
+/// Reads the table's defaults, then `environ`. Called once, by the initialising thread.
+///
+/// # Safety
+/// Must run before the shim is published as ready and never concurrently with itself.
+pub unsafe fn load() {
+    // SAFETY: single writer before publication (see `Cell`).
+    let cfg = unsafe { &mut *CONFIG.0.get() };
+    for o in OPTIONS.iter() {
+        let _ = o.parse(o.default.as_bytes(), cfg);
+    }
+    // SAFETY: getauxval is async-signal-safe and does not allocate.
+    let secure = unsafe { libc::getauxval(libc::AT_SECURE) } != 0;
+    // SAFETY: `environ` is the NUL-terminated array libc set up before any constructor ran.
+    let mut ep = unsafe { environ };
+    if ep.is_null() {
+        return;
+    }
+    loop {
+        // SAFETY: `ep` walks the array until its NULL terminator.
+        let e = unsafe { *ep };
+        if e.is_null() {
+            break;
+        }
+        // SAFETY: `e` was not the terminator, so the next element is still in the array.
+        ep = unsafe { ep.add(1) };
+        // SAFETY: each entry is a NUL-terminated C string.
+        let entry = unsafe { core::ffi::CStr::from_ptr(e) }.to_bytes();
+        let Some(rest) = entry.strip_prefix(b"MALLOCSHIM_") else { continue };
+        let eq = rest.iter().position(|&b| b == b'=').unwrap_or(rest.len());
+        let name = &entry[..11 + eq];
+        let value = entry.get(11 + eq + 1..).unwrap_or(b"");
+        let name_s = core::str::from_utf8(name).unwrap_or("MALLOCSHIM_?");
+        match OPTIONS.iter().position(|o| o.name.as_bytes() == name) {
+            None => crate::base::diag::warn!(
+                "unknown variable {} ignored (see MALLOCSHIM_VERBOSE=1 for the table)",
+                name_s
+            ),
+            Some(i) => {
+                let o = &OPTIONS[i];
+                if o.is_path() && secure {
+                    crate::base::diag::warn!(
+                        "{} ignored in a secure-execution (setuid) process; using default {}",
+                        o.name,
+                        o.default
+                    );
+                    continue;
+                }
+                let before = *cfg;
+                match o.parse(value, cfg) {
+                    // SAFETY: single writer before publication.
+                    Ok(()) => unsafe { FROM_ENV[i] = true },
+                    Err(expected) => {
+                        *cfg = before;
+                        crate::base::diag::warn!(
+                            "{}={} is not valid (expected {}); using default {}",
+                            o.name,
+                            Lossy(value),
+                            expected,
+                            o.default
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Prints the effective table, one `mallocshim:` line per row.
+pub fn print_table() {
+    let c = get();
+    crate::base::diag::warn!(
+        "mallocshim {} options in effect (backend {}):",
+        env!("CARGO_PKG_VERSION"),
+        crate::backend::active().name()
+    );
+    for (i, o) in OPTIONS.iter().enumerate() {
+        // SAFETY: FROM_ENV is only written during initialisation, before this runs.
+        let src = if unsafe { FROM_ENV[i] } { "env" } else { "default" };
+        let mut v = LineBuf::new();
+        o.show(c, &mut v);
+        crate::base::diag::warn!(
+            "  {:<29} = {:<26} [{}; default {}] {}",
+            o.name,
+            Lossy(v.as_bytes()),
+            src,
+            o.default,
+            o.doc
+        );
+    }
+}
+
+impl Config {
+    /// The library to dlopen for the chosen backend: `MALLOCSHIM_TCMALLOC_LIB` for tcmalloc,
+    /// empty (the backend's default library) otherwise.
+    pub fn backend_lib(&self) -> &core::ffi::CStr {
+        match self.backend {
+            Backend::Tcmalloc => core::ffi::CStr::from_bytes_until_nul(&self.tcmalloc_lib).unwrap_or(c""),
+            _ => c"",
+        }
+    }
+}
+
+/// The bytes of a NUL-terminated buffer, without the NUL.
+pub fn cstr_bytes(b: &[u8]) -> &[u8] {
+    &b[..b.iter().position(|&x| x == 0).unwrap_or(b.len())]
+}
+
+/// The display helper, now in `diag`; kept here for the modules that still name it so.
+pub use crate::base::diag::Lossy;

@@ -1,0 +1,318 @@
+//! Stacks from the CFI: the callers of a sampled allocation unwound from each module's
+//! `.eh_frame_hdr`/`.eh_frame` with framehop, so code built without frame pointers (most
+//! distribution binaries, libstdc++'s `operator new`) keeps its callers. [`super::unwind`]
+//! walks the shim's own frames by frame pointer and hands the first frame outside the shim
+//! (its return address, stack pointer and %rbp) to [`walk`].
+//!
+//! Owns the published unwind state (a framehop unwinder over copies of the modules' unwind
+//! sections, and the identity of each module it holds), the pool of unwind caches, and the
+//! registration of a module. Must not: allocate, lock or call into the loader while unwinding;
+//! read a module's mapped memory except while a live return address points into it.
+//!
+//! - Module lookup per frame is glibc's `_dl_find_object` (2.35+, lock-free, never takes the
+//!   loader's lock; resolved with dlsym at initialisation — without it, frame pointers only).
+//!   A frame whose module the state does not hold, or holds with another identity (start, end,
+//!   load bias, `.eh_frame_hdr` address: a dlclose'd module replaced at the same place),
+//!   registers that module at this sample (under the reentrancy guard: copies its two sections
+//!   out of the mapping, which stays mapped while a return address on this thread's stack
+//!   points into it) and unwinds again, at most [`PASSES`] times per sample. Copies are never
+//!   read from the mapping afterwards, so a dlclose can never make the unwinder fault.
+//! - Publication is read-copy-update: a registration builds a new state (framehop's unwinder is
+//!   cheap to clone: shared module data) and swaps the pointer; the old state is freed when no
+//!   reader is inside (a global reader count), else parked and freed by a later registration.
+//!   One registration at a time (try-lock: a sampler that finds it busy falls back to frame
+//!   pointers for that frame). Readers never wait: safe from a signal handler's nested malloc,
+//!   an exiting thread, and a forked child (the fork handler resets the counts).
+//! - Unwinding takes one of [`CACHES`] framehop caches (`MustNotAllocateDuringUnwind`: the CFI
+//!   evaluation stack is preallocated) by atomic swap; none free falls back to frame pointers.
+//!   Every stack read is bounds-checked against this thread's stack ([`walk`]'s `lo..hi`).
+
+use core::ffi::c_void;
+use core::ptr::null_mut;
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering::*};
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, MustNotAllocateDuringUnwind, Unwinder};
+
+type Policy = MustNotAllocateDuringUnwind;
+type Cache = CacheX86_64<Policy>;
+
+/// Unwind passes per sample (each may register one module first).
+const PASSES: usize = 4;
+/// Unwind caches shared by the sampling threads.
+const CACHES: usize = 4;
+/// Most modules held (a dlopen loop at ever new addresses stops registering there).
+const MAX_MODULES: usize = 1024;
+/// Retired states waiting for their readers to leave.
+const GRAVE: usize = 16;
+
+/// glibc's `struct dl_find_object` (dlfcn.h, 2.35).
+#[repr(C)]
+struct DlFindObject {
+    flags: u64,
+    map_start: *mut c_void,
+    map_end: *mut c_void,
+    link_map: *mut c_void,
+    eh_frame: *mut c_void,
+    reserved: [u64; 7],
+}
+
+type FindFn = unsafe extern "C" fn(*mut c_void, *mut DlFindObject) -> i32;
+
+/// `_dl_find_object`, or 0 when this glibc has none.
+static FIND: AtomicUsize = AtomicUsize::new(0);
+
+/// A module's identity as the loader reports it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Key {
+    start: u64,
+    end: u64,
+    bias: u64,
+    hdr: u64,
+}
+
+struct State {
+    unwinder: UnwinderX86_64<Vec<u8>, Policy>,
+    /// Sorted by start; one per module held by `unwinder`.
+    known: Vec<Key>,
+}
+
+static STATE: AtomicPtr<State> = AtomicPtr::new(null_mut());
+static READERS: AtomicUsize = AtomicUsize::new(0);
+static WRITER: AtomicBool = AtomicBool::new(false);
+static GRAVES: [AtomicPtr<State>; GRAVE] = [const { AtomicPtr::new(null_mut()) }; GRAVE];
+static POOL: [AtomicPtr<Cache>; CACHES] = [const { AtomicPtr::new(null_mut()) }; CACHES];
+static POOL_MADE: AtomicBool = AtomicBool::new(false);
+
+/// Initialisation (under the guard): finds `_dl_find_object`, unless
+/// `MALLOCSHIM_PROF_UNWIND=fp` asks for frame pointers only.
+pub fn init() {
+    if crate::hot::config::get().prof_unwind_fp {
+        return;
+    }
+    // SAFETY: dlsym with a NUL-terminated name; the result is only stored.
+    let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_dl_find_object".as_ptr()) };
+    FIND.store(f as usize, Relaxed);
+    crate::backend::atfork::register_child(after_fork_child);
+}
+
+unsafe extern "C" fn after_fork_child() {
+    // Only the forking thread survives: nobody else reads or registers.
+    READERS.store(0, SeqCst);
+    WRITER.store(false, SeqCst);
+}
+
+/// The loader's identity of the module holding `pc`, or None (not in any module).
+fn find(pc: u64) -> Option<Key> {
+    let f = FIND.load(Relaxed);
+    if f == 0 {
+        return None;
+    }
+    // SAFETY: `f` is `_dl_find_object` (dlsym'd), called with a local result it fills.
+    unsafe {
+        let f: FindFn = core::mem::transmute(f);
+        let mut r: DlFindObject = core::mem::zeroed();
+        if f(pc as *mut c_void, &mut r) != 0 || r.link_map.is_null() {
+            return None;
+        }
+        // `l_addr` is the first field of the public `struct link_map`.
+        let bias = *(r.link_map as *const u64);
+        Some(Key { start: r.map_start as u64, end: r.map_end as u64, bias, hdr: r.eh_frame as u64 })
+    }
+}
+
+/// Continues the stack of the frame returning to `ret` (stack pointer `sp` after the return,
+/// `bp` its %rbp) into `out[n..]`, reading the stack only in `lo..hi`; frames inside the shim
+/// are left out. Returns the new count, or None when the CFI is unavailable (no
+/// `_dl_find_object`, no free cache): the caller walks frame pointers instead.
+pub fn walk(
+    ret: usize,
+    sp: usize,
+    bp: usize,
+    lo: usize,
+    hi: usize,
+    out: &mut [usize; super::unwind::MAX_FRAMES],
+    n0: usize,
+) -> Option<usize> {
+    if FIND.load(Relaxed) == 0 {
+        return None;
+    }
+    if !POOL_MADE.load(Relaxed) {
+        make_pool();
+    }
+    let mut read = |a: u64| -> Result<u64, ()> {
+        let a = a as usize;
+        if a < lo || a > hi.saturating_sub(8) || a & 7 != 0 {
+            return Err(());
+        }
+        // SAFETY: a..a+8 lies within this thread's stack above its stack pointer.
+        Ok(unsafe { (a as *const u64).read_volatile() })
+    };
+    for pass in 0..PASSES {
+        let regs = UnwindRegsX86_64::new(ret as u64, sp as u64, bp as u64);
+        match one_pass(regs, &mut read, out, n0) {
+            Pass::Done(n) => return Some(n),
+            Pass::NoCache => return None,
+            Pass::Missing(k, mut n, pc, bp) => {
+                if pass + 1 == PASSES || !register(k) {
+                    // This frame by its return address, its callers by frame pointer.
+                    if !super::unwind::in_shim(pc) {
+                        out[n] = pc;
+                        n += 1;
+                    }
+                    return Some(super::unwind::fp_walk(bp, lo, hi, out, n));
+                }
+            }
+        }
+    }
+    None
+}
+
+enum Pass {
+    Done(usize),
+    NoCache,
+    /// A module to register first; meanwhile the count reached, and the frame's return address
+    /// and %rbp there.
+    Missing(Key, usize, usize, usize),
+}
+
+fn one_pass<F: FnMut(u64) -> Result<u64, ()>>(
+    mut regs: UnwindRegsX86_64,
+    read: &mut F,
+    out: &mut [usize; super::unwind::MAX_FRAMES],
+    n0: usize,
+) -> Pass {
+    let Some(cache) = take_cache() else { return Pass::NoCache };
+    READERS.fetch_add(1, SeqCst);
+    let st = STATE.load(SeqCst);
+    let mut n = n0;
+    let mut pc = regs.ip();
+    let r = loop {
+        if n >= out.len() || pc == 0 {
+            break Pass::Done(n);
+        }
+        let here = find(pc - 1);
+        // SAFETY: a published state is freed only once no reader is inside (module doc).
+        let held = (!st.is_null()).then(|| unsafe { &*st });
+        if let Some(k) = here {
+            if !held.is_some_and(|s| {
+                s.known.binary_search_by_key(&k.start, |x| x.start).is_ok_and(|i| s.known[i] == k)
+            }) {
+                break Pass::Missing(k, n, pc as usize, regs.bp() as usize);
+            }
+        }
+        if !super::unwind::in_shim(pc as usize) {
+            out[n] = pc as usize;
+            n += 1;
+        }
+        let Some(s) = held else { break Pass::Done(n) };
+        let Some(addr) = FrameAddress::from_return_address(pc) else { break Pass::Done(n) };
+        // SAFETY: the cache pointer was taken from the pool by this thread alone.
+        match s.unwinder.unwind_frame(addr, &mut regs, unsafe { &mut *cache }, read) {
+            Ok(Some(next)) => pc = next,
+            _ => break Pass::Done(n),
+        }
+    };
+    READERS.fetch_sub(1, SeqCst);
+    put_cache(cache);
+    r
+}
+
+fn take_cache() -> Option<*mut Cache> {
+    POOL.iter().map(|p| p.swap(null_mut(), Acquire)).find(|c| !c.is_null())
+}
+
+fn put_cache(c: *mut Cache) {
+    for p in &POOL {
+        if p.compare_exchange(null_mut(), c, Release, Relaxed).is_ok() {
+            return;
+        }
+    }
+    // SAFETY: a cache made by `Box::into_raw` in `register`, owned by this thread now.
+    drop(unsafe { Box::from_raw(c) });
+}
+
+/// Fills the cache pool, once (under the guard; the first sample's thread).
+#[cold]
+fn make_pool() {
+    if WRITER.compare_exchange(false, true, Acquire, Relaxed).is_err() {
+        return;
+    }
+    if !POOL_MADE.load(Relaxed) {
+        let _g = crate::hot::tls::Reentry::enter();
+        for _ in 0..CACHES {
+            put_cache(Box::into_raw(Box::new(Cache::new_in())));
+        }
+        POOL_MADE.store(true, Release);
+    }
+    WRITER.store(false, Release);
+}
+
+/// Registers the module `k` (under the guard): copies its unwind sections, publishes a new
+/// state. False when another registration runs or the module cannot be read.
+fn register(k: Key) -> bool {
+    if WRITER.compare_exchange(false, true, Acquire, Relaxed).is_err() {
+        return false;
+    }
+    let _g = crate::hot::tls::Reentry::enter();
+    let old = STATE.load(SeqCst);
+    // SAFETY: only the writer (this thread) replaces or frees the state.
+    let old_ref = (!old.is_null()).then(|| unsafe { &*old });
+    let ok = match build(k, old_ref) {
+        Some(new) => {
+            let prev = STATE.swap(Box::into_raw(Box::new(new)), SeqCst);
+            retire(prev);
+            true
+        }
+        None => false,
+    };
+    WRITER.store(false, Release);
+    ok
+}
+
+fn build(k: Key, old: Option<&State>) -> Option<State> {
+    let len = old.map_or(0, |s| s.known.len());
+    if len >= MAX_MODULES {
+        return None;
+    }
+    let mut unwinder = old.map_or_else(UnwinderX86_64::new, |s| s.unwinder.clone());
+    let mut known: Vec<Key> = Vec::new();
+    known.try_reserve_exact(len + 1).ok()?;
+    for x in old.map_or(&[][..], |s| &s.known[..]) {
+        if x.start < k.end && k.start < x.end {
+            unwinder.remove_module(x.start);
+        } else {
+            known.push(*x);
+        }
+    }
+    let info = super::ehframe::sections(k.start, k.bias, k.hdr)?;
+    unwinder.add_module(Module::new(String::new(), k.start..k.end, k.bias, info));
+    let i = known.partition_point(|x| x.start < k.start);
+    known.insert(i, k);
+    Some(State { unwinder, known })
+}
+
+/// Frees a replaced state once no reader is inside; parks it otherwise (leaked when the
+/// graveyard is full: bounded, and only under a storm of registrations).
+fn retire(prev: *mut State) {
+    let quiet = READERS.load(SeqCst) == 0;
+    let mut todo = [prev];
+    if quiet {
+        for g in &GRAVES {
+            let p = g.swap(null_mut(), AcqRel);
+            if !p.is_null() {
+                // SAFETY: parked before the last swap; no reader is inside any state.
+                drop(unsafe { Box::from_raw(p) });
+            }
+        }
+    }
+    for p in todo.iter_mut().filter(|p| !p.is_null()) {
+        if quiet {
+            // SAFETY: unpublished, and no reader is inside.
+            drop(unsafe { Box::from_raw(*p) });
+        } else if let Some(g) = GRAVES.iter().find(|g| g.load(Relaxed).is_null()) {
+            g.store(*p, Release);
+        }
+    }
+}
+
+pub(super) type Sections = ExplicitModuleSectionInfo<Vec<u8>>;
