@@ -12,6 +12,7 @@
 //! - sampler (heap_chains built `-DTINY`): 60,000 ×
 //!   malloc(1) kept, every byte sampled (`MALLOCSHIM_PROF_SAMPLE_BYTES=1`), read 60,000 B ±5%
 //!   (the gap was max(1, floor(Exp)) and read 78,164 B).
+//!
 //! On the code before this test (frame pointers only), the `-fomit-frame-pointer` build has
 //! every stack one frame deep: the chain and the split fail.
 
