@@ -13,7 +13,8 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
-use common::{env_u64, median, words};
+use common::{env_u64, words};
+use mallocshim_format::stats::median_or_nan as median;
 use std::fmt::Write as _;
 use std::process::Command;
 
@@ -60,7 +61,7 @@ fn main() {
                 let shim = run(common::preloaded(&prog, b), n, threads);
                 rows.push([alone, direct, shim]);
             }
-            let med = |f: &dyn Fn(&Round) -> f64| median(rows.iter().map(f).collect());
+            let med = |f: &dyn Fn(&Round) -> f64| median(rows.iter().map(f).collect::<Vec<f64>>());
             let us = |x: f64| x / 1000.0;
             let _ = writeln!(
                 md,

@@ -326,7 +326,7 @@ fn main() {
     let spread = |v: &[f64]| -> String {
         let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
         let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        format!("{:+.1}% ({:+.1}% to {:+.1}%)", 100.0 * median_or_nan(v.to_vec()), 100.0 * lo, 100.0 * hi)
+        format!("{:+.1}% ({:+.1}% to {:+.1}%)", 100.0 * median_or_nan(v), 100.0 * lo, 100.0 * hi)
     };
     let _ = writeln!(
         md,

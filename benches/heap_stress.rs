@@ -148,7 +148,13 @@ fn main() {
     for (title, pick) in [("wall", 0), ("CPU (user + system)", 1)] {
         let med: Vec<f64> = runs
             .iter()
-            .map(|r| common::median(if pick == 0 { r.secs.clone() } else { r.cpu.clone() }))
+            .map(|r| {
+                mallocshim_format::stats::median_or_nan(if pick == 0 {
+                    r.secs.clone()
+                } else {
+                    r.cpu.clone()
+                })
+            })
             .collect();
         writeln!(md, "\n{title} seconds:\n").unwrap();
         writeln!(md, "| shim | backend | program | threads | off | default | 4096 | 1 (every allocation) |")

@@ -14,7 +14,8 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
-use common::{env_u64, median};
+use common::env_u64;
+use mallocshim_format::stats::median_or_nan as median;
 use std::path::Path;
 
 const CONFIGS: [(&str, &str, &str); 3] =

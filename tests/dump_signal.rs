@@ -22,6 +22,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Extra environment variables of one case.
+type Env<'a> = &'a [(&'a str, &'a str)];
+
 /// The profiling settings of the house rules: on, off, every call timed, every allocation
 /// heap-sampled.
 const SETTINGS4: [(&str, &[(&str, &str)]); 4] = [
@@ -82,7 +85,7 @@ fn storm(backend: &str, env: &[(&str, &str)], mode: &str, dir: &Path) -> (std::p
 
 #[test]
 fn self_signal_storm_is_bounded() {
-    let limits: [(&str, &[(&str, &str)], usize); 2] = [
+    let limits: [(&str, Env, usize); 2] = [
         ("defaults", &[], 100),
         ("tight", &[("MALLOCSHIM_DUMP_KEEP", "3"), ("MALLOCSHIM_DUMP_MIN_INTERVAL_MS", "20")], 3),
     ];
@@ -214,7 +217,7 @@ fn end_busy(mut child: std::process::Child, what: &str) {
 
 #[test]
 fn dump_command_follows_the_process_signal_and_formats() {
-    let cases: [(&str, &[(&str, &str)], &[&str]); 4] = [
+    let cases: [(&str, Env, &[&str]); 4] = [
         ("SIGUSR2", &[("MALLOCSHIM_DUMP_SIGNAL", "SIGUSR2")], &["json", "prom"]),
         ("signal 12", &[("MALLOCSHIM_DUMP_SIGNAL", "12")], &["json", "prom"]),
         ("pprof only", &[("MALLOCSHIM_DUMP_FORMATS", "pprof")], &["pb.gz"]),

@@ -98,7 +98,7 @@ fn fork_from_fast_alarm_handler() {
             c.envs(env.iter().copied()).env("MALLOCSHIM_DUMP_DIR", &dir);
             let t = alarm_run(c, &what, true, deadline);
             let _ = std::fs::remove_dir_all(&dir);
-            let b = common::median(base.clone());
+            let b = common::median_or_nan(base.clone());
             match t {
                 Some(t) => {
                     let r = t.as_secs_f64() / b;

@@ -25,8 +25,8 @@ mod tests {
 
     #[test]
     fn median_odd_even_empty() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
-        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median([3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median([4.0, 1.0, 3.0, 2.0]), Some(2.5));
         assert_eq!(median([0.0f64; 0]), None);
         assert_eq!(median(vec![7.0]), Some(7.0));
         assert!(super::median_or_nan(Vec::new()).is_nan());

@@ -45,7 +45,7 @@ pub fn dump(s: &Snapshot) -> Dump {
         totals,
         size_classes: size_classes(s),
         threads: threads(s),
-        memory: s.memory.clone(),
+        memory: s.memory,
         trim: trim(&s.trim),
         latency_buckets: latency_buckets(crate::base::clock::ns_per_tick()),
         live_by_class: s
