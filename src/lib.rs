@@ -51,6 +51,8 @@ static SHIM_HEAP: own_heap::ShimHeap = own_heap::ShimHeap;
 extern "C" fn at_load() {
     // A dump asked for before the shim's thread exists is written by the next sampled call.
     hot::mailbox::register_writer(dump::write_pending);
+    // mimalloc's allocated figure is the shim's own (it keeps none), without the backend importing the cold path.
+    backend::mimalloc::register_live_source(cold::account::shim_live);
     if init::ensure() {
         dump::check_dir();
         heapprof::main_started();

@@ -43,12 +43,26 @@ const KNOTS: [(&str, &[&str]); 2] = [
             "hot::config",
             "backend",
             "boundary::signals",
+            // the load-time handler, taken over by `signals` when init installs its own; it reads
+            // the signal's name with `config`'s parser
+            "boundary::sigearly",
             "boundary::cxx",
             "hot::mailbox",
             "hot::real",
         ],
     ),
-    ("TLS -> slot -> sampler state", &["hot::tls", "hot::slots", "hot::heapprof"]),
+    (
+        "TLS -> slot -> sampler state (and the sampler's stack walk: frame pointers through the \
+         shim, the CFI from .eh_frame above it, frame pointers again where a module has none)",
+        &[
+            "hot::tls",
+            "hot::slots",
+            "hot::heapprof",
+            "hot::heapprof::unwind",
+            "hot::heapprof::cfi",
+            "hot::heapprof::ehframe",
+        ],
+    ),
 ];
 
 fn floor(m: &str) -> usize {

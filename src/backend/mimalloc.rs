@@ -34,6 +34,7 @@
 use super::{MemStats, Release};
 use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_void, CStr};
+use core::sync::atomic::{AtomicPtr, Ordering::Relaxed as LiveOrder};
 
 type Fmalloc = unsafe extern "C" fn(usize) -> *mut c_void;
 type Fcalloc = unsafe extern "C" fn(usize, usize) -> *mut c_void;
@@ -271,13 +272,34 @@ pub fn segment_cookie() -> Option<(usize, u64)> {
     found
 }
 
+/// The shim's figure of live bytes capped at its argument (`cold::account::shim_live`, a
+/// `fn(u64) -> Option<u64>`), registered by the library constructor so that this backend, below
+/// the cold path, never imports it; null until then.
+static LIVE_SOURCE: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Registers the shim's live-bytes figure (see [`LIVE_SOURCE`]).
+pub fn register_live_source(f: fn(u64) -> Option<u64>) {
+    LIVE_SOURCE.store(f as *mut (), LiveOrder);
+}
+
+fn shim_live(cap: u64) -> Option<u64> {
+    let p = LIVE_SOURCE.load(LiveOrder);
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: the only non-null value stored is a `fn(u64) -> Option<u64>` (`register_live_source`),
+    // which has the size and representation of a data pointer on the targets Rust supports here.
+    let f = unsafe { core::mem::transmute::<*mut (), fn(u64) -> Option<u64>>(p) };
+    f(cap)
+}
+
 /// `resident` = committed bytes; `allocated` = the shim's figure of live bytes
 /// (`account::shim_live`: the release build keeps no count of them), `free` = the rest of the
 /// committed bytes; with profiling off both are the committed bytes, their upper bound.
 /// (They read 32 MiB = committed whatever the program held: issue 21.)
 pub(super) unsafe fn mem_stats() -> MemStats {
     let c = committed();
-    match crate::cold::account::shim_live(c) {
+    match shim_live(c) {
         Some(live) => MemStats { allocated: live, resident: c, free: c - live },
         None => MemStats { allocated: c, resident: c, free: c },
     }

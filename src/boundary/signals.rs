@@ -81,7 +81,7 @@ pub fn install(sig: c_int) {
         install_handler(sig);
     }
     if crate::boundary::sigearly::take_over(sig) {
-        crate::cold::dump::request();
+        crate::hot::mailbox::request();
     }
 }
 
