@@ -257,7 +257,7 @@ fn mariadb_threads_named_by_performance_schema() {
     assert!(conns >= 4, "the 4 sysbench connections by P_S name: {conns}\n{out}");
     assert!(rows.iter().any(|l| l.contains("thread/innodb/")), "no InnoDB thread named\n{out}");
     assert!(
-        rows.iter().any(|l| l.contains("libstdc++.so.6+0x") && l.contains("thread/")),
+        rows.iter().any(|l| l.contains("libstdc++.so.6") && l.contains("+0x") && l.contains("thread/")),
         "no tpool (std::thread) thread named by P_S\n{out}"
     );
     let joined = common::kv(&common::stdout(&kv), "ps_threads_joined").expect("ps_threads_joined");
