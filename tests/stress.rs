@@ -239,7 +239,9 @@ fn check(run: Run, backend: &str) -> Checked {
         .filter(|l| {
             !(l.starts_with("mallocshim:   MALLOCSHIM_")
                 || l.starts_with("mallocshim: mallocshim ")
-                || l.starts_with("mallocshim: summary "))
+                || l.starts_with("mallocshim: summary ")
+                // the signal storm's requests are merged and rate-limited (said once)
+                || l.starts_with("mallocshim: dump requests came while"))
         })
         .collect();
     assert!(unexpected.is_empty(), "{w}: unexpected shim lines {unexpected:?}: {all}");
