@@ -9,12 +9,9 @@
 
 mod common;
 
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 /// Runs per matrix cell.
 const REPEATS: usize = 2;
@@ -29,53 +26,9 @@ fn dump_dir(tag: &str) -> PathBuf {
 }
 
 /// Runs `cmd` in its own process group with SIGUSR1 sent every 3 ms (when `storm`); kills the
-/// group and fails on the deadline.
-fn run_stormed(mut cmd: Command, what: &str, storm: bool) -> Output {
-    cmd.process_group(0).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let child = cmd.spawn().unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
-    let pid = child.id() as i32;
-    let done = Arc::new(AtomicBool::new(false));
-    let d2 = done.clone();
-    let sender = std::thread::spawn(move || {
-        let t0 = Instant::now();
-        let mut sent = 0u64;
-        while !d2.load(Ordering::Relaxed) {
-            if t0.elapsed() > DEADLINE {
-                // SAFETY: signalling the process group this test created.
-                unsafe { libc::kill(-pid, libc::SIGKILL) };
-                return (sent, true);
-            }
-            if storm && (sent > 0 || catches_usr1(pid)) {
-                // SAFETY: signalling the child this test started (not yet reaped: `done` is
-                // set only after wait_with_output returns).
-                unsafe { libc::kill(pid, libc::SIGUSR1) };
-                sent += 1;
-            }
-            std::thread::sleep(Duration::from_millis(3));
-        }
-        (sent, false)
-    });
-    let o = child.wait_with_output().unwrap_or_else(|e| panic!("{what}: wait: {e}"));
-    done.store(true, Ordering::Relaxed);
-    let (sent, hung) = sender.join().expect("signal sender");
-    // Children left behind in the group (a hung fork child) go too.
-    // SAFETY: as above; the group may be empty.
-    unsafe { libc::kill(-pid, libc::SIGKILL) };
-    assert!(!hung, "{what}: HANG: still running after {DEADLINE:?}, killed\n{}", common::describe(&o));
-    if storm {
-        assert!(sent > 0, "{what}: no SIGUSR1 was sent");
-    }
-    o
-}
-
-/// True once the process has a SIGUSR1 handler (the shim installed its dump signal): before
-/// that, SIGUSR1's default action would kill it.
-fn catches_usr1(pid: i32) -> bool {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    s.lines()
-        .find_map(|l| l.strip_prefix("SigCgt:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .is_some_and(|m| m & (1 << (libc::SIGUSR1 - 1)) != 0)
+/// group and fails on the deadline (`common::storm`).
+fn run_stormed(cmd: Command, what: &str, storm: bool) -> Output {
+    common::storm::run_stormed(cmd, what, storm, DEADLINE).0
 }
 
 /// Runs `prog args` under every backend and setting, REPEATS times each, and returns, for the

@@ -1,7 +1,7 @@
 //! The SIGUSR1 storm of the hostile tests, shared: run a program in its own process group while
 //! SIGUSR1 (the dump signal) is sent to it every 3 ms from the moment its handler is installed,
-//! and kill the group and fail on a deadline (a hang). The same as tests/hostile.rs's
-//! `run_stormed`, with the deadline as an argument.
+//! and kill the group and fail on a deadline (a hang). tests/hostile.rs, tests/loader_fork.rs
+//! and the other hostile suites all run through it.
 
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Output, Stdio};
