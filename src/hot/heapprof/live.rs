@@ -15,11 +15,10 @@
 //! bound: never seen with a uniform hash), counted as dropped like the bound. Never allocates
 //! but in [`copy`], outside every lock.
 
-use super::lock::Lock;
+use super::lock::Shard;
 use super::records::{self, SHARDS as REC_SHARDS, SHARD_CAP as REC_CAP};
 pub use super::records::{Record, MAX_RECORDS};
 use crate::base::classes::{class_of, CLASSES};
-use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
 
 /// Most sampled blocks alive at once, all shards together (half the slots: probes stay short).
@@ -74,27 +73,14 @@ struct Table {
     by_class: [f64; CLASSES],
 }
 
-#[repr(align(128))]
-struct Shard {
-    lock: Lock,
-    t: UnsafeCell<Table>,
-}
-
-// SAFETY: every access to a shard's table goes through its lock (or happens before STATE
-// publishes the tables, in `ensure`).
-unsafe impl Sync for Shard {}
-
-static S: [Shard; SHARDS] = [const {
-    Shard {
-        lock: Lock::new(),
-        t: UnsafeCell::new(Table {
-            live: core::ptr::null_mut(),
-            nlive: 0,
-            counts: core::ptr::null_mut(),
-            inuse: 0.0,
-            by_class: [0.0; CLASSES],
-        }),
-    }
+static S: [Shard<Table>; SHARDS] = [const {
+    Shard::new(Table {
+        live: core::ptr::null_mut(),
+        nlive: 0,
+        counts: core::ptr::null_mut(),
+        inuse: 0.0,
+        by_class: [0.0; CLASSES],
+    })
 }; SHARDS];
 
 /// 0 unmapped, 1 mapping, 2 ready, 3 failed.
@@ -124,7 +110,7 @@ fn bucket(addr: usize) -> usize {
 
 /// The shard of `addr`: the top bits of its hash (so of its filter bucket too).
 #[inline]
-fn shard_of(addr: u64) -> &'static Shard {
+fn shard_of(addr: u64) -> &'static Shard<Table> {
     &S[(hash(addr as usize) >> (64 - SHARD_BITS)) as usize]
 }
 

@@ -8,6 +8,7 @@
 //! slept): the exception to the hot-path rule stated in `heapprof`'s module doc. Not
 //! reentrant: a holder never calls anything that could take a shard lock again.
 
+use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicU32, Ordering::*};
 
 /// Spins before sleeping: about the length of a table update, so an uncontended handover
@@ -82,3 +83,20 @@ impl Default for Lock {
         Self::new()
     }
 }
+
+/// One shard of a heap-profile table: its lock and the table it guards, on its own cache lines.
+#[repr(align(128))]
+pub struct Shard<T> {
+    pub lock: Lock,
+    pub t: UnsafeCell<T>,
+}
+
+impl<T> Shard<T> {
+    pub const fn new(t: T) -> Shard<T> {
+        Shard { lock: Lock::new(), t: UnsafeCell::new(t) }
+    }
+}
+
+// SAFETY: every access to a shard's table goes through its lock (or happens before the tables
+// are published: `live::ensure`, `records::attach`).
+unsafe impl<T> Sync for Shard<T> {}

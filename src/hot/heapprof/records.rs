@@ -6,9 +6,8 @@
 //! records arrive), so an uneven spread never drops a record the bound would keep.
 //! Never allocates; nothing here runs under another shard's lock.
 
-use super::lock::Lock;
+use super::lock::Shard;
 use super::unwind::MAX_FRAMES;
-use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicUsize, Ordering::*};
 
 /// Shards (a power of two).
@@ -48,27 +47,14 @@ struct Table {
     nframes: usize,
 }
 
-#[repr(align(128))]
-struct Shard {
-    lock: Lock,
-    t: UnsafeCell<Table>,
-}
-
-// SAFETY: every access to a shard's table goes through its lock (or happens before the
-// tables are published, in `attach`).
-unsafe impl Sync for Shard {}
-
-static S: [Shard; SHARDS] = [const {
-    Shard {
-        lock: Lock::new(),
-        t: UnsafeCell::new(Table {
-            recs: core::ptr::null_mut(),
-            nrecs: 0,
-            heads: core::ptr::null_mut(),
-            frames: core::ptr::null_mut(),
-            nframes: 0,
-        }),
-    }
+static S: [Shard<Table>; SHARDS] = [const {
+    Shard::new(Table {
+        recs: core::ptr::null_mut(),
+        nrecs: 0,
+        heads: core::ptr::null_mut(),
+        frames: core::ptr::null_mut(),
+        nframes: 0,
+    })
 }; SHARDS];
 
 /// Bytes to map for the records, their hash heads and their frames.
