@@ -21,23 +21,6 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn go() -> PathBuf {
-    common::require("go")
-}
-
-fn pprof(profile: &Path, args: &[&str]) -> String {
-    let o = Command::new(go())
-        .arg("tool")
-        .arg("pprof")
-        .args(args)
-        .arg(profile)
-        .env("HOME", common::work_dir())
-        .output()
-        .expect("run go tool pprof");
-    assert!(o.status.success(), "go tool pprof cannot read {}: {}", profile.display(), common::describe(&o));
-    common::stdout(&o)
-}
-
 fn run(bin: &Path, lib: Option<&Path>, backend: &str, env: &[(&str, &str)], name: &str) -> PathBuf {
     let dir = common::work_dir().join(format!("heap-cfi-{name}"));
     let _ = std::fs::remove_dir_all(&dir);
@@ -96,7 +79,7 @@ fn check(bin: &Path, lib: &Path, backend: &str, setting: &str, env: &[(&str, &st
     e.extend_from_slice(env);
     let name = what.replace([' ', ',', '=', '-'], "_");
     let p = run(bin, Some(lib), backend, &e, &name);
-    let traces = pprof(&p, &["-traces", "-sample_index=inuse_space"]);
+    let traces = common::pprof(&p, &["-traces", "-sample_index=inuse_space"]);
     if env.contains(&("MALLOCSHIM_PROFILE", "off")) {
         // No heap profile without profiling: the run and the empty profile are the check.
         assert!(traces.contains("0 samples taken"), "{what}: samples without profiling\n{traces}");
@@ -106,7 +89,7 @@ fn check(bin: &Path, lib: &Path, backend: &str, setting: &str, env: &[(&str, &st
         let chain = ["leaf_alloc", "mid_b", "mid_a", path, "main"];
         assert!(has_chain(&traces, &chain), "{what}: no trace {chain:?}\n{traces}");
     }
-    let top = pprof(&p, &["-top", "-cum", "-unit=B", "-sample_index=inuse_space"]);
+    let top = common::pprof(&p, &["-top", "-cum", "-unit=B", "-sample_index=inuse_space"]);
     let one = cum(&top, "path_one").unwrap_or_else(|| panic!("{what}: no path_one\n{top}"));
     let two = cum(&top, "path_two").unwrap_or_else(|| panic!("{what}: no path_two\n{top}"));
     let share = 100.0 * one / (one + two);
@@ -116,7 +99,7 @@ fn check(bin: &Path, lib: &Path, backend: &str, setting: &str, env: &[(&str, &st
     );
     // Symbols after the fact: a mapping is marked symbolized only when every frame in it
     // resolved (the program's do; libc's `[libc.so.6]` frames do not), so pprof re-symbolizes.
-    let raw = pprof(&p, &["-raw"]);
+    let raw = common::pprof(&p, &["-raw"]);
     let maps: Vec<&str> = raw.lines().skip_while(|l| !l.starts_with("Mappings")).collect();
     let exe = bin.file_name().unwrap().to_string_lossy().to_string();
     assert!(
@@ -156,7 +139,7 @@ fn one_byte_blocks_weigh_what_they_hold() {
         let what = format!("60,000 x malloc(1) under {backend}");
         let p =
             run(&bin, None, backend, &[("MALLOCSHIM_PROF_SAMPLE_BYTES", "1")], &format!("tiny-{backend}"));
-        let top = pprof(&p, &["-top", "-unit=B", "-sample_index=inuse_space"]);
+        let top = common::pprof(&p, &["-top", "-unit=B", "-sample_index=inuse_space"]);
         let total: f64 = top
             .lines()
             .find(|l| l.contains("% of ") && l.contains(" total"))
@@ -164,8 +147,9 @@ fn one_byte_blocks_weigh_what_they_hold() {
             .and_then(|s| s.split_whitespace().next())
             .and_then(|s| s.trim_end_matches('B').parse().ok())
             .unwrap_or_else(|| panic!("{what}: no total in\n{top}"));
-        let tiny = cum(&pprof(&p, &["-top", "-cum", "-unit=B", "-sample_index=inuse_space"]), "tiny_site")
-            .unwrap_or_else(|| panic!("{what}: no tiny_site\n{top}"));
+        let tiny =
+            cum(&common::pprof(&p, &["-top", "-cum", "-unit=B", "-sample_index=inuse_space"]), "tiny_site")
+                .unwrap_or_else(|| panic!("{what}: no tiny_site\n{top}"));
         assert!(
             (57_000.0..=63_000.0).contains(&tiny),
             "{what}: tiny_site reads {tiny} B (60,000 ± 5%); total {total}\n{top}"

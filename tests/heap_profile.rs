@@ -60,26 +60,9 @@ fn run_limited(cmd: Command, secs: u32, what: &str) -> Output {
     o
 }
 
-fn profiles(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.to_string_lossy().ends_with(".pb.gz"))
-        .collect();
-    v.sort();
-    v
-}
-
 /// `go tool pprof -top -sample_index=<index>`: its output (fails when pprof cannot read it).
 fn top(profile: &Path, index: &str) -> String {
-    let o = Command::new(go())
-        .args(["tool", "pprof", "-top", &format!("-sample_index={index}")])
-        .arg(profile)
-        .env("HOME", common::work_dir())
-        .output()
-        .expect("run go tool pprof");
-    assert!(o.status.success(), "go tool pprof cannot read {}: {}", profile.display(), common::describe(&o));
-    common::stdout(&o)
+    common::pprof(profile, &["-top", &format!("-sample_index={index}")])
 }
 
 /// `go tool pprof -comments`: the profile's comments.
@@ -132,7 +115,7 @@ fn check_sites(backend: &str, cxx: bool, sample: &str) {
         .env("MALLOCSHIM_SAMPLE", sample);
     let o = run_limited(cmd, 120, &what);
     assert!(common::stdout(&o).contains("api_rc=0"), "{what}: {}", common::describe(&o));
-    let p = profiles(&dir);
+    let p = common::profiles(&dir);
     assert_eq!(p.len(), 1, "{what}: one profile expected, found {p:?}");
     let inuse = top(&p[0], "inuse_space");
     let (a, _) = flat(&inuse, "site_a").unwrap_or_else(|| panic!("{what}: no site_a in\n{inuse}"));
@@ -194,7 +177,7 @@ fn heap_command_names_sites_and_growth() {
             .env("MALLOCSHIM_PROF_SAMPLE_BYTES", "65536");
         let o = run_limited(cmd, 120, &what);
         assert_eq!(common::stdout(&o).matches("api_rc=0").count(), 2, "{what}: {}", common::describe(&o));
-        let mut p = profiles(&dir);
+        let mut p = common::profiles(&dir);
         p.sort_by_key(|f| f.to_string_lossy().rsplit('.').nth(2).and_then(|s| s.parse::<u32>().ok()));
         assert_eq!(p.len(), 2, "{what}: two profiles expected, found {p:?}");
         let late = heap_cmd(&[p[1].as_os_str()]);
@@ -227,7 +210,7 @@ fn toggled_at_run_time() {
         let o = run_limited(cmd, 120, &what);
         let out = common::stdout(&o);
         assert!(out.contains("set_rc=0") && out.contains("api_rc=0"), "{what}: {}", common::describe(&o));
-        let p = profiles(&dir);
+        let p = common::profiles(&dir);
         assert_eq!(p.len(), 2, "{what}: {p:?}");
         // Off at start: the entry table without the heap-profile tests; turned on: the other.
         let c = comments(&p[0]);
@@ -260,7 +243,7 @@ fn toggled_on_off_on() {
                 "{what}: {}",
                 common::describe(&o)
             );
-            let p = profiles(&dir);
+            let p = common::profiles(&dir);
             assert_eq!(p.len(), 2, "{what}: {p:?}");
             for (i, f) in p.iter().enumerate() {
                 let c = comments(f);
@@ -299,7 +282,7 @@ fn profiling_off_gives_an_empty_profile() {
             "{what}: {}",
             common::describe(&o)
         );
-        let p = profiles(&dir);
+        let p = common::profiles(&dir);
         assert_eq!(p.len(), 2, "{what}: {p:?}");
         let inuse = top(&p[1], "inuse_space");
         assert!(inuse.contains("0 of 0 total") || inuse.contains("of 0 total"), "{what}: samples\n{inuse}");
@@ -360,7 +343,7 @@ fn hostile_every_allocation_sampled() {
                 "{what}: {}",
                 common::describe(&o)
             );
-            let p = profiles(&dir);
+            let p = common::profiles(&dir);
             assert!(p.len() >= 2, "{what}: the signal's dumps and the final one expected, found {p:?}");
             for f in &p {
                 let _ = top(f, "inuse_space");

@@ -21,7 +21,7 @@
 mod common;
 
 use mallocshim_format::pprof::Profile;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
@@ -72,16 +72,6 @@ fn run_limited(mut cmd: Command, secs: u64, what: &str) -> Output {
     o
 }
 
-fn profiles(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.to_string_lossy().ends_with(".pb.gz"))
-        .collect();
-    v.sort();
-    v
-}
-
 /// The number after `word` in `s` ("... 12 live" -> 12 for "live").
 fn before_word(s: &str, word: &str) -> Option<u64> {
     let ws: Vec<&str> = s.split([' ', ',']).filter(|w| !w.is_empty()).collect();
@@ -112,7 +102,7 @@ fn check(src: &str, out: &str, backend: &str, threads: u32, rate: &str, env: &[(
     let allocated =
         common::kv(line, "allocated").unwrap_or_else(|| panic!("{what}: no allocated= in {line}"));
     assert_eq!(common::kv(line, "freed"), Some(allocated), "{what}: {line}");
-    let p = profiles(&dir);
+    let p = common::profiles(&dir);
     if env.contains(&("MALLOCSHIM_PROFILE", "off")) {
         return;
     }

@@ -224,3 +224,27 @@ pub fn env_str(key: &str, default: &str) -> String {
 pub fn words(key: &str, default: &str) -> Vec<String> {
     env_str(key, default).split_whitespace().map(str::to_string).collect()
 }
+
+/// The pprof heap profiles (`.pb.gz`) in `dir`, sorted by name.
+pub fn profiles(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().ends_with(".pb.gz"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// `go tool pprof ARGS PROFILE`: its output (fails when pprof cannot read the profile).
+pub fn pprof(profile: &Path, args: &[&str]) -> String {
+    let o = Command::new(require("go"))
+        .args(["tool", "pprof"])
+        .args(args)
+        .arg(profile)
+        .env("HOME", work_dir())
+        .output()
+        .expect("run go tool pprof");
+    assert!(o.status.success(), "go tool pprof cannot read {}: {}", profile.display(), describe(&o));
+    stdout(&o)
+}
