@@ -12,7 +12,8 @@
 //! - [`backends`]: the backend table (names, Debian packages and libraries, environment,
 //!   what the memory figures mean) every list of backends in the workspace reads, and
 //!   [`BACKENDS`], its names as `MALLOCSHIM_BACKEND` accepts them and dumps carry them;
-//! - [`stats`]: the median every report, test and bench takes.
+//! - [`stats`]: the median every report, test and bench takes;
+//! - [`ctl`]: the control channel's protocol constants (attach signal value, socket path, framing).
 //!
 //! Compatibility: fields may be added to every object (a reader ignores what it does not know;
 //! fields a newer writer adds are `#[serde(default)]` here, so older dumps still read); the
@@ -25,6 +26,7 @@
 
 pub mod backends;
 pub mod classes;
+pub mod ctl;
 pub mod dump;
 pub mod formats;
 pub mod memlog;
