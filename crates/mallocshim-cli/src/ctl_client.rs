@@ -78,6 +78,45 @@ pub fn connect(pid: u32, wait: Duration) -> Result<Option<UnixStream>, Fail> {
     }
 }
 
+/// `mallocshim dump` through the channel: the open socket, else an attach and a wait of at most
+/// `ATTACH_WAIT_MS` (before `deadline`) for the socket or for new dump files (`answered`: an
+/// older shim answers the queued signal with a dump).
+pub fn dump_through_channel(
+    pid: u32,
+    sig: i32,
+    deadline: Instant,
+    answered: &dyn Fn() -> Result<bool, Fail>,
+) -> Result<crate::dump_cmd::Channel, Fail> {
+    use crate::dump_cmd::Channel;
+    let paths = socket_paths(pid)?;
+    let t = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100));
+    let files = |s: UnixStream| -> Result<Channel, Fail> {
+        let body = request_on(s, pid, "dump", t)?;
+        Ok(Channel::Files(body.lines().map(PathBuf::from).collect()))
+    };
+    if let Some(s) = connect_now(&paths) {
+        return files(s);
+    }
+    attach(pid, sig)?;
+    let until = deadline.min(Instant::now() + Duration::from_millis(ATTACH_WAIT_MS));
+    loop {
+        if let Some(s) = connect_now(&paths) {
+            return files(s);
+        }
+        if answered()? {
+            return Ok(Channel::Answered);
+        }
+        if Instant::now() >= until {
+            return Ok(Channel::None);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// How long `dump` waits for a channel before it sends the plain signal (a process without the
+/// shim's thread yet: single-threaded, or still starting), ms.
+const ATTACH_WAIT_MS: u64 = 1000;
+
 /// Sends one request on `s` and returns the reply's body, or its error line as a failure.
 pub fn request_on(mut s: UnixStream, pid: u32, line: &str, timeout: Duration) -> Result<String, Fail> {
     let io = |e: std::io::Error| fail(1, format!("control channel of process {pid}: {e}"));

@@ -24,7 +24,9 @@ use std::time::{Duration, Instant};
                   the pprof heap profile (.pb.gz) included. The signal is sent only once the \
                   process catches it (SigCgt in /proc/PID/status): a process that has just been \
                   started is waited for (within --timeout) instead of being killed by the \
-                  signal's default action. The directory is --dir, else the process's \
+                  signal's default action. The dump is asked for through the control channel \
+                  (the signal queued with the attach value, then a `dump` request: docs/control.md) \
+                  when the process opens one within a second, else by the plain signal. The directory is --dir, else the process's \
                   MALLOCSHIM_DUMP_DIR, else its TMPDIR, else /tmp. The shim answers at most one \
                   signal per MALLOCSHIM_DUMP_MIN_INTERVAL_MS (default 1000 ms): a dump asked for \
                   sooner comes at the end of that interval.\n\n\
@@ -195,6 +197,35 @@ pub fn dump(pid: u32, dir: Option<&Path>, timeout: f64) -> Result<Vec<PathBuf>, 
     let want: Vec<&str> = formats::parse_list(&formats).into_iter().map(|f| f.row().ext).collect();
     let before = files_after(&dir, pid, None)?.iter().map(|f| f.0).max();
     wait_caught(pid, sig, deadline, timeout)?;
+    match crate::ctl_client::dump_through_channel(pid, sig, deadline, &|| {
+        Ok(!files_after(&dir, pid, before)?.is_empty())
+    })? {
+        Channel::Files(f) => return Ok(json_first(f)),
+        Channel::Answered => {}
+        Channel::None => signal(pid, sig)?,
+    }
+    wait_files(pid, &dir, before, &want, deadline, timeout)
+}
+
+/// What the control channel did for a dump (`ctl_client::dump_through_channel`).
+pub enum Channel {
+    /// The channel wrote the dump: its files.
+    Files(Vec<PathBuf>),
+    /// No channel, but the attach signal was answered with a dump (an older shim).
+    Answered,
+    /// Neither: send the plain signal.
+    None,
+}
+
+/// JSON first, then the other files in name order.
+fn json_first(files: Vec<PathBuf>) -> Vec<PathBuf> {
+    let mut paths: Vec<(bool, PathBuf)> =
+        files.into_iter().map(|p| (p.extension().is_none_or(|e| e != "json"), p)).collect();
+    paths.sort();
+    paths.into_iter().map(|p| p.1).collect()
+}
+
+fn signal(pid: u32, sig: i32) -> Result<(), Fail> {
     // SAFETY: kill(2) on one pid with a valid signal number; no memory is passed.
     if unsafe { libc::kill(pid as libc::pid_t, sig) } != 0 {
         let e = std::io::Error::last_os_error();
@@ -204,8 +235,20 @@ pub fn dump(pid: u32, dir: Option<&Path>, timeout: f64) -> Result<Vec<PathBuf>, 
         };
         return Err(fail(1, msg));
     }
+    Ok(())
+}
+
+/// Waits for the new dump's files (every wanted format, or what is there at the deadline).
+fn wait_files(
+    pid: u32,
+    dir: &Path,
+    before: Option<u64>,
+    want: &[&str],
+    deadline: Instant,
+    timeout: f64,
+) -> Result<Vec<PathBuf>, Fail> {
     loop {
-        let new = files_after(&dir, pid, before)?;
+        let new = files_after(dir, pid, before)?;
         if let Some(seq) = new.first().map(|f| f.0) {
             let this: Vec<_> = new.into_iter().filter(|f| f.0 == seq).collect();
             let complete = want.iter().all(|w| this.iter().any(|f| f.1 == *w));
