@@ -10,7 +10,7 @@ set -euo pipefail
 
 PACKAGES=(mariadb-server mariadb-client mariadb-test perl sysbench libtcmalloc-minimal4 libjemalloc2 libmimalloc2.0 gcc g++ make gdb
     pkg-config python3 git procps fonts-dejavu-core valgrind golang-go
-    dpkg-dev binutils prometheus prometheus-node-exporter heaptrack)
+    dpkg-dev binutils prometheus prometheus-node-exporter heaptrack tmux util-linux)
 
 say() { printf 'install-deps: %s\n' "$*" >&2; }
 die() { say "ERROR: $*"; exit 1; }
