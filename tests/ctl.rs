@@ -87,6 +87,11 @@ impl Target {
 
     /// One raw request on a new connection: the whole reply.
     fn raw(&self, req: &[u8]) -> String {
+        if !self.socket().exists() {
+            // Nothing listens until asked: the command asks (the attach signal).
+            let o = self.cli(&["get"]);
+            assert!(o.status.success(), "attach: {}", describe(&o));
+        }
         let mut s = UnixStream::connect(self.socket()).expect("connect");
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let _ = s.write_all(req);
@@ -134,6 +139,8 @@ fn rss_kib(pid: u32) -> u64 {
 fn trim_get_set() {
     let dir = scratch("tgs").join("ctl");
     let t = Target::start("glibc", &[("MALLOCSHIM_TRIM_INTERVAL_MS", "0")], &["hold", "128"], &dir);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!t.socket().exists() && !dir.exists(), "nothing listens until asked");
     let before = rss_kib(t.pid);
     let o = t.cli(&["trim"]);
     assert!(o.status.success(), "trim: {}", describe(&o));
@@ -396,8 +403,7 @@ fn hostile_matrix() {
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         storm.join().unwrap();
-        let o = t.finish();
-        assert!(stdout(&o).contains("done"), "{what}: {}", describe(&o));
+        t.finish();
         let _ = std::fs::remove_dir_all(&base);
     }
 }
@@ -440,7 +446,7 @@ fn top_fits_80x24_and_q_quits() {
         std::thread::sleep(Duration::from_millis(100));
         code = std::fs::read_to_string(&rc).unwrap_or_default();
     }
-    let _ = Command::new(&tmux).args(["kill-session", "-t", &session]).status();
+    let _ = Command::new(&tmux).args(["kill-session", "-t", &session]).stderr(Stdio::null()).status();
     for want in [
         "backend glibc",
         "RSS ",

@@ -21,7 +21,6 @@
 #define ATTACH_MAGIC 0x6d616c6c63746c31ULL
 
 static volatile int stop;
-static void *volatile sink;
 
 static void *idle_main(void *arg) {
   (void)arg;
@@ -32,8 +31,8 @@ static void *idle_main(void *arg) {
 static void *short_main(void *arg) {
   (void)arg;
   for (int i = 0; i < 100; i++) {
-    sink = malloc(16 + (size_t)i * 8);
-    free(sink);
+    void *volatile p = malloc(16 + (size_t)i * 8);
+    free(p);
   }
   return NULL;
 }
@@ -46,8 +45,8 @@ static void *churn_main(void *arg) {
     if (forks) {
       pid_t p = fork();
       if (p == 0) {
-        sink = malloc(1000);
-        free(sink);
+        void *volatile q = malloc(1000);
+        free(q);
         _exit(0);
       }
       if (p > 0) waitpid(p, NULL, 0);
