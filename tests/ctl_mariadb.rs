@@ -57,6 +57,8 @@ fn trim_set_and_malformed_on_mariadbd_after_fulltext_load() {
     assert!(o.status.success(), "trim: {}", common::describe(&o));
     let after = procfs::vm_rss(pid).unwrap();
     let released = before.saturating_sub(after);
+    let mem_after = &json(&sock)["memory"];
+    eprintln!("account before trim: {mem}\naccount after trim: {mem_after}");
     eprintln!(
         "mariadbd FULLTEXT ({} rows, load {load_s:.0} s, index {index_s:.0} s): allocator_free {:.1} MiB, RSS {:.1} -> {:.1} MiB (released {:.1} MiB); mallocshim trim: {}",
         s.rows,

@@ -114,8 +114,12 @@ impl Channel {
             if peer_allowed(c) {
                 serve_client(c);
             }
-            // SAFETY: the accepted descriptor, ours to close.
-            unsafe { libc::close(c) };
+            // SAFETY: the accepted descriptor, ours to close. shutdown first: a child forked
+            // meanwhile holds a copy, and the client must see the end of the reply now.
+            unsafe {
+                libc::shutdown(c, libc::SHUT_RDWR);
+                libc::close(c);
+            }
         }
     }
 }
