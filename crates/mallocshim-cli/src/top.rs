@@ -192,7 +192,7 @@ fn view(cur: &Dump, iv: &Interval, rows: usize, cols: usize, max_threads: usize,
     // Fixed lines: 2 of header, then per table a heading, 2 of column header, 1 of summary.
     let budget = rows.saturating_sub(2 + 2 * 4 + 1);
     let mut classes: Vec<(&crate::interval::ClassKey, &Row)> = iv.classes.iter().collect();
-    classes.sort_by(|a, b| b.1.calls.cmp(&a.1.calls));
+    classes.sort_by_key(|c| std::cmp::Reverse(c.1.calls));
     let threads: Vec<_> = iv.threads.iter().take(max_threads).collect();
     let c_n = classes.len().min(budget.saturating_sub(threads.len().min(budget / 2)).max(budget / 2));
     let t_n = threads.len().min(budget - c_n.min(budget));
