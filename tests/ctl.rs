@@ -370,10 +370,13 @@ fn malformed_requests_and_killed_clients() {
 }
 
 /// The channel under the hostile matrix: thread churn and fork in the target, a SIGUSR1 storm
-/// (every 3 ms) and get, set, trim, json and dump requests, under every backend and setting.
+/// (every 3 ms) and get, set, trim, json and dump requests, under every backend and setting
+/// (profiling on, off, `MALLOCSHIM_SAMPLE=1`, `MALLOCSHIM_PROF_SAMPLE_BYTES=1`).
 #[test]
 fn hostile_matrix() {
-    for (backend, setting, env) in matrix() {
+    let settings = common::storm::settings();
+    for (backend, (setting, env)) in BACKENDS.into_iter().flat_map(|b| settings.iter().map(move |s| (b, *s)))
+    {
         let base = scratch(&format!("hm-{backend}-{}", setting.len()));
         let env: Vec<(&str, &str)> = env
             .iter()

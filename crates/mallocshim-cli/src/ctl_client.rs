@@ -39,6 +39,11 @@ fn connect_now(paths: &[PathBuf]) -> Option<UnixStream> {
     paths.iter().find_map(|p| UnixStream::connect(p).ok())
 }
 
+/// How often the attach signal is sent again while no socket appears: the dump signal is a
+/// standard signal, so one sent while another is pending (a `kill -USR1` storm, a dump
+/// request) is merged into it and its attach value lost.
+const RESEND: Duration = Duration::from_millis(250);
+
 /// Asks `pid` to open its channel (its dump signal queued with the attach value).
 fn attach(pid: u32, sig: i32) -> Result<(), Fail> {
     let v = libc::sigval { sival_ptr: proto::ATTACH_MAGIC as *mut libc::c_void };
@@ -66,8 +71,12 @@ pub fn connect(pid: u32, wait: Duration) -> Result<Option<UnixStream>, Fail> {
     };
     let deadline = Instant::now() + wait;
     wait_caught(pid, sig, deadline, wait.as_secs_f64())?;
-    attach(pid, sig)?;
+    let mut next = Instant::now();
     loop {
+        if Instant::now() >= next {
+            attach(pid, sig)?;
+            next += RESEND;
+        }
         if let Some(s) = connect_now(&paths) {
             return Ok(Some(s));
         }
@@ -97,9 +106,13 @@ pub fn dump_through_channel(
     if let Some(s) = connect_now(&paths) {
         return files(s);
     }
-    attach(pid, sig)?;
     let until = deadline.min(Instant::now() + Duration::from_millis(ATTACH_WAIT_MS));
+    let mut next = Instant::now();
     loop {
+        if Instant::now() >= next {
+            attach(pid, sig)?;
+            next += RESEND;
+        }
         if let Some(s) = connect_now(&paths) {
             return files(s);
         }
