@@ -26,7 +26,8 @@ use std::time::{Duration, Instant};
                   started is waited for (within --timeout) instead of being killed by the \
                   signal's default action. The dump is asked for through the control channel \
                   (the signal queued with the attach value, then a `dump` request: docs/control.md) \
-                  when the process opens one within a second, else by the plain signal. The directory is --dir, else the process's \
+                  when the process opens one within a second, else (and always with --dir) by the \
+                  plain signal. The directory is --dir, else the process's \
                   MALLOCSHIM_DUMP_DIR, else its TMPDIR, else /tmp. The shim answers at most one \
                   signal per MALLOCSHIM_DUMP_MIN_INTERVAL_MS (default 1000 ms): a dump asked for \
                   sooner comes at the end of that interval.\n\n\
@@ -191,12 +192,18 @@ pub fn dump(pid: u32, dir: Option<&Path>, timeout: f64) -> Result<Vec<PathBuf>, 
     let Some(sig) = dump_signal(pid) else {
         return Err(fail(1, format!("process {pid} dumps on no signal (MALLOCSHIM_DUMP_SIGNAL=none)")));
     };
+    let explicit_dir = dir.is_some();
     let dir = dir.map(Path::to_path_buf).unwrap_or_else(|| dump_dir(pid));
     let formats = environ_var(pid, "MALLOCSHIM_DUMP_FORMATS").unwrap_or_else(|| formats::DEFAULT.into());
     // The file extensions the process writes, from the format table (`pprof` is `.pb.gz`).
     let want: Vec<&str> = formats::parse_list(&formats).into_iter().map(|f| f.row().ext).collect();
     let before = files_after(&dir, pid, None)?.iter().map(|f| f.0).max();
     wait_caught(pid, sig, deadline, timeout)?;
+    if explicit_dir {
+        // --dir: the files are looked for there, so the plain signal asks for them.
+        signal(pid, sig)?;
+        return wait_files(pid, &dir, before, &want, deadline, timeout);
+    }
     match crate::ctl_client::dump_through_channel(pid, sig, deadline, &|| {
         Ok(!files_after(&dir, pid, before)?.is_empty())
     })? {
