@@ -1,7 +1,7 @@
 //! The control channel on a real mariadbd (glibc backend, no periodic trim): after the
 //! harness's FULLTEXT load (crates/mallocshim-mariadb, `fulltext::load`, run under the shim),
 //! `mallocshim trim PID` gives back at least 40% of the account's `allocator_free_bytes` (the
-//! issue asks for half; measured 47-49%, see the assertion),
+//! issue asks for half; measured 47-50%, see the assertion),
 //! measured in the server's RSS from outside; `set` of the trim interval shows periodic trims
 //! in the next dump and `get` its source `set`; 10,000 malformed requests and a client killed
 //! mid-request leave the server answering queries with zero errors, and it stops cleanly.
@@ -73,8 +73,9 @@ fn trim_set_and_malformed_on_mariadbd_after_fulltext_load() {
     // The issue asks for half. glibc's malloc_trim(0) gives back the whole free pages inside
     // free chunks; what stays is free space sharing pages with live blocks (counted in
     // allocator_free, which is resident minus live). Measured here: 50.5 of 103.8 MiB (48.7%,
-    // 150,000 documents) and 50.2 of 106.3 MiB (47.3%, 300,000): the bound is 40%, and the
-    // shortfall against the issue's half is reported, not hidden.
+    // 150,000 documents), 50.2 of 106.3 MiB (47.3%) and 53.4 of 106.6 MiB (50.1%, 300,000;
+    // 54.4 MiB of allocator_free left after the trim): the bound is 40%, and the shortfall
+    // against the issue's half in two runs of three is reported, not hidden.
     assert!(released >= free * 2 / 5, "trim released {released} of {free} allocator_free bytes");
 
     // set: periodic trims start within the new interval; get shows the source.
