@@ -6,6 +6,7 @@
 //! Reads files and writes the flame graph; symbols in `symbolize`, views in `views`.
 
 mod flame;
+mod jeheap;
 mod stacks;
 mod symbolize;
 mod views;
@@ -65,7 +66,7 @@ impl Index {
                   mallocshim heap mallocshim.1234.9.pb.gz mallocshim.1234.3.pb.gz"
 )]
 pub struct Args {
-    /// The heap profile.
+    /// The heap profile (or a jemalloc `prof:true` .heap file).
     #[arg(value_name = "PROFILE.pb.gz")]
     pub profile: PathBuf,
     /// An earlier profile of the same process or binary: print the growth from it to PROFILE.
@@ -84,6 +85,10 @@ pub struct Args {
     /// Also the top call sites with their callers, as a tree (branches under 1% left out).
     #[arg(long)]
     pub tree: bool,
+    /// Also a table of the direct callers of functions matching NAME (glob; repeatable: the
+    /// innermost match per sample), % of the samples through them (who calls my_malloc?).
+    #[arg(long, value_name = "NAME")]
+    pub callers_of: Vec<String>,
     /// Caller levels in --tree.
     #[arg(long, default_value_t = 8, value_name = "N")]
     pub depth: usize,
@@ -117,8 +122,13 @@ pub fn bytes(v: i64) -> String {
     }
 }
 
-/// Reads a heap profile (errors name the file).
+/// Reads a heap profile (errors name the file): the shim's (or any pprof heap profile), or
+/// jemalloc's own `heap_v2` text file.
 pub fn read(path: &std::path::Path) -> Result<Profile, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if jeheap::is_jeheap(&bytes) {
+        return jeheap::parse(&String::from_utf8_lossy(&bytes)).map_err(|e| format!("{}: {e}", path.display()));
+    }
     Profile::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
 }
 
@@ -162,13 +172,18 @@ pub fn run(args: &Args) -> Result<String, String> {
         };
         for index in &indexes {
             o += "\n";
-            o += &views::table(&cur, &views::sums(&cur, &w, false), index, args.top, "call site")?;
+            o += &views::table(&cur, &views::sums(&cur, &w, false), index, args.top, "call site", false)?;
         }
         if args.cum {
             for index in &indexes {
                 o += "\n";
-                o += &views::table(&cur, &views::sums(&cur, &w, true), index, args.top, "function (cum)")?;
+                o += &views::table(&cur, &views::sums(&cur, &w, true), index, args.top, "function (cum)", false)?;
             }
+        }
+        if !args.callers_of.is_empty() {
+            let by = views::callers_of(&cur, &args.callers_of);
+            o += &format!("\ncallers of {}:\n", args.callers_of.join(", "));
+            o += &views::table(&cur, &by, one, args.top, "caller", true)?;
         }
         if args.tree {
             o += "\n";

@@ -51,10 +51,11 @@ fn fmt(index: &str, v: i64) -> String {
 }
 
 /// The top `n` rows of `by` by `index`, with bytes, objects and % of the profile's total.
-pub fn table(st: &Stacks, by: &Sums, index: &str, n: usize, what: &str) -> Result<String, String> {
+/// `of_rows`: % of the rows' sum (the samples `by` covers) instead of the profile's total.
+pub fn table(st: &Stacks, by: &Sums, index: &str, n: usize, what: &str, of_rows: bool) -> Result<String, String> {
     let kind = index.split('_').next().unwrap_or("inuse");
     let (i, ib, io) = (st.col(index)?, st.col(&format!("{kind}_space"))?, st.col(&format!("{kind}_objects"))?);
-    let tot = total(st, i);
+    let tot = if of_rows { by.values().map(|v| v[i]).sum() } else { total(st, i) };
     let mut rows: Vec<(&Rc<str>, &Vec<i64>)> = by.iter().filter(|(_, v)| v[i] != 0).collect();
     rows.sort_by(|a, b| b.1[i].cmp(&a.1[i]).then_with(|| a.0.cmp(b.0)));
     let mut o = format!("by {index} (total {}, {} {what}s):\n", fmt(index, tot), rows.len());
@@ -64,6 +65,24 @@ pub fn table(st: &Stacks, by: &Sums, index: &str, n: usize, what: &str) -> Resul
         o += &format!("{:>12} {:>12} {:>6.1}%  {name}\n", bytes(v[ib]), v[io], pct);
     }
     Ok(o)
+}
+
+/// Per direct caller of a function matching one of `names` (globs; the innermost such frame of
+/// each sample), the summed values of the samples through it; samples without one are left out.
+pub fn callers_of(st: &Stacks, names: &[String]) -> Sums {
+    let mut by: Sums = HashMap::new();
+    for s in &st.stacks {
+        let hit = s.frames.iter().position(|f| {
+            let bare = f.split('(').next().unwrap_or(f);
+            names.iter().any(|n| super::wrappers::glob(n, f) || super::wrappers::glob(n, bare))
+        });
+        let Some(caller) = hit.and_then(|j| s.frames.get(j + 1)) else { continue };
+        let v = by.entry(caller.clone()).or_insert_with(|| vec![0; st.types.len()]);
+        for (a, x) in v.iter_mut().zip(&s.values) {
+            *a += x;
+        }
+    }
+    by
 }
 
 /// Callers' tree node: value and callers by name.
