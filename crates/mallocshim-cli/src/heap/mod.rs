@@ -172,18 +172,19 @@ pub fn run(args: &Args) -> Result<String, String> {
         };
         for index in &indexes {
             o += "\n";
-            o += &views::table(&cur, &views::sums(&cur, &w, false), index, args.top, "call site", false)?;
+            let label = views::labels(&cur, &w, cur.col(index)?);
+            o += &views::table(&cur, &views::sums(&cur, &w, false), &label, index, args.top, "call site", false)?;
         }
         if args.cum {
             for index in &indexes {
                 o += "\n";
-                o += &views::table(&cur, &views::sums(&cur, &w, true), index, args.top, "function (cum)", false)?;
+                o += &views::table(&cur, &views::sums(&cur, &w, true), &Default::default(), index, args.top, "function (cum)", false)?;
             }
         }
         if !args.callers_of.is_empty() {
             let by = views::callers_of(&cur, &args.callers_of);
             o += &format!("\ncallers of {}:\n", args.callers_of.join(", "));
-            o += &views::table(&cur, &by, one, args.top, "caller", true)?;
+            o += &views::table(&cur, &by, &Default::default(), one, args.top, "caller", true)?;
         }
         if args.tree {
             o += "\n";

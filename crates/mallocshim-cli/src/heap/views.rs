@@ -15,6 +15,33 @@ pub fn site(s: &Stack, w: &Wrappers) -> usize {
     s.frames.iter().position(|f| !w.is_wrapper(f)).unwrap_or(s.frames.len() - 1)
 }
 
+/// Whether a frame has no name (`FILE+0xOFFSET`: no symbol covers it).
+pub fn unnamed(f: &str) -> bool {
+    f.rsplit_once("+0x").is_some_and(|(file, off)| !file.contains(' ') && u64::from_str_radix(off, 16).is_ok())
+}
+
+/// For each unnamed call site, its label: the site followed by `<` and its first named caller
+/// (the heaviest by `i` when samples differ), so the first screen names a function even for a
+/// static function of a stripped binary: `mariadbd+0xd0aa7e < srv_start`.
+pub fn labels(st: &Stacks, w: &Wrappers, i: usize) -> HashMap<Rc<str>, String> {
+    let mut by: HashMap<Rc<str>, HashMap<Rc<str>, i64>> = HashMap::new();
+    for s in &st.stacks {
+        let at = site(s, w);
+        if !unnamed(&s.frames[at]) {
+            continue;
+        }
+        if let Some(c) = s.frames[at + 1..].iter().find(|f| !unnamed(f)) {
+            *by.entry(s.frames[at].clone()).or_default().entry(c.clone()).or_default() += s.values[i];
+        }
+    }
+    by.into_iter()
+        .filter_map(|(k, cs)| {
+            let best = cs.into_iter().max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0)))?;
+            Some((k.clone(), format!("{k} < {}", best.0)))
+        })
+        .collect()
+}
+
 /// Per key, the summed values.
 type Sums = HashMap<Rc<str>, Vec<i64>>;
 
@@ -52,7 +79,16 @@ fn fmt(index: &str, v: i64) -> String {
 
 /// The top `n` rows of `by` by `index`, with bytes, objects and % of the profile's total.
 /// `of_rows`: % of the rows' sum (the samples `by` covers) instead of the profile's total.
-pub fn table(st: &Stacks, by: &Sums, index: &str, n: usize, what: &str, of_rows: bool) -> Result<String, String> {
+/// `label`: how to show a key (unnamed sites with their caller, [`labels`]).
+pub fn table(
+    st: &Stacks,
+    by: &Sums,
+    label: &HashMap<Rc<str>, String>,
+    index: &str,
+    n: usize,
+    what: &str,
+    of_rows: bool,
+) -> Result<String, String> {
     let kind = index.split('_').next().unwrap_or("inuse");
     let (i, ib, io) = (st.col(index)?, st.col(&format!("{kind}_space"))?, st.col(&format!("{kind}_objects"))?);
     let tot = if of_rows { by.values().map(|v| v[i]).sum() } else { total(st, i) };
@@ -62,6 +98,7 @@ pub fn table(st: &Stacks, by: &Sums, index: &str, n: usize, what: &str, of_rows:
     o += &format!("{:>12} {:>12} {:>7}  {what}\n", format!("{kind} bytes"), "objects", "%");
     for (name, v) in rows.into_iter().take(n) {
         let pct = if tot != 0 { 100.0 * v[i] as f64 / tot as f64 } else { 0.0 };
+        let name = label.get(name).map(String::as_str).unwrap_or(name);
         o += &format!("{:>12} {:>12} {:>6.1}%  {name}\n", bytes(v[ib]), v[io], pct);
     }
     Ok(o)
@@ -127,7 +164,9 @@ pub fn tree(st: &Stacks, w: &Wrappers, index: &str, n: usize, depth: usize) -> R
     let mut top: Vec<_> = roots.iter().filter(|(_, n)| n.value != 0).collect();
     top.sort_by(|a, b| b.1.value.cmp(&a.1.value).then_with(|| a.0.cmp(b.0)));
     let mut o = format!("call sites and their callers by {index} (total {}):\n", fmt(index, tot));
+    let label = labels(st, w, i);
     for (name, node) in top.into_iter().take(n) {
+        let name = label.get(name).map(String::as_str).unwrap_or(name);
         print_node(&mut o, name, node, tot, 0, depth.max(1), index);
     }
     Ok(o)
@@ -152,6 +191,8 @@ pub fn growth_rows(base: &Stacks, cur: &Stacks, w: &Wrappers, index: &str) -> Re
 /// Growth from `base` to `cur` by `index`, as text.
 pub fn growth(base: &Stacks, cur: &Stacks, w: &Wrappers, index: &str, n: usize) -> Result<String, String> {
     let rows = growth_rows(base, cur, w, index)?;
+    let (mut label, i) = (labels(base, w, base.col(index)?), cur.col(index)?);
+    label.extend(labels(cur, w, i));
     let sum: i64 = rows.iter().map(|(_, b, c)| c - b).sum();
     let mut o = format!(
         "growth by {index} from base (total {}, {} call sites changed):\n",
@@ -160,6 +201,7 @@ pub fn growth(base: &Stacks, cur: &Stacks, w: &Wrappers, index: &str, n: usize) 
     );
     o += &format!("{:>12} {:>12} {:>12}  call site\n", "growth", "base", "profile");
     for (name, b, c) in rows.into_iter().take(n) {
+        let name = label.get(name.as_str()).map(String::as_str).unwrap_or(&name);
         o += &format!("{:>12} {:>12} {:>12}  {name}\n", fmt(index, c - b), fmt(index, b), fmt(index, c));
     }
     Ok(o)
