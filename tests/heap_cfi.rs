@@ -102,8 +102,13 @@ fn one_byte_blocks_weigh_what_they_hold() {
     let bin = common::cc("heap_chains.cc", "heap_chains_tiny", &["-O2", "-DTINY"]);
     for backend in common::BACKENDS {
         let what = format!("60,000 x malloc(1) under {backend}");
-        let p =
-            common::profile_of(&bin, None, backend, &[("MALLOCSHIM_PROF_SAMPLE_BYTES", "1")], &format!("tiny-{backend}"));
+        let p = common::profile_of(
+            &bin,
+            None,
+            backend,
+            &[("MALLOCSHIM_PROF_SAMPLE_BYTES", "1")],
+            &format!("tiny-{backend}"),
+        );
         let top = common::pprof(&p, &["-top", "-unit=B", "-sample_index=inuse_space"]);
         let total: f64 = top
             .lines()

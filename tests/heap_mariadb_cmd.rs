@@ -26,7 +26,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-const WRAPPERS: [&str; 6] = ["my_malloc", "my_realloc", "alloc_root", "my_once_alloc", "operator new", "malloc"];
+const WRAPPERS: [&str; 6] =
+    ["my_malloc", "my_realloc", "alloc_root", "my_once_alloc", "operator new", "malloc"];
 
 /// Runs the workload on a fresh server started by `launch`; `then` is given the server's pid
 /// and the live server after the workload (to ask for a dump). Asserts a clean run.
@@ -63,7 +64,12 @@ fn shim_run(name: &str) -> PathBuf {
     let mut got = None;
     workload(&launch, name, |srv| {
         let (json, _) = srv.dump_now(&dir, Duration::from_secs(10)).unwrap_or_else(|e| panic!("{e}"));
-        let seq = json.file_name().and_then(|n| n.to_str()).and_then(|n| n.split('.').nth(2)).unwrap_or("").to_string();
+        let seq = json
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.split('.').nth(2))
+            .unwrap_or("")
+            .to_string();
         got = Some((srv.pid(), seq));
     });
     let (pid, seq) = got.unwrap();
@@ -80,7 +86,8 @@ fn jemalloc_run() -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     common::require_file(JEMALLOC_LIB);
-    let conf = format!("prof:true,lg_prof_sample:19,lg_prof_interval:26,prof_prefix:{}/jeprof", dir.display());
+    let conf =
+        format!("prof:true,lg_prof_sample:19,lg_prof_interval:26,prof_prefix:{}/jeprof", dir.display());
     let launch = Launch::preload(JEMALLOC_LIB).var("MALLOC_CONF", conf);
     let mut newest = None;
     workload(&launch, "jemalloc prof:true", |_| {
@@ -101,7 +108,12 @@ fn jemalloc_run() -> PathBuf {
 }
 
 fn heap(args: &[&str], files: &[&Path]) -> String {
-    let o = Command::new(common::cli_bin()).arg("heap").args(args).args(files).output().expect("run mallocshim heap");
+    let o = Command::new(common::cli_bin())
+        .arg("heap")
+        .args(args)
+        .args(files)
+        .output()
+        .expect("run mallocshim heap");
     assert!(o.status.success(), "mallocshim heap {args:?} {files:?}: {}", common::describe(&o));
     common::stdout(&o)
 }
@@ -140,7 +152,16 @@ fn mariadbd_sites_named_and_matching_jemalloc() {
     let unnamed = first.iter().filter(|(n, _)| n.contains(" < ")).count();
     eprintln!("shim, first screen ({unnamed} of {} static, named by caller):\n{top}", first.len());
 
-    let callers = ["--callers-of", "my_malloc", "--callers-of", "my_once_alloc", "--sample-index", "inuse_space", "--top", "40"];
+    let callers = [
+        "--callers-of",
+        "my_malloc",
+        "--callers-of",
+        "my_once_alloc",
+        "--sample-index",
+        "inuse_space",
+        "--top",
+        "40",
+    ];
     let (sc, jc) = (heap(&callers, &[&a]), heap(&callers, &[&je]));
     eprintln!("shim:\n{sc}\njemalloc:\n{jc}");
     let s_callers = rows(&sc[sc.find("callers of").unwrap()..], "by inuse_space");
@@ -150,10 +171,16 @@ fn mariadbd_sites_named_and_matching_jemalloc() {
         assert!((mine - pct).abs() <= 8.0, "caller {name}: shim {mine}%, jemalloc {pct}% (±8)\n{sc}\n{jc}");
     }
     let top_s = &s_callers.first().expect("no callers in the shim's profile").0;
-    assert!(j_callers.iter().take(3).any(|r| &r.0 == top_s), "shim's top caller {top_s} not in jemalloc's top 3\n{sc}\n{jc}");
+    assert!(
+        j_callers.iter().take(3).any(|r| &r.0 == top_s),
+        "shim's top caller {top_s} not in jemalloc's top 3\n{sc}\n{jc}"
+    );
 
     let g = heap(&["--top", "100"], &[&b, &a]);
-    let (ta, tb) = (rows(&heap(&["--top", "1000", "--sample-index", "inuse_space"], &[&a]), "by inuse_space"), rows(&heap(&["--top", "1000", "--sample-index", "inuse_space"], &[&b]), "by inuse_space"));
+    let (ta, tb) = (
+        rows(&heap(&["--top", "1000", "--sample-index", "inuse_space"], &[&a]), "by inuse_space"),
+        rows(&heap(&["--top", "1000", "--sample-index", "inuse_space"], &[&b]), "by inuse_space"),
+    );
     for (name, pct) in ta.iter().chain(&tb) {
         if *pct >= 3.0 {
             let both = ta.iter().any(|r| &r.0 == name) && tb.iter().any(|r| &r.0 == name);

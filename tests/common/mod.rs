@@ -252,7 +252,13 @@ pub fn pprof(profile: &Path, args: &[&str]) -> String {
 /// Runs a heap-profile test program (tests/c/heap_chains.cc: it dumps once through the C API and
 /// prints `api_rc=0`) under the shim and `backend` with `env`, killed after 120 s, and returns the
 /// one profile it wrote (in a fresh directory named after `name`). `lib`: its one argument.
-pub fn profile_of(bin: &Path, lib: Option<&Path>, backend: &str, env: &[(&str, &str)], name: &str) -> PathBuf {
+pub fn profile_of(
+    bin: &Path,
+    lib: Option<&Path>,
+    backend: &str,
+    env: &[(&str, &str)],
+    name: &str,
+) -> PathBuf {
     let dir = work_dir().join(format!("heap-{name}"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();

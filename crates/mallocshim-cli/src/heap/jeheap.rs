@@ -16,7 +16,8 @@ pub fn is_jeheap(bytes: &[u8]) -> bool {
 /// `t*: objs: bytes [aobjs: abytes]` → the four numbers.
 fn counts(line: &str) -> Option<[f64; 4]> {
     let rest = line.trim().strip_prefix("t*:")?;
-    let nums: Vec<f64> = rest.split([':', '[', ']', ' ']).filter(|s| !s.is_empty()).filter_map(|s| s.parse().ok()).collect();
+    let nums: Vec<f64> =
+        rest.split([':', '[', ']', ' ']).filter(|s| !s.is_empty()).filter_map(|s| s.parse().ok()).collect();
     (nums.len() == 4).then(|| [nums[0], nums[1], nums[2], nums[3]])
 }
 
@@ -44,7 +45,12 @@ pub fn parse(text: &str) -> Result<Profile, String> {
             p.string_table.len() as i64 - 1
         })
     };
-    for (t, u) in [("alloc_objects", "count"), ("alloc_space", "bytes"), ("inuse_objects", "count"), ("inuse_space", "bytes")] {
+    for (t, u) in [
+        ("alloc_objects", "count"),
+        ("alloc_space", "bytes"),
+        ("inuse_objects", "count"),
+        ("inuse_space", "bytes"),
+    ] {
         let vt = ValueType { r#type: st(&mut p, t), unit: st(&mut p, u) };
         p.sample_type.push(vt);
     }
@@ -58,9 +64,18 @@ pub fn parse(text: &str) -> Result<Profile, String> {
         let h = |s: &str| u64::from_str_radix(s, 16).unwrap_or(0);
         let id = p.mapping.len() as u64 + 1;
         let filename = st(&mut p, &f[5..].join(" "));
-        p.mapping.push(Mapping { id, memory_start: h(a), memory_limit: h(b), file_offset: h(f[2]), filename, ..Default::default() });
+        p.mapping.push(Mapping {
+            id,
+            memory_start: h(a),
+            memory_limit: h(b),
+            file_offset: h(f[2]),
+            filename,
+            ..Default::default()
+        });
     }
-    let in_jemalloc = |p: &Profile, m: u64| p.mapping.get(m as usize - 1).is_some_and(|m| p.str(m.filename).contains("libjemalloc"));
+    let in_jemalloc = |p: &Profile, m: u64| {
+        p.mapping.get(m as usize - 1).is_some_and(|m| p.str(m.filename).contains("libjemalloc"))
+    };
     let mut loc_ids: HashMap<u64, u64> = HashMap::new();
     let mut stack: Option<Vec<u64>> = None;
     for l in text.split("MAPPED_LIBRARIES:").next().unwrap_or("").lines() {
@@ -68,7 +83,12 @@ pub fn parse(text: &str) -> Result<Profile, String> {
             let mut ids = Vec::new();
             for a in addrs.split_whitespace() {
                 let pc = u64::from_str_radix(a.trim_start_matches("0x"), 16).unwrap_or(0).saturating_sub(1);
-                let m = p.mapping.iter().find(|m| pc >= m.memory_start && pc < m.memory_limit).map(|m| m.id).unwrap_or(0);
+                let m = p
+                    .mapping
+                    .iter()
+                    .find(|m| pc >= m.memory_start && pc < m.memory_limit)
+                    .map(|m| m.id)
+                    .unwrap_or(0);
                 if m != 0 && in_jemalloc(&p, m) {
                     continue;
                 }
@@ -83,11 +103,16 @@ pub fn parse(text: &str) -> Result<Profile, String> {
         } else if let (Some(ids), Some(c)) = (stack.as_ref(), counts(l)) {
             let (io, ib) = unbias(c[0], c[1], rate);
             let (ao, ab) = unbias(c[2], c[3], rate);
-            p.sample.push(Sample { location_id: ids.clone(), value: vec![ao, ab, io, ib], label: Vec::new() });
+            p.sample.push(Sample {
+                location_id: ids.clone(),
+                value: vec![ao, ab, io, ib],
+                label: Vec::new(),
+            });
             stack = None;
         }
     }
-    let c = st(&mut p, &format!("jemalloc heap profile (heap_v2), mean {rate} bytes, unbiased as jeprof does"));
+    let c =
+        st(&mut p, &format!("jemalloc heap profile (heap_v2), mean {rate} bytes, unbiased as jeprof does"));
     p.comment.push(c);
     p.period = rate as i64;
     Ok(p)

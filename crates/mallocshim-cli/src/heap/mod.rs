@@ -13,8 +13,8 @@ mod views;
 mod wrappers;
 
 use mallocshim_format::pprof::Profile;
-use std::path::PathBuf;
 use stacks::Stacks;
+use std::path::PathBuf;
 use symbolize::Symbolizer;
 use wrappers::Wrappers;
 
@@ -127,7 +127,8 @@ pub fn bytes(v: i64) -> String {
 pub fn read(path: &std::path::Path) -> Result<Profile, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     if jeheap::is_jeheap(&bytes) {
-        return jeheap::parse(&String::from_utf8_lossy(&bytes)).map_err(|e| format!("{}: {e}", path.display()));
+        return jeheap::parse(&String::from_utf8_lossy(&bytes))
+            .map_err(|e| format!("{}: {e}", path.display()));
     }
     Profile::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
 }
@@ -173,12 +174,28 @@ pub fn run(args: &Args) -> Result<String, String> {
         for index in &indexes {
             o += "\n";
             let label = views::labels(&cur, &w, cur.col(index)?);
-            o += &views::table(&cur, &views::sums(&cur, &w, false), &label, index, args.top, "call site", false)?;
+            o += &views::table(
+                &cur,
+                &views::sums(&cur, &w, false),
+                &label,
+                index,
+                args.top,
+                "call site",
+                false,
+            )?;
         }
         if args.cum {
             for index in &indexes {
                 o += "\n";
-                o += &views::table(&cur, &views::sums(&cur, &w, true), &Default::default(), index, args.top, "function (cum)", false)?;
+                o += &views::table(
+                    &cur,
+                    &views::sums(&cur, &w, true),
+                    &Default::default(),
+                    index,
+                    args.top,
+                    "function (cum)",
+                    false,
+                )?;
             }
         }
         if !args.callers_of.is_empty() {

@@ -26,7 +26,10 @@ pub struct Stacks {
 impl Stacks {
     /// The column of sample type `name`.
     pub fn col(&self, name: &str) -> Result<usize, String> {
-        self.types.iter().position(|t| t == name).ok_or_else(|| format!("the profile has no {name} sample type"))
+        self.types
+            .iter()
+            .position(|t| t == name)
+            .ok_or_else(|| format!("the profile has no {name} sample type"))
     }
 }
 
@@ -45,7 +48,9 @@ fn frame(p: &Profile, id: u64, sym: &mut Symbolizer) -> Option<String> {
         .map(|f| p.str(f.name))
         .filter(|n| !n.is_empty());
     let Some(m) = p.mapping.iter().find(|m| m.id == loc.mapping_id && loc.mapping_id != 0) else {
-        return Some(carried.map(super::symbolize::demangle).unwrap_or_else(|| format!("{:#x}", loc.address)));
+        return Some(
+            carried.map(super::symbolize::demangle).unwrap_or_else(|| format!("{:#x}", loc.address)),
+        );
     };
     let path = p.str(m.filename);
     if is_shim(path) || carried.is_some_and(|n| n.starts_with("mallocshim::") || n.contains("mallocshim::")) {
@@ -68,7 +73,11 @@ fn warnings(p: &Profile) -> Vec<String> {
     for c in &p.comment {
         let c = p.str(*c);
         let num = |after: &str| -> u64 {
-            c.split(after).nth(1).and_then(|s| s.split_whitespace().next()).and_then(|s| s.parse().ok()).unwrap_or(0)
+            c.split(after)
+                .nth(1)
+                .and_then(|s| s.split_whitespace().next())
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0)
         };
         if c.starts_with("mallocshim heap profile:") {
             let (live, recs) = (num(" dropped "), num(") and "));

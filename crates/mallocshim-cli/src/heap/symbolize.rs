@@ -74,7 +74,8 @@ pub struct Symbolizer {
 
 /// The debuginfod-layout path of the debug file of `build_id` (hex) under `dir`.
 pub fn debug_path(dir: &Path, build_id: &str) -> Option<PathBuf> {
-    (build_id.len() > 2).then(|| dir.join(".build-id").join(&build_id[..2]).join(format!("{}.debug", &build_id[2..])))
+    (build_id.len() > 2)
+        .then(|| dir.join(".build-id").join(&build_id[..2]).join(format!("{}.debug", &build_id[2..])))
 }
 
 impl Symbolizer {
@@ -118,7 +119,11 @@ impl Symbolizer {
         // the same program headers, so either gives the same vaddr).
         let segs = m.binary.as_ref().or(m.debug.as_ref())?;
         let vaddr = segs.vaddr(off)?;
-        let raw = m.debug.as_ref().and_then(|t| t.at(vaddr)).or_else(|| m.binary.as_ref().and_then(|t| t.at(vaddr)))?;
+        let raw = m
+            .debug
+            .as_ref()
+            .and_then(|t| t.at(vaddr))
+            .or_else(|| m.binary.as_ref().and_then(|t| t.at(vaddr)))?;
         Some(demangle(raw))
     }
 

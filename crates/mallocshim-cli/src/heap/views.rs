@@ -17,7 +17,8 @@ pub fn site(s: &Stack, w: &Wrappers) -> usize {
 
 /// Whether a frame has no name (`FILE+0xOFFSET`: no symbol covers it).
 pub fn unnamed(f: &str) -> bool {
-    f.rsplit_once("+0x").is_some_and(|(file, off)| !file.contains(' ') && u64::from_str_radix(off, 16).is_ok())
+    f.rsplit_once("+0x")
+        .is_some_and(|(file, off)| !file.contains(' ') && u64::from_str_radix(off, 16).is_ok())
 }
 
 /// For each unnamed call site, its label: the site followed by `<` and its first named caller
@@ -74,7 +75,11 @@ fn total(st: &Stacks, i: usize) -> i64 {
 }
 
 fn fmt(index: &str, v: i64) -> String {
-    if index.ends_with("space") { bytes(v) } else { v.to_string() }
+    if index.ends_with("space") {
+        bytes(v)
+    } else {
+        v.to_string()
+    }
 }
 
 /// The top `n` rows of `by` by `index`, with bytes, objects and % of the profile's total.
@@ -90,7 +95,8 @@ pub fn table(
     of_rows: bool,
 ) -> Result<String, String> {
     let kind = index.split('_').next().unwrap_or("inuse");
-    let (i, ib, io) = (st.col(index)?, st.col(&format!("{kind}_space"))?, st.col(&format!("{kind}_objects"))?);
+    let (i, ib, io) =
+        (st.col(index)?, st.col(&format!("{kind}_space"))?, st.col(&format!("{kind}_objects"))?);
     let tot = if of_rows { by.values().map(|v| v[i]).sum() } else { total(st, i) };
     let mut rows: Vec<(&Rc<str>, &Vec<i64>)> = by.iter().filter(|(_, v)| v[i] != 0).collect();
     rows.sort_by(|a, b| b.1[i].cmp(&a.1[i]).then_with(|| a.0.cmp(b.0)));
@@ -174,7 +180,12 @@ pub fn tree(st: &Stacks, w: &Wrappers, index: &str, n: usize, depth: usize) -> R
 
 /// Per call site that changed from `base` to `cur` by `index`: (site, base value, current
 /// value), top growers first (sites that shrank last).
-pub fn growth_rows(base: &Stacks, cur: &Stacks, w: &Wrappers, index: &str) -> Result<Vec<(String, i64, i64)>, String> {
+pub fn growth_rows(
+    base: &Stacks,
+    cur: &Stacks,
+    w: &Wrappers,
+    index: &str,
+) -> Result<Vec<(String, i64, i64)>, String> {
     let (ib, ic) = (base.col(index)?, cur.col(index)?);
     let mut all: HashMap<String, (i64, i64)> = HashMap::new();
     for (k, v) in sums(base, w, false) {
@@ -183,7 +194,8 @@ pub fn growth_rows(base: &Stacks, cur: &Stacks, w: &Wrappers, index: &str) -> Re
     for (k, v) in sums(cur, w, false) {
         all.entry(k.to_string()).or_default().1 = v[ic];
     }
-    let mut rows: Vec<_> = all.into_iter().filter(|(_, (b, c))| b != c).map(|(k, (b, c))| (k, b, c)).collect();
+    let mut rows: Vec<_> =
+        all.into_iter().filter(|(_, (b, c))| b != c).map(|(k, (b, c))| (k, b, c)).collect();
     rows.sort_by(|a, b| (b.2 - b.1).cmp(&(a.2 - a.1)).then_with(|| a.0.cmp(&b.0)));
     Ok(rows)
 }
@@ -216,7 +228,8 @@ pub fn folded(st: &Stacks, index: &str) -> Result<Vec<String>, String> {
         let key = s.frames.iter().rev().map(|f| f.replace(';', ":")).collect::<Vec<_>>().join(";");
         *by.entry(key).or_default() += s.values[i];
     }
-    let mut lines: Vec<String> = by.into_iter().filter(|(_, v)| *v > 0).map(|(k, v)| format!("{k} {v}")).collect();
+    let mut lines: Vec<String> =
+        by.into_iter().filter(|(_, v)| *v > 0).map(|(k, v)| format!("{k} {v}")).collect();
     lines.sort();
     Ok(lines)
 }
