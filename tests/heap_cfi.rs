@@ -18,42 +18,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
-fn run(bin: &Path, lib: Option<&Path>, backend: &str, env: &[(&str, &str)], name: &str) -> PathBuf {
-    let dir = common::work_dir().join(format!("heap-cfi-{name}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut t = Command::new(common::require("timeout"));
-    t.args(["-s", "KILL", "120"]).arg(bin);
-    if let Some(l) = lib {
-        t.arg(l);
-    }
-    let mut cmd = common::preloaded(bin, backend);
-    for (k, v) in cmd.get_envs() {
-        if let Some(v) = v {
-            t.env(k, v);
-        }
-    }
-    cmd = t;
-    cmd.env("MALLOCSHIM_DUMP_DIR", &dir)
-        .env("MALLOCSHIM_DUMP_FORMATS", "pprof")
-        .stdin(std::process::Stdio::null());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let o = cmd.output().expect("run heap_chains");
-    assert!(o.status.success(), "{name} (137: killed after 120 s): {}", common::describe(&o));
-    assert!(common::stdout(&o).contains("api_rc=0"), "{name}: {}", common::describe(&o));
-    let p: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.to_string_lossy().ends_with(".pb.gz"))
-        .collect();
-    assert_eq!(p.len(), 1, "{name}: one profile expected, found {p:?}");
-    p[0].clone()
-}
+use std::path::Path;
 
 /// cum value in bytes of `name` in a `-top -cum -unit=B` listing.
 fn cum(top: &str, name: &str) -> Option<f64> {
@@ -78,7 +43,7 @@ fn check(bin: &Path, lib: &Path, backend: &str, setting: &str, env: &[(&str, &st
     let mut e = vec![("MALLOCSHIM_PROF_SAMPLE_BYTES", "65536")];
     e.extend_from_slice(env);
     let name = what.replace([' ', ',', '=', '-'], "_");
-    let p = run(bin, Some(lib), backend, &e, &name);
+    let p = common::profile_of(bin, Some(lib), backend, &e, &name);
     let traces = common::pprof(&p, &["-traces", "-sample_index=inuse_space"]);
     if env.contains(&("MALLOCSHIM_PROFILE", "off")) {
         // No heap profile without profiling: the run and the empty profile are the check.
@@ -137,8 +102,13 @@ fn one_byte_blocks_weigh_what_they_hold() {
     let bin = common::cc("heap_chains.cc", "heap_chains_tiny", &["-O2", "-DTINY"]);
     for backend in common::BACKENDS {
         let what = format!("60,000 x malloc(1) under {backend}");
-        let p =
-            run(&bin, None, backend, &[("MALLOCSHIM_PROF_SAMPLE_BYTES", "1")], &format!("tiny-{backend}"));
+        let p = common::profile_of(
+            &bin,
+            None,
+            backend,
+            &[("MALLOCSHIM_PROF_SAMPLE_BYTES", "1")],
+            &format!("tiny-{backend}"),
+        );
         let top = common::pprof(&p, &["-top", "-unit=B", "-sample_index=inuse_space"]);
         let total: f64 = top
             .lines()

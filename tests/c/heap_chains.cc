@@ -1,6 +1,8 @@
 // Planted allocation sites behind call chains, for stacks unwound from the CFI (tests/heap_cfi.rs):
 // leaf_alloc <- mid_b <- mid_a <- path_one | path_two <- main. path_one keeps 48 MiB and path_two
-// 16 MiB, in 1 KiB blocks through operator new[] (the shim's, or libstdc++'s forwarding to malloc),
+// 16 MiB, in 1 KiB blocks through my_malloc (a wrapper, as MariaDB's: `mallocshim heap` must name
+// leaf_alloc) and operator new[] (the shim's, or libstdc++'s forwarding to malloc); with
+// HEAP_CHAINS_GROW set, grow_site keeps 8 MiB more (the planted growth of tests/heap_cmd.rs),
 // and a dlopen/dlclose of a library that allocates sits in between. Built with and without
 // frame pointers: the empty asm after each call keeps the calls from becoming jumps (tail calls
 // would drop the frame under any unwinder).
@@ -11,8 +13,13 @@
 static char *keep[64 * 1024];
 static int nkeep;
 
+extern "C" __attribute__((noinline)) char *my_malloc(size_t n) {
+    char *p = new char[n];
+    asm volatile("" : : "r"(p) : "memory");
+    return p;
+}
 extern "C" __attribute__((noinline)) void leaf_alloc(size_t n) {
-    keep[nkeep++] = new char[n];
+    keep[nkeep++] = my_malloc(n);
     asm volatile("" ::: "memory");
 }
 extern "C" __attribute__((noinline)) void mid_b(size_t n) {
@@ -30,6 +37,12 @@ extern "C" __attribute__((noinline)) void path_one(int k) {
 extern "C" __attribute__((noinline)) void path_two(int k) {
     for (int i = 0; i < k; i++) mid_a(1024);
     asm volatile("" ::: "memory");
+}
+
+extern "C" __attribute__((noinline)) void grow_site(void) {
+    static char *grown[8 * 1024];
+    for (int i = 0; i < 8 * 1024; i++) grown[i] = my_malloc(1024);
+    asm volatile("" : : "r"(grown) : "memory");
 }
 
 // 60,000 one-byte blocks kept (the sampler's weight of tiny blocks), built with -DTINY.
@@ -57,6 +70,7 @@ int main(int argc, char **argv) {
     }
     path_one(24 * 1024);
     path_two(16 * 1024);
+    if (getenv("HEAP_CHAINS_GROW")) grow_site();
     int (*dump)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "mallocshim_dump");
     int rc = dump ? dump() : -1;
     printf("kept=%d api_rc=%d\n", nkeep, rc);

@@ -248,3 +248,46 @@ pub fn pprof(profile: &Path, args: &[&str]) -> String {
     assert!(o.status.success(), "go tool pprof cannot read {}: {}", profile.display(), describe(&o));
     stdout(&o)
 }
+
+/// Runs a heap-profile test program (tests/c/heap_chains.cc: it dumps once through the C API and
+/// prints `api_rc=0`) under the shim and `backend` with `env`, killed after 120 s, and returns the
+/// one profile it wrote (in a fresh directory named after `name`). `lib`: its one argument.
+pub fn profile_of(
+    bin: &Path,
+    lib: Option<&Path>,
+    backend: &str,
+    env: &[(&str, &str)],
+    name: &str,
+) -> PathBuf {
+    let dir = work_dir().join(format!("heap-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut t = Command::new(require("timeout"));
+    t.args(["-s", "KILL", "120"]).arg(bin);
+    if let Some(l) = lib {
+        t.arg(l);
+    }
+    let mut cmd = preloaded(bin, backend);
+    for (k, v) in cmd.get_envs() {
+        if let Some(v) = v {
+            t.env(k, v);
+        }
+    }
+    cmd = t;
+    cmd.env("MALLOCSHIM_DUMP_DIR", &dir)
+        .env("MALLOCSHIM_DUMP_FORMATS", "pprof")
+        .stdin(std::process::Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let o = cmd.output().expect("run heap_chains");
+    assert!(o.status.success(), "{name} (137: killed after 120 s): {}", describe(&o));
+    assert!(stdout(&o).contains("api_rc=0"), "{name}: {}", describe(&o));
+    let p: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().ends_with(".pb.gz"))
+        .collect();
+    assert_eq!(p.len(), 1, "{name}: one profile expected, found {p:?}");
+    p[0].clone()
+}

@@ -24,10 +24,19 @@ pub const PROF_SAMPLE_BYTES: &str = "524288";
 /// Every mode: `direct` (the backend's allocator without the shim: glibc unpreloaded, or
 /// Debian's library preloaded), `shim` (defaults), `routing` (`MALLOCSHIM_PROFILE=off`),
 /// `shim-heapprof` (defaults, `MALLOCSHIM_PROF_SAMPLE_BYTES=524288`), `shim-noheapprof` (the same
-/// with `0`), `jeprof` (jemalloc only: Debian's libjemalloc2 preloaded with
+/// with `0`), `shim-heapprof-fp` (as `shim-heapprof`, stacks by frame pointers only:
+/// `MALLOCSHIM_PROF_UNWIND=fp`, to price the CFI unwinding), `jeprof` (jemalloc only: Debian's libjemalloc2 preloaded with
 /// `MALLOC_CONF=prof:true,lg_prof_sample:19`), `heaptrack` (glibc only: heaptrack's preload).
-pub const MODES: [&str; 7] =
-    ["direct", "shim", "routing", "shim-heapprof", "shim-noheapprof", "jeprof", "heaptrack"];
+pub const MODES: [&str; 8] = [
+    "direct",
+    "shim",
+    "routing",
+    "shim-heapprof",
+    "shim-noheapprof",
+    "shim-heapprof-fp",
+    "jeprof",
+    "heaptrack",
+];
 
 /// Whether `mode` applies to `backend` (jeprof needs jemalloc, heaptrack glibc's malloc).
 pub fn valid(backend: &str, mode: &str) -> bool {
@@ -88,6 +97,13 @@ pub fn start(shim: &Path, backend: &str, mode: &str, dir: &Path) -> Result<Start
         ("shim-heapprof", b) => {
             (Launch::shim(shim, b).var("MALLOCSHIM_PROF_SAMPLE_BYTES", PROF_SAMPLE_BYTES), Some(shim_s), None)
         }
+        ("shim-heapprof-fp", b) => (
+            Launch::shim(shim, b)
+                .var("MALLOCSHIM_PROF_SAMPLE_BYTES", PROF_SAMPLE_BYTES)
+                .var("MALLOCSHIM_PROF_UNWIND", "fp"),
+            Some(shim_s),
+            None,
+        ),
         ("shim-noheapprof", b) => {
             (Launch::shim(shim, b).var("MALLOCSHIM_PROF_SAMPLE_BYTES", "0"), Some(shim_s), None)
         }
