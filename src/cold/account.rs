@@ -82,6 +82,13 @@ fn counted_live() -> u64 {
 
 /// RSS and its split from /proc/self/status, in bytes: (rss, anon, file, shmem).
 pub fn status_rss() -> (u64, u64, u64, u64) {
+    let (rss, anon, file, shmem, _) = status();
+    (rss, anon, file, shmem)
+}
+
+/// RSS, its split and VmSize from one read of /proc/self/status, in bytes: (rss, anon, file,
+/// shmem, vsz).
+pub fn status() -> (u64, u64, u64, u64, u64) {
     let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let kb = |key: &str| -> u64 {
         s.lines()
@@ -90,7 +97,7 @@ pub fn status_rss() -> (u64, u64, u64, u64) {
             .unwrap_or(0)
             * 1024
     };
-    (kb("VmRSS:"), kb("RssAnon:"), kb("RssFile:"), kb("RssShmem:"))
+    (kb("VmRSS:"), kb("RssAnon:"), kb("RssFile:"), kb("RssShmem:"), kb("VmSize:"))
 }
 
 /// Measures the account now (all of [`Memory`] but `vsz_bytes`), with the backend's own figures
@@ -115,7 +122,7 @@ pub fn measure() -> Memory {
 
 /// Builds the account from raw figures (pure). `live` None: the backend has no live figure,
 /// and everything resident it holds counts as live (an upper bound; nothing counts as free).
-fn compose(
+pub(crate) fn compose(
     live: Option<u64>,
     resident: u64,
     metadata: Option<u64>,

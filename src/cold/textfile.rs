@@ -83,7 +83,11 @@ pub fn write() {
 fn render() -> String {
     let snap = crate::cold::report::snapshot();
     let inst = instance();
-    let mut o = with_label(&crate::cold::report::prom::render(&snap), "instance", &inst);
+    let mut o = with_label(
+        &crate::cold::report::prom::render_with(&snap, crate::hot::config::get().prom_histograms),
+        "instance",
+        &inst,
+    );
     let b = snap.backend;
     let ver = env!("CARGO_PKG_VERSION");
     let mut bv = crate::base::diag::LineBuf::new();

@@ -2,7 +2,8 @@
 //! runs three jobs: a dump when woken (by the dump signal's handler, which only writes one byte:
 //! async-signal-safe) and every `MALLOCSHIM_DUMP_INTERVAL_S`; a trim every
 //! `MALLOCSHIM_TRIM_INTERVAL_MS` (`trim::periodic`); a memlog line every
-//! `MALLOCSHIM_MEMLOG_INTERVAL_MS`; the ceiling and pressure checks (`trim::watch`) every
+//! `MALLOCSHIM_MEMLOG_INTERVAL_MS`; a memory-history row every `MALLOCSHIM_HISTORY_MS`
+//! (`history`); the ceiling and pressure checks (`trim::watch`) every
 //! `trim::WATCH_MS` when `MALLOCSHIM_TRIM_ABOVE_RSS` or `MALLOCSHIM_TRIM_ON_PRESSURE` is set; the
 //! Prometheus textfile every `MALLOCSHIM_PROM_INTERVAL_S` (`textfile`); each second, until fd 2
 //! is seen reopened onto another file, the check that writes the start-up lines again there
@@ -70,6 +71,7 @@ fn wanted() -> bool {
         || c.trim_interval_ms != 0
         || c.trim_above_rss != 0
         || c.trim_on_pressure != 0
+        || c.history_ms != 0
         || !crate::hot::config::cstr_bytes(&c.memlog).is_empty()
         || crate::cold::textfile::active()
         || crate::base::diag::replay_pending()
@@ -173,6 +175,7 @@ unsafe extern "C" fn after_fork_child() {
         }
     }
     crate::cold::memlog::after_fork_child();
+    crate::cold::history::after_fork_child();
     crate::cold::dump::after_fork_child();
     crate::cold::textfile::after_fork_child();
     if STARTED.load(Relaxed) {
@@ -240,6 +243,11 @@ fn run() {
     if memlog.every != 0 {
         crate::cold::memlog::sample();
     }
+    let mut history = Job::new(crate::cold::history::period_ms(), now);
+    let mut history_state = crate::cold::history::State::default();
+    if history.every != 0 {
+        crate::cold::history::sample(&mut history_state);
+    }
     let mut textfile = Job::new(
         if crate::cold::textfile::active() { cfg.prom_interval_s.saturating_mul(1000) } else { 0 },
         now,
@@ -262,6 +270,7 @@ fn run() {
             dump.wait(now),
             trim.wait(now),
             memlog.wait(now),
+            history.wait(now),
             watch.wait(now),
             textfile.wait(now),
             restderr.wait(now),
@@ -295,6 +304,9 @@ fn run() {
         }
         if memlog.due(now_ms()) {
             crate::cold::memlog::sample();
+        }
+        if history.due(now_ms()) {
+            crate::cold::history::sample(&mut history_state);
         }
         if textfile.due(now_ms()) {
             crate::cold::textfile::write();
