@@ -13,7 +13,12 @@ use std::process::{Command, Stdio};
 
 /// Runs `mode` under `backend` with `env`, then `diagnose PID` and `diagnose DUMP.json`: (the
 /// PID verdict's output, the dump's output, the dump).
-fn run(mode: &str, backend: &str, tag: &str, env: &[(&str, &str)]) -> (String, String, mallocshim_format::Dump) {
+fn run(
+    mode: &str,
+    backend: &str,
+    tag: &str,
+    env: &[(&str, &str)],
+) -> (String, String, mallocshim_format::Dump) {
     let prog = common::cc("diagnose.c", "diagnose_prog", &[]);
     let dir = common::work_dir().join(format!("diagnose-history/{mode}-{backend}-{tag}"));
     let _ = std::fs::remove_dir_all(&dir);

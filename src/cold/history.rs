@@ -175,11 +175,23 @@ pub fn sample(st: &mut State) {
 }
 
 /// The last measurement moved by what the cheap sources saw since (module doc).
-fn carried(st: &State, counted: i128, rss: u64, anon: u64, file: u64, shmem: u64, vsz: u64) -> crate::cold::account::Memory {
+fn carried(
+    st: &State,
+    counted: i128,
+    rss: u64,
+    anon: u64,
+    file: u64,
+    shmem: u64,
+    vsz: u64,
+) -> crate::cold::account::Memory {
     let f = st.full.unwrap_or_default();
-    let resident = (f.allocator_resident_bytes as i128 + anon as i128 - st.anon_at_full as i128).max(0) as u64;
+    let resident =
+        (f.allocator_resident_bytes as i128 + anon as i128 - st.anon_at_full as i128).max(0) as u64;
     let live = if crate::hot::config::get().profile {
         (f.live_bytes as i128 + counted - st.counted_at_full).max(0) as u64
+    } else if f.live_bytes >= f.allocator_resident_bytes {
+        // No live figure at all (mimalloc unprofiled): everything resident counts as live.
+        resident
     } else {
         f.live_bytes
     };

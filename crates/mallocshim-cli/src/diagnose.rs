@@ -70,7 +70,8 @@ fn as_pid(p: &std::path::Path) -> Option<u32> {
 /// A JSON dump (by its extension, else by its first byte).
 fn is_dump(p: &std::path::Path) -> bool {
     p.extension().is_some_and(|e| e == "json")
-        || std::fs::read(p).ok().and_then(|b| b.iter().find(|c| !c.is_ascii_whitespace()).copied()) == Some(b'{')
+        || std::fs::read(p).ok().and_then(|b| b.iter().find(|c| !c.is_ascii_whitespace()).copied())
+            == Some(b'{')
 }
 
 /// The rows behind the verdict and where they came from: a memlog's, or the memory history of

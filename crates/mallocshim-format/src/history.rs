@@ -79,7 +79,8 @@ impl History {
         self.rows
             .iter()
             .map(|r| {
-                let v: Vec<Option<u64>> = at.iter().map(|i| i.and_then(|i| r.get(i).copied().flatten())).collect();
+                let v: Vec<Option<u64>> =
+                    at.iter().map(|i| i.and_then(|i| r.get(i).copied().flatten())).collect();
                 MemRow::from_values(&v)
             })
             .collect()
@@ -88,7 +89,8 @@ impl History {
     /// The section as the shim writes it: compact JSON with one row per line, indented to sit
     /// at the top level of a pretty-printed dump.
     pub fn to_json(&self) -> String {
-        let head = serde_json::to_string(&History { rows: Vec::new(), ..self.clone_head() }).unwrap_or_default();
+        let head =
+            serde_json::to_string(&History { rows: Vec::new(), ..self.clone_head() }).unwrap_or_default();
         // `head` ends with `"rows":[]}`: open the array there and write one row per line.
         let Some(open) = head.strip_suffix("[]}") else { return head };
         let mut s = String::with_capacity(head.len() + self.rows.len() * 16 * self.columns.len());

@@ -39,6 +39,6 @@ pub use dump::{
     dump_file_name, dumps_of, newest_dump, Buckets, ClassRow, Dump, DurationUs, LatencyBuckets, LiveClass,
     Memory, ParseError, ReadError, ThreadOp, ThreadRow, Total, Trim, TrimReasons, FORMAT, VERSION,
 };
-pub use history::History;
 pub use formats::{Fmt, Format, FORMATS as DUMP_FORMATS};
+pub use history::History;
 pub use memlog::MemRow;
