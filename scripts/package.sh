@@ -8,8 +8,8 @@
 # tree lays out exactly. cargo-deb is the alternative if the layout ever becomes a single crate.
 #
 # Contents: /usr/lib/x86_64-linux-gnu/libmallocshim.so (stripped), /usr/bin/mallocshim (stripped),
-# /usr/include/mallocshim.h, /usr/share/man/man1/mallocshim*.1.gz, bash/zsh/fish completions,
-# /usr/share/doc/mallocshim/{copyright,README.md.gz,changelog.Debian.gz,examples/}.
+# /usr/include/mallocshim.h, /usr/share/man/man1/mallocshim*.1.gz, man7/mallocshim.7.gz, bash/zsh/fish completions,
+# /usr/share/doc/mallocshim/{copyright,README.md.gz,docs/*.md.gz,changelog.Debian.gz,examples/}.
 # Depends is computed by dpkg-shlibdeps from the two ELF files (libc6, libgcc-s1).
 # Usage: bash scripts/package.sh [--no-build]   (prints the .deb's path on stdout)
 set -euo pipefail
@@ -67,6 +67,9 @@ for m in "$GEN"/man1/*.1; do
     inst 0644 "$m" "usr/share/man/man1/$(basename "$m")"
     gzip -9n "$STAGE/usr/share/man/man1/$(basename "$m")"
 done
+# mallocshim(7): the MALLOCSHIM_* variables, generated from the options table.
+inst 0644 "$GEN/man7/mallocshim.7" usr/share/man/man7/mallocshim.7
+gzip -9n "$STAGE/usr/share/man/man7/mallocshim.7"
 inst 0644 "$GEN/completions/mallocshim.bash" usr/share/bash-completion/completions/mallocshim
 inst 0644 "$GEN/completions/_mallocshim" usr/share/zsh/vendor-completions/_mallocshim
 inst 0644 "$GEN/completions/mallocshim.fish" usr/share/fish/vendor_completions.d/mallocshim.fish
@@ -80,8 +83,19 @@ printf '%s\n' '# A preload module (LD_PRELOAD, mysqld_safe --malloc-lib), not a 
     'mallocshim: initial-upload-closes-no-bugs [usr/share/doc/mallocshim/changelog.Debian.gz:1]' \
     >"$OUT/lintian-overrides"
 inst 0644 "$OUT/lintian-overrides" usr/share/lintian/overrides/mallocshim
-inst 0644 README.md "$DOC/README.md"
+# The README and docs/*.md, gzipped as Debian wants, their relative links to .md files rewritten
+# to the .md.gz beside them, so they resolve on the installed system.
+relink() { sed -E 's/\]\(([^):]*)\.md(#[^)]*)?\)/](\1.md.gz\2)/g' "$1"; }
+mkdir -p "$STAGE/$DOC"
+relink README.md >"$STAGE/$DOC/README.md"
+chmod 0644 "$STAGE/$DOC/README.md"
 gzip -9n "$STAGE/$DOC/README.md"
+(cd docs && find . -name '*.md') | while read -r f; do
+    install -d "$STAGE/$DOC/docs/$(dirname "$f")"
+    relink "docs/$f" >"$STAGE/$DOC/docs/$f"
+    chmod 0644 "$STAGE/$DOC/docs/$f"
+    gzip -9n "$STAGE/$DOC/docs/$f"
+done
 inst 0644 examples/systemd/mallocshim.conf "$DOC/examples/mallocshim.conf"
 inst 0644 examples/grafana/mallocshim-dashboard.json "$DOC/examples/mallocshim-dashboard.json"
 MAINT="mallocshim maintainers <maintainers@users.noreply.a-seed-60a60e83.example>"

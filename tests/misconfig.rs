@@ -26,6 +26,25 @@ fn malloc_conf_is_honoured_under_jemalloc() {
     assert!(out.contains("rc=0 narenas=3\n"), "MALLOC_CONF=narenas:3 not in effect: {out}");
 }
 
+/// Percona's and jemalloc's advice for heap profiles, `MALLOC_CONF=prof:true,...`, under the
+/// jemalloc backend: one `mallocshim:` line pointing to the shim's own heap profiles, no
+/// "Invalid conf pair" line from the built-in jemalloc (built without profiling), and the
+/// other keys still in effect.
+#[test]
+fn malloc_conf_prof_keys_give_one_line() {
+    let bin = cc("je_narenas.c", "je_narenas", &[]);
+    let mut c = preloaded(&bin, "jemalloc");
+    c.env_remove("_RJEM_MALLOC_CONF")
+        .env("MALLOC_CONF", "prof:true,prof_active:true,lg_prof_sample:19,narenas:3,prof_prefix:/tmp/jeprof");
+    let o = run_ok(c, "je_narenas with MALLOC_CONF=prof:true,...");
+    let err = stderr(&o);
+    assert!(!err.contains("Invalid conf"), "{err}");
+    let lines = shim_lines(&o);
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].contains("MALLOC_CONF") && lines[0].contains("MALLOCSHIM_DUMP_FORMATS=pprof"), "{err}");
+    assert!(stdout(&o).contains("rc=0 narenas=3\n"), "{}", describe(&o));
+}
+
 #[test]
 fn rjem_malloc_conf_wins_over_malloc_conf() {
     let out = narenas(&[("MALLOC_CONF", "narenas:3"), ("_RJEM_MALLOC_CONF", "narenas:5")]);

@@ -32,8 +32,10 @@ extern "C" {
 pub(super) unsafe fn load(_lib: &core::ffi::CStr, why: &mut crate::base::diag::LineBuf) -> bool {
     if crate::base::sys::env_raw(b"_RJEM_MALLOC_CONF").is_none() {
         if let Some(conf) = crate::base::sys::env_raw(b"MALLOC_CONF") {
+            // SAFETY: `conf` points into `environ`, NUL-terminated, alive as long as the process.
+            let conf = unsafe { without_prof(conf) };
             // SAFETY: jemalloc has not initialised (this is the only path that first calls it) and
-            // `conf` points into `environ`, which lives as long as the process.
+            // `conf` lives as long as the process (`environ` or `CONF`).
             unsafe { core::ptr::addr_of_mut!(RJEM_MALLOC_CONF).write(conf) };
         }
     }
@@ -47,6 +49,51 @@ pub(super) unsafe fn load(_lib: &core::ffi::CStr, why: &mut crate::base::diag::L
         je::free(p);
     }
     true
+}
+
+/// Longest `MALLOC_CONF` whose profiling keys are taken out; a longer one goes to jemalloc whole.
+const CONF_MAX: usize = 1024;
+/// `MALLOC_CONF` without its profiling keys (written once, at initialisation, single-threaded).
+static mut CONF: [u8; CONF_MAX] = [0; CONF_MAX];
+
+/// `MALLOC_CONF` for the shim's jemalloc without the heap-profiling keys (`prof*`, `lg_prof*`:
+/// Percona's and jemalloc's advice, `prof:true,...`), which this jemalloc, built without
+/// profiling, would refuse with one "Invalid conf pair" line each; when any is there, one
+/// `mallocshim:` line points to the shim's own heap profiles instead. No allocation (runs before
+/// any backend exists).
+///
+/// # Safety
+/// `conf` is NUL-terminated and outlives the process; called once, single-threaded, at load.
+unsafe fn without_prof(conf: *const core::ffi::c_char) -> *const core::ffi::c_char {
+    // SAFETY: the caller's contract.
+    let all = unsafe { core::ffi::CStr::from_ptr(conf) }.to_bytes();
+    if all.len() >= CONF_MAX {
+        return conf;
+    }
+    // SAFETY: written only here, once, before any other thread can run shim code.
+    let out = unsafe { &mut *core::ptr::addr_of_mut!(CONF) };
+    let (mut n, mut dropped) = (0, 0);
+    for pair in all.split(|&b| b == b',') {
+        let key = pair.split(|&b| b == b':').next().unwrap_or(b"");
+        if key.starts_with(b"prof") || key.starts_with(b"lg_prof") {
+            dropped += 1;
+            continue;
+        }
+        if n > 0 {
+            out[n] = b',';
+            n += 1;
+        }
+        out[n..n + pair.len()].copy_from_slice(pair);
+        n += pair.len();
+    }
+    if dropped == 0 {
+        return conf;
+    }
+    out[n] = 0;
+    crate::base::diag::warn!(
+        "MALLOC_CONF: {dropped} heap-profiling key(s) (prof:..., lg_prof_sample:...) left out: the shim's jemalloc has no profiling; the shim writes its own heap profiles (MALLOCSHIM_DUMP_FORMATS=pprof, MALLOCSHIM_PROF_SAMPLE_BYTES; docs/heap-profiles.md)"
+    );
+    out.as_ptr().cast()
 }
 
 #[inline(always)]
@@ -127,7 +174,11 @@ pub(super) unsafe fn mem_stats() -> MemStats {
     let _ = epoch::advance();
     let allocated = stats::allocated::read().unwrap_or(0) as u64;
     let resident = stats::resident::read().unwrap_or(0) as u64;
-    MemStats { allocated, resident, free: resident.saturating_sub(allocated) }
+    // Free: what is resident beyond the live blocks and jemalloc's own metadata, as the RSS
+    // account counts it (resident - allocated alone counted the metadata as free: a report read
+    // "jemalloc free 6.2 MiB" beside the account's 0.5 MiB).
+    let metadata = stats::metadata::read().unwrap_or(0) as u64;
+    MemStats { allocated, resident, free: resident.saturating_sub(allocated).saturating_sub(metadata) }
 }
 
 /// The account's figures (see `crate::cold::account`): live `stats.allocated`, resident

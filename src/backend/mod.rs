@@ -400,7 +400,7 @@ pub struct MemStats {
     /// mimalloc: `mi_process_info` current_commit).
     pub resident: u64,
     /// Free bytes the backend could give back (glibc: mallinfo2 fordblks; jemalloc: resident -
-    /// allocated; tcmalloc: tcmalloc.pageheap_free_bytes; mimalloc: its committed bytes less
+    /// allocated - metadata, as the RSS account counts it; tcmalloc: tcmalloc.pageheap_free_bytes; mimalloc: its committed bytes less
     /// `allocated`; with profiling off the committed bytes, an upper bound).
     pub free: u64,
 }

@@ -1,7 +1,7 @@
 //! The cold path: the shim's own thread ([`worker`]) and everything it (or a C API caller)
 //! runs off the allocator's calls — dumps ([`dump`]), their reports ([`report`]), the heap
 //! profile's pprof rendering ([`pprof`], [`symbols`]), the RSS account ([`account`]), trims
-//! ([`trim`]), the memory time series ([`memlog`]), the Prometheus textfile ([`textfile`]),
+//! ([`trim`]), the memory time series ([`memlog`]) and its in-memory ring ([`history`]), the Prometheus textfile ([`textfile`]),
 //! /proc readings ([`procfs`]), sampled latencies as reported ([`latency`]) and the answers to
 //! mallinfo and friends ([`introspect`]), the control channel ([`ctl`]). May allocate, lock and
 //! read files, under the reentrancy guard; the hot path never imports it.
@@ -10,6 +10,7 @@ pub mod account;
 pub mod ctl;
 pub mod dump;
 pub mod dumpbound;
+pub mod history;
 pub mod introspect;
 pub mod latency;
 pub mod memlog;

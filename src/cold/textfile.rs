@@ -7,8 +7,10 @@
 //! `MALLOCSHIM_PROM_FILE_MODE`, default 0644 so node_exporter's user can read it, applied with
 //! fchmod past the umask), which is renamed over the final name; a planted symlink is replaced,
 //! never followed. At a clean exit the file is removed (after any write in progress finishes), so
-//! a stopped server leaves no stale series; a forked child writes none (it would share the
-//! parent's instance name).
+//! a stopped server leaves no stale series — only when the file still names this process (its first
+//! line, `# mallocshim pid N`); a forked child writes none (it would share the
+//! parent's instance name). An instance name whose file another live process writes is made
+//! unique (`<name>-<pid>`, one `mallocshim:` line) at the first write.
 //! Runs on the shim's thread (or at exit) under the reentrancy guard; never on the hot path.
 
 use crate::hot::config;
@@ -34,18 +36,72 @@ pub fn active() -> bool {
     !config::cstr_bytes(&config::current().prom_textfile_dir).is_empty()
 }
 
-/// The instance label: `MALLOCSHIM_INSTANCE`, else the pid.
+/// The instance this process writes as, chosen at its first write ([`claim`]).
+static CHOSEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// The instance label: `MALLOCSHIM_INSTANCE`, else the pid; `<name>-<pid>` when another live
+/// process already writes `<name>` (see [`claim`]).
 pub fn instance() -> String {
+    CHOSEN.get().cloned().unwrap_or_else(configured)
+}
+
+fn configured() -> String {
     match config::cstr_bytes(&config::get().instance) {
         b"" => std::process::id().to_string(),
         v => String::from_utf8_lossy(v).into_owned(),
     }
 }
 
+/// The first line of every textfile: who wrote it (a Prometheus comment, ignored by readers).
+const OWNER_LINE: &str = "# mallocshim pid ";
+
+/// The pid named by the textfile at `p`, if it is one of ours.
+fn owner_of(p: &std::path::Path) -> Option<u32> {
+    let mut buf = [0u8; 64];
+    let n = std::fs::File::open(p).and_then(|mut f| std::io::Read::read(&mut f, &mut buf)).ok()?;
+    let line = core::str::from_utf8(&buf[..n]).ok()?.lines().next()?;
+    line.strip_prefix(OWNER_LINE)?.trim().parse().ok()
+}
+
+fn alive(pid: u32) -> bool {
+    // SAFETY: kill with signal 0 only checks that the process exists.
+    pid != 0
+        && (unsafe { libc::kill(pid as libc::pid_t, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+}
+
+/// Chooses the instance name once, before the first write: the configured one, unless its file
+/// names another live process, then `<name>-<pid>` with one `mallocshim:` line (two servers
+/// with one `MALLOCSHIM_INSTANCE` overwrote one file, and the first to stop deleted the other's).
+fn claim() {
+    if CHOSEN.get().is_some() {
+        return;
+    }
+    let me = std::process::id();
+    let name = configured();
+    let (dst, _) = paths_of(&name);
+    let chosen = match owner_of(&dst) {
+        Some(p) if p != me && alive(p) => {
+            let unique = format!("{name}-{me}");
+            crate::base::diag::warn!(
+                "MALLOCSHIM_INSTANCE={name}: {} is written by live process {p}; this process writes as instance {unique}",
+                dst.display()
+            );
+            unique
+        }
+        _ => name,
+    };
+    let _ = CHOSEN.set(chosen);
+}
+
 fn paths() -> (PathBuf, PathBuf) {
+    paths_of(&instance())
+}
+
+fn paths_of(instance: &str) -> (PathBuf, PathBuf) {
     let dir =
         PathBuf::from(std::ffi::OsStr::from_bytes(config::cstr_bytes(&config::current().prom_textfile_dir)));
-    let name = format!("mallocshim_{}.prom", instance());
+    let name = format!("mallocshim_{instance}.prom");
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     (dir.join(name), tmp)
 }
@@ -62,8 +118,9 @@ pub fn write() {
     }
     // Re-checked under BUSY: exit sets CLOSED, then waits for BUSY to clear.
     if !CLOSED.load(Acquire) {
+        claim();
         OWNER.store(std::process::id(), Relaxed);
-        let body = render();
+        let body = format!("{OWNER_LINE}{}\n{}", std::process::id(), render());
         let (dst, tmp) = paths();
         if let Err(e) = publish(&dst, &tmp, body.as_bytes()) {
             if !WARNED.swap(true, Relaxed) {
@@ -83,7 +140,11 @@ pub fn write() {
 fn render() -> String {
     let snap = crate::cold::report::snapshot();
     let inst = instance();
-    let mut o = with_label(&crate::cold::report::prom::render(&snap), "instance", &inst);
+    let mut o = with_label(
+        &crate::cold::report::prom::render_with(&snap, crate::hot::config::get().prom_histograms),
+        "instance",
+        &inst,
+    );
     let b = snap.backend;
     let ver = env!("CARGO_PKG_VERSION");
     let mut bv = crate::base::diag::LineBuf::new();
@@ -210,7 +271,10 @@ pub fn remove_at_exit() {
     }
     let (dst, tmp) = paths();
     let _ = std::fs::remove_file(&tmp);
-    let _ = std::fs::remove_file(&dst);
+    // Only a file this process wrote last: never another live process's.
+    if owner_of(&dst) == Some(std::process::id()) {
+        let _ = std::fs::remove_file(&dst);
+    }
 }
 
 /// In a forked child: the parent owns the file; the child writes none. Writes nothing when

@@ -2,7 +2,8 @@
 //! runs three jobs: a dump when woken (by the dump signal's handler, which only writes one byte:
 //! async-signal-safe) and every `MALLOCSHIM_DUMP_INTERVAL_S`; a trim every
 //! `MALLOCSHIM_TRIM_INTERVAL_MS` (`trim::periodic`); a memlog line every
-//! `MALLOCSHIM_MEMLOG_INTERVAL_MS`; the ceiling and pressure checks (`trim::watch`) every
+//! `MALLOCSHIM_MEMLOG_INTERVAL_MS`; a memory-history row every `MALLOCSHIM_HISTORY_MS`
+//! (`history`); the ceiling and pressure checks (`trim::watch`) every
 //! `trim::WATCH_MS` when `MALLOCSHIM_TRIM_ABOVE_RSS` or `MALLOCSHIM_TRIM_ON_PRESSURE` is set; the
 //! Prometheus textfile every `MALLOCSHIM_PROM_INTERVAL_S` (`textfile`); each second, until fd 2
 //! is seen reopened onto another file, the check that writes the start-up lines again there
@@ -71,6 +72,7 @@ fn wanted() -> bool {
         || c.trim_interval_ms != 0
         || c.trim_above_rss != 0
         || c.trim_on_pressure != 0
+        || c.history_ms != 0
         || !crate::hot::config::cstr_bytes(&c.memlog).is_empty()
         || crate::cold::textfile::active()
         || crate::base::diag::replay_pending()
@@ -174,6 +176,7 @@ unsafe extern "C" fn after_fork_child() {
         }
     }
     crate::cold::memlog::after_fork_child();
+    crate::cold::history::after_fork_child();
     crate::cold::dump::after_fork_child();
     crate::cold::textfile::after_fork_child();
     crate::cold::ctl::after_fork_child();
@@ -226,6 +229,7 @@ struct Jobs {
     dump: Job,
     trim: Job,
     memlog: Job,
+    history: Job,
     watch: Job,
     textfile: Job,
     /// The table the periods were taken from.
@@ -241,6 +245,7 @@ impl Jobs {
             dump: Job::new(cfg.dump_interval_s.saturating_mul(1000), now),
             trim: Job::new(cfg.trim_interval_ms, now),
             memlog: Job::new(if crate::cold::memlog::active() { cfg.memlog_interval_ms } else { 0 }, now),
+            history: Job::new(crate::cold::history::period_ms(), now),
             watch: Job::new(if watching { crate::cold::trim::WATCH_MS } else { 0 }, now),
             textfile: Job::new(if prom { cfg.prom_interval_s.saturating_mul(1000) } else { 0 }, now),
             from: cfg,
@@ -259,6 +264,7 @@ impl Jobs {
             (&mut self.dump, n.dump),
             (&mut self.trim, n.trim),
             (&mut self.memlog, n.memlog),
+            (&mut self.history, n.history),
             (&mut self.watch, n.watch),
             (&mut self.textfile, n.textfile),
         ] {
@@ -292,6 +298,10 @@ fn run() {
     if jobs.memlog.every != 0 {
         crate::cold::memlog::sample();
     }
+    let mut history_state = crate::cold::history::State::default();
+    if jobs.history.every != 0 {
+        crate::cold::history::sample(&mut history_state);
+    }
     if jobs.textfile.every != 0 {
         crate::cold::textfile::write();
     }
@@ -309,7 +319,7 @@ fn run() {
         }
         let now = now_ms();
         let j = &jobs;
-        let timeout = [j.dump.wait(now), j.trim.wait(now), j.memlog.wait(now), j.watch.wait(now)]
+        let timeout = [j.dump.wait(now), j.trim.wait(now), j.memlog.wait(now), j.history.wait(now), j.watch.wait(now)]
             .into_iter()
             .chain([j.textfile.wait(now), restderr.wait(now), ctl.wait(now)])
             .chain([crate::cold::dump::deferred_wait(now), asked.then_some(0)])
@@ -358,6 +368,9 @@ fn run() {
         }
         if jobs.memlog.due(now_ms()) {
             crate::cold::memlog::sample();
+        }
+        if jobs.history.due(now_ms()) {
+            crate::cold::history::sample(&mut history_state);
         }
         if jobs.textfile.due(now_ms()) {
             crate::cold::textfile::write();

@@ -52,6 +52,8 @@ pub struct Config {
     pub memlog: [u8; PATH_MAX],
     /// Milliseconds between memlog lines.
     pub memlog_interval_ms: u64,
+    /// Milliseconds between memory-history rows (`cold::history`); 0 = off.
+    pub history_ms: u64,
     /// Mean bytes between heap-profile samples; 0 = off.
     pub prof_sample_bytes: u64,
     /// Heap-profile stacks by frame pointers only (`MALLOCSHIM_PROF_UNWIND=fp`).
@@ -62,6 +64,8 @@ pub struct Config {
     pub prom_interval_s: u64,
     /// Permission bits of the textfile (a subset of 0666).
     pub prom_file_mode: u32,
+    /// The textfile carries the per-class latency histograms.
+    pub prom_histograms: bool,
     /// NUL-terminated `instance` label value; empty = the pid.
     pub instance: [u8; INSTANCE_MAX],
     /// NUL-terminated control channel directory; empty = `/run/mallocshim` for root, else
@@ -150,7 +154,7 @@ impl Opt {
 /// Every variable the shim reads, one line each. The README's table matches this one row for
 /// row and cell for cell (tests/config.rs).
 #[rustfmt::skip]
-pub static OPTIONS: [Opt; 26] = [
+pub static OPTIONS: [Opt; 28] = [
     opt("MALLOCSHIM_BACKEND", "glibc", other!(parse_backend, show_backend), crate::backend::OPTION_DOC),
     opt("MALLOCSHIM_TCMALLOC_LIB", Backend::Tcmalloc.default_lib_str(), path!(tcmalloc_lib, ""), "gperftools library dlopen()ed (RTLD_LOCAL) for the tcmalloc backend"),
     opt("MALLOCSHIM_PROFILE", "on", switch!(profile, "off", "on"), "count calls per entry point and thread; off leaves pure routing"),
@@ -170,11 +174,13 @@ pub static OPTIONS: [Opt; 26] = [
     opt("MALLOCSHIM_JEMALLOC_RELEASE", "purge", other!(parse_release, show_release), "jemalloc release call: purge (arena.<all>.purge, all unused pages) or decay (arena.<all>.decay)").live(),
     opt("MALLOCSHIM_MEMLOG", "off", path!(memlog, "off"), "append a CSV line of RSS and backend memory every MEMLOG_INTERVAL_MS to this file (%p = pid)").live(),
     opt("MALLOCSHIM_MEMLOG_INTERVAL_MS", "1000", number!(memlog_interval_ms, 10, 86400000), "milliseconds between memlog lines").live(),
+    opt("MALLOCSHIM_HISTORY_MS", "1000", number!(history_ms, 0, 3600000), "keep the RSS account, trims and calls per op every N ms (at least 10) in an in-memory ring of 3600 rows (731 KiB) that dumps carry; 0 = off"),
     opt("MALLOCSHIM_PROF_SAMPLE_BYTES", "524288", number!(prof_sample_bytes, 0, 1099511627776), "heap profile: sample one allocation per N bytes on average (exponential gaps); 0 = off").live(),
     opt("MALLOCSHIM_PROF_UNWIND", "cfi", other!(parse_unwind, |c, out| out.put(if c.prof_unwind_fp { b"fp" } else { b"cfi" })), "heap profile stacks: `cfi` (from `.eh_frame`, whole stacks without frame pointers) or `fp` (frame pointers only)"),
     opt("MALLOCSHIM_PROM_TEXTFILE_DIR", "off", path!(prom_textfile_dir, "off"), "write DIR/mallocshim_<instance>.prom for node_exporter's textfile collector every PROM_INTERVAL_S").live(),
     opt("MALLOCSHIM_PROM_INTERVAL_S", "15", number!(prom_interval_s, 1, 86400, "a whole number of seconds from 1 to 86400"), "seconds between rewrites of the textfile (1 to 86400)").live(),
     opt("MALLOCSHIM_PROM_FILE_MODE", "0644", other!(parse_file_mode, |c, out| { let _ = core::fmt::Write::write_fmt(out, format_args!("{:04o}", c.prom_file_mode)); }), "permission bits of the textfile, octal, at most 0666 (0644: node_exporter's user can read it)"),
+    opt("MALLOCSHIM_PROM_HISTOGRAMS", "on", switch!(prom_histograms, "off", "on"), "off leaves the per-op and size-class latency histograms out of the textfile (fewer series)"),
     opt("MALLOCSHIM_INSTANCE", "the pid", other!(parse_instance, show_instance), "value of the instance label and name of the textfile: letters, digits, . _ - (1 to 64)"),
     opt("MALLOCSHIM_CTL_DIR", "auto", path!(ctl_dir, "auto"), "directory of the control channel's socket, made 0700 by the shim: auto = /run/mallocshim for root, else /tmp/mallocshim-<uid>"),
 ];
@@ -448,11 +454,13 @@ static CONFIG: Cell = Cell(UnsafeCell::new(Config {
     trim_on_pressure: 0,
     memlog: [0; PATH_MAX],
     memlog_interval_ms: 1000,
+    history_ms: 0,
     prof_sample_bytes: 0,
     prof_unwind_fp: false,
     prom_textfile_dir: [0; PATH_MAX],
     prom_interval_s: 15,
     prom_file_mode: 0o644,
+    prom_histograms: true,
     instance: [0; INSTANCE_MAX],
     ctl_dir: [0; PATH_MAX],
 }));

@@ -3,7 +3,9 @@
  *   growth:   every 50 ms allocate and hold 4 MiB more in 4 KiB blocks (in hold_more), for 3 s;
  *   outside:  every 50 ms mmap and touch 4 MiB more of anonymous memory, for 3 s;
  *   steady:   hold 8 MiB, malloc/free 1 KiB blocks in a loop for 2.5 s.
- * An idle thread starts first: the shim's worker (memlog) starts with the program's first thread. */
+ * An idle thread starts first: the shim's worker (memlog) starts with the program's first thread.
+ * With DIAGNOSE_WAIT set, the program prints "done MODE" and then waits for EOF on stdin, holding
+ * what it made, so that `mallocshim diagnose PID` can ask it for its memory history. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,5 +88,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     printf("done %s\n", mode);
+    if (getenv("DIAGNOSE_WAIT")) {
+        fflush(stdout);
+        char buf[64];
+        while (read(0, buf, sizeof buf) > 0) {}
+    }
     return 0;
 }

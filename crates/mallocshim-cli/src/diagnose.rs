@@ -1,5 +1,7 @@
-//! `mallocshim diagnose MEMLOG.csv [DUMP.json | PROFILE.pb.gz ...]`: reads a memlog (and dumps
-//! and heap profiles) through the format crate, asks `verdict` for the verdict and prints it
+//! `mallocshim diagnose MEMLOG.csv|DUMP.json|PID [DUMP.json | PROFILE.pb.gz ...]`: reads a
+//! memlog, or the memory history a dump carries (`history`, docs/history.md), or the history of
+//! a dump it asks process PID for (as `mallocshim dump` does), and further dumps and heap
+//! profiles, through the format crate, asks `verdict` for the verdict and prints it
 //! with its numbers, thresholds and what to set; the growing call sites come from `heap`'s
 //! growth between the first and last heap profile. Reading and printing only; the logic is in
 //! `verdict` and `heap`.
@@ -12,7 +14,10 @@ use std::path::PathBuf;
 #[derive(clap::Args, Debug)]
 #[command(
     about = "Say where the memory went: retained by the allocator, live heap growth, outside malloc, or steady",
-    long_about = "Read a memlog (MALLOCSHIM_MEMLOG=PATH) and print one verdict with the numbers \
+    long_about = "Read the memory history of a running process (PID: ask it for a dump, as `mallocshim \
+                  dump PID` does, and read its history: no memlog, no restart), of a dump (DUMP.json: \
+                  the last hour or so at MALLOCSHIM_HISTORY_MS, 1 s by default) or a memlog \
+                  (MALLOCSHIM_MEMLOG=PATH) and print one verdict with the numbers \
                   behind it: \"live heap growth\" (live bytes rise steadily), \"retained by the \
                   allocator\" (live bytes flat or falling, allocator-free bytes large: a trim \
                   would return them), \"outside malloc\" (non-heap RSS grows) or \"steady\". \
@@ -28,13 +33,17 @@ use std::path::PathBuf;
                   through the mariadb/mysql client; MariaDB needs performance_schema=ON).\n\n\
                   Exit status: 0 with a verdict, 2 on bad input (one line, prefixed \
                   \"mallocshim diagnose:\").",
-    after_help = "Examples:\n  mallocshim diagnose /var/tmp/mysqld.memlog.csv \
+    after_help = "Examples:\n  mallocshim diagnose $(pidof mariadbd)\n  \
+                  mallocshim diagnose mallocshim.1234.7.json\n  \
+                  mallocshim diagnose mallocshim.1234.0.json mallocshim.1234.7.json\n  \
+                  mallocshim diagnose /var/tmp/mysqld.memlog.csv \
                   mallocshim.1234.0.json mallocshim.1234.5.json\n  \
                   mallocshim diagnose mysqld.memlog.csv mallocshim.1234.0.pb.gz mallocshim.1234.5.pb.gz"
 )]
 pub struct Args {
-    /// The memlog CSV.
-    #[arg(value_name = "MEMLOG.csv")]
+    /// The memlog CSV, a dump (its memory history; with more dumps, the last one's), or the pid
+    /// of a running process under the shim (its history, from a dump asked for now).
+    #[arg(value_name = "MEMLOG.csv|DUMP.json|PID")]
     pub memlog: PathBuf,
     /// Dumps (JSON) and heap profiles (.pb.gz) of the same process, oldest first.
     #[arg(value_name = "DUMP.json|PROFILE.pb.gz")]
@@ -52,18 +61,66 @@ fn mibu(b: u64) -> String {
     mib(b as f64)
 }
 
+/// A pid: all digits and no such file.
+fn as_pid(p: &std::path::Path) -> Option<u32> {
+    let s = p.to_str()?;
+    (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && !p.exists()).then(|| s.parse().ok()).flatten()
+}
+
+/// A JSON dump (by its extension, else by its first byte).
+fn is_dump(p: &std::path::Path) -> bool {
+    p.extension().is_some_and(|e| e == "json")
+        || std::fs::read(p).ok().and_then(|b| b.iter().find(|c| !c.is_ascii_whitespace()).copied())
+            == Some(b'{')
+}
+
+/// The rows behind the verdict and where they came from: a memlog's, or the memory history of
+/// the last dump (`dumps`, which a pid's new dump joins).
+fn rows(a: &Args, dumps: &mut Vec<Dump>) -> Result<(Vec<memlog::MemRow>, String), String> {
+    let src = &a.memlog;
+    if let Some(pid) = as_pid(src) {
+        let files = crate::dump_cmd::dump(pid, None, 10.0).map_err(|f| f.msg)?;
+        let json = files.iter().find(|p| p.extension().is_some_and(|e| e == "json")).ok_or_else(|| {
+            format!("process {pid} wrote no JSON dump (its MALLOCSHIM_DUMP_FORMATS): no history to read")
+        })?;
+        dumps.push(Dump::read(json).map_err(|e| e.to_string())?);
+        return history_rows(dumps, &json.display().to_string());
+    }
+    if is_dump(src) {
+        dumps.insert(0, Dump::read(src).map_err(|e| e.to_string())?);
+        let last = a.dumps.iter().rev().find(|p| is_dump(p)).unwrap_or(src);
+        return history_rows(dumps, &last.display().to_string());
+    }
+    let rows = memlog::read(src)?;
+    Ok((rows, format!("memlog {}", src.display())))
+}
+
+fn history_rows(dumps: &[Dump], name: &str) -> Result<(Vec<memlog::MemRow>, String), String> {
+    let d = dumps.last().ok_or("no dump")?;
+    if d.history.is_empty() {
+        return Err(format!(
+            "{name}: the dump has no memory history (a shim older than the history, or MALLOCSHIM_HISTORY_MS=0): give a memlog"
+        ));
+    }
+    let h = &d.history;
+    Ok((h.mem_rows(), format!("memory history of {name} (pid {}, one row per {} ms)", d.pid, h.period_ms)))
+}
+
 pub fn run(a: &Args) -> Result<String, String> {
-    let rows = memlog::read(&a.memlog)?;
-    let v = verdict::diagnose(&rows).map_err(|e| format!("{}: {e}", a.memlog.display()))?;
     let mut dumps = Vec::new();
     let mut profiles = Vec::new();
+    // Dumps given after the first argument, oldest first.
+    let mut later = Vec::new();
     for p in &a.dumps {
         if p.to_string_lossy().ends_with(".pb.gz") {
             profiles.push(crate::heap::read(p)?);
         } else {
-            dumps.push(Dump::read(p).map_err(|e| e.to_string())?);
+            later.push(Dump::read(p).map_err(|e| e.to_string())?);
         }
     }
+    dumps.extend(later);
+    let (rows, from) = rows(a, &mut dumps)?;
+    let v = verdict::diagnose(&rows).map_err(|e| format!("{}: {e}", a.memlog.display()))?;
     let sites = match (profiles.first(), profiles.last()) {
         (Some(first), Some(last)) if profiles.len() >= 2 => {
             Some(crate::heap::growth_rows(first, last, "inuse_space")?)
@@ -71,7 +128,9 @@ pub fn run(a: &Args) -> Result<String, String> {
         _ => None,
     };
     let ps = crate::pfs::query(&a.conn)?;
-    Ok(render(&v, &dumps, sites.as_deref(), ps.as_ref()))
+    let mut out = render(&v, &dumps, sites.as_deref(), ps.as_ref());
+    out.push_str(&format!("from: {from}\n"));
+    Ok(out)
 }
 
 /// The call sites whose in-use bytes grew between the first and last heap profile.

@@ -18,6 +18,7 @@ mod diff;
 mod dump_cmd;
 mod heap;
 mod interval;
+mod man7;
 mod pfs;
 mod plot;
 mod plot_cmd;
@@ -107,6 +108,11 @@ fn generate(dir: &Path) -> Result<String, String> {
         std::fs::write(&p, buf).map_err(|e| err(&p, e))?;
         written.push(p);
     }
+    let man7 = dir.join("man7");
+    std::fs::create_dir_all(&man7).map_err(|e| err(&man7, e))?;
+    let p = man7.join("mallocshim.7");
+    std::fs::write(&p, man7::page()).map_err(|e| err(&p, e))?;
+    written.push(p);
     let comp = dir.join("completions");
     std::fs::create_dir_all(&comp).map_err(|e| err(&comp, e))?;
     for shell in [clap_complete::Shell::Bash, clap_complete::Shell::Zsh, clap_complete::Shell::Fish] {

@@ -15,10 +15,11 @@ use std::path::{Path, PathBuf};
     about = "Print one mallocshim JSON dump as tables",
     long_about = "Print a mallocshim JSON dump (mallocshim.<pid>.<seq>.json, written by the shim \
                   with MALLOCSHIM_DUMP_AT_EXIT=1, MALLOCSHIM_DUMP_SIGNAL or \
-                  MALLOCSHIM_DUMP_INTERVAL_S) as tables: calls, bytes, sampled calls and \
+                  MALLOCSHIM_DUMP_INTERVAL_S) as tables: first the RSS account (rss = live + allocator free + allocator \
+                  metadata + non-heap + file + shmem, MiB), then calls, bytes, sampled calls and \
                   p50/p99/max latency (ns) per op and size class; the top threads by calls with \
-                  their malloc and free p50/p99; then memory (RSS and the backend's \
-                  allocated/resident/free, in MiB) and, with heap profiles on, the live bytes \
+                  their malloc and free p50/p99; then the backend's own \
+                  allocated/resident/free (MiB) and, with heap profiles on, the live bytes \
                   per size class the heap profile estimates. Latencies are sampled (1 call in \
                   sample_every); a row without samples shows \"-\" for its percentiles.\n\n\
                   --format kv prints key=value lines (pid, backend, threads, calls_<op>, \
@@ -122,6 +123,13 @@ fn kv(d: &Dump, path: &Path, ps: Option<&PsThreads>) -> String {
     put("backend_allocated_bytes", &m.backend_allocated_bytes);
     put("backend_resident_bytes", &m.backend_resident_bytes);
     put("backend_free_bytes", &m.backend_free_bytes);
+    put("live_bytes", &m.live_bytes);
+    put("allocator_free_bytes", &m.allocator_free_bytes);
+    put("allocator_metadata_bytes", &m.allocator_metadata_bytes.map_or_else(String::new, |v| v.to_string()));
+    put("allocator_resident_bytes", &m.allocator_resident_bytes);
+    put("non_heap_bytes", &m.non_heap_bytes);
+    put("rss_file_bytes", &m.rss_file_bytes);
+    put("rss_shmem_bytes", &m.rss_shmem_bytes);
     let t = &d.trim;
     put("trim_interval_ms", &t.interval_ms);
     put("trim_min_bytes", &t.min_bytes);
@@ -143,6 +151,8 @@ fn tables(d: &Dump, path: &Path, top: usize, fmt: Format, ps: Option<&PsThreads>
         Format::Markdown => o.push_str(&format!("## {title}\n\n")),
     }
 
+    account_table(d, fmt, &mut o);
+    o.push('\n');
     heading(fmt, "calls by op and size class (latencies in ns, from sampled calls)", &mut o);
     let mut t = Table::new(&[
         ("op", Align::Left),
@@ -218,15 +228,17 @@ fn tables(d: &Dump, path: &Path, top: usize, fmt: Format, ps: Option<&PsThreads>
     }
 
     o.push('\n');
-    heading(fmt, "memory (MiB)", &mut o);
+    heading(fmt, &format!("{}'s own statistics (MiB; the account above is what to read)", d.backend), &mut o);
     let m = &d.memory;
     let mut t = Table::new(&[("", Align::Left), ("MiB", Align::Right)]);
-    t.row(vec!["rss".into(), mib(m.rss_bytes)]);
     t.row(vec!["vsz".into(), mib(m.vsz_bytes)]);
     t.row(vec![format!("{} allocated", d.backend), mib(m.backend_allocated_bytes)]);
     t.row(vec![format!("{} resident", d.backend), mib(m.backend_resident_bytes)]);
     t.row(vec![format!("{} free", d.backend), mib(m.backend_free_bytes)]);
     t.render(fmt, &mut o);
+    if let Some(note) = own_stats_note(&d.backend) {
+        let _ = writeln!(o, "({note})");
+    }
 
     if !d.live_by_class.is_empty() {
         o.push('\n');
@@ -238,6 +250,36 @@ fn tables(d: &Dump, path: &Path, top: usize, fmt: Format, ps: Option<&PsThreads>
         t.render(fmt, &mut o);
     }
     o
+}
+
+/// The RSS account first (docs/memory-account.md): where the resident memory is, each part a
+/// row, summing to RSS.
+fn account_table(d: &Dump, fmt: Format, o: &mut String) {
+    let m = &d.memory;
+    heading(
+        fmt,
+        "RSS account (MiB): rss = live + allocator free + allocator metadata + non-heap + file + shmem",
+        o,
+    );
+    let mut t = Table::new(&[("", Align::Left), ("MiB", Align::Right)]);
+    t.row(vec!["rss".into(), mib(m.rss_bytes)]);
+    t.row(vec!["live (the program's blocks)".into(), mib(m.live_bytes)]);
+    t.row(vec!["allocator free (a trim may return it)".into(), mib(m.allocator_free_bytes)]);
+    t.row(vec!["allocator metadata".into(), m.allocator_metadata_bytes.map_or_else(|| "-".into(), mib)]);
+    t.row(vec!["non-heap (buffer pool, stacks, other mmaps)".into(), mib(m.non_heap_bytes)]);
+    t.row(vec!["file-backed".into(), mib(m.rss_file_bytes)]);
+    t.row(vec!["shared memory".into(), mib(m.rss_shmem_bytes)]);
+    t.render(fmt, o);
+}
+
+/// How the backend's own figures differ from the account, where they do.
+fn own_stats_note(backend: &str) -> Option<&'static str> {
+    match backend {
+        "glibc" => Some("glibc free is mallinfo2 fordblks: free chunks, resident or not; the account counts resident pages only"),
+        "tcmalloc" => Some("tcmalloc free is the page heap's free bytes; the account's allocator free also holds the central and thread caches"),
+        "mimalloc" => Some("mimalloc resident and free are its committed bytes; the account counts the pages of its segments found resident"),
+        _ => None,
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -66,6 +66,11 @@ pub struct Dump {
     /// docs/memory-account.md, "Live bytes per size class".
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub live_by_class: Vec<LiveClass>,
+    /// The memory history: the RSS account, trims and calls per op once a period over the last
+    /// hour or so, oldest first (docs/history.md). Written last, by [`Dump::to_json`] (one row
+    /// per line); empty in dumps of older shims and with `MALLOCSHIM_HISTORY_MS=0`.
+    #[serde(default, skip_serializing)]
+    pub history: crate::History,
 }
 
 /// One size class's estimated live bytes.
@@ -319,6 +324,11 @@ impl Dump {
     /// The dump as the shim writes it: pretty JSON and a final newline.
     pub fn to_json(&self) -> String {
         let mut s = serde_json::to_string_pretty(self).unwrap_or_default();
+        if !self.history.columns.is_empty() {
+            if let Some(open) = s.strip_suffix("\n}") {
+                s = format!("{open},\n  \"history\": {}\n}}", self.history.to_json());
+            }
+        }
         s.push('\n');
         s
     }
@@ -523,6 +533,13 @@ mod tests {
             },
             latency_buckets: LatencyBuckets { ns_per_tick: 0.4, bucket_ns: vec![1, 2, 3] },
             live_by_class: vec![LiveClass { min_bytes: 17, max_bytes: Some(32), live_bytes: 5 }],
+            history: crate::History {
+                period_ms: 1000,
+                capacity: 3600,
+                ring_bytes: 748_800,
+                columns: vec!["unix_ms".into(), "live_bytes".into()],
+                rows: vec![vec![Some(1), None], vec![Some(2), Some(7)]],
+            },
         }
     }
 

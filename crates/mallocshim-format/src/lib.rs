@@ -4,6 +4,7 @@
 //!
 //! - [`dump`]: the JSON dump `mallocshim.<pid>.<seq>.json` ([`Dump`], [`FORMAT`], [`VERSION`]),
 //!   reading with format and version checks, and the dump files of a process ([`newest_dump`]);
+//! - [`history`]: the memory history ring a dump carries (`history`, [`History`]);
 //! - [`formats`]: the dump formats as a table (name, extension, content type, reader);
 //! - [`memlog`]: the memory time series CSV (`MALLOCSHIM_MEMLOG`), its header and rows;
 //! - [`pprof`]: the heap profile `mallocshim.<pid>.<seq>.pb.gz`, gzip'ed profile.proto
@@ -29,6 +30,7 @@ pub mod classes;
 pub mod ctl;
 pub mod dump;
 pub mod formats;
+pub mod history;
 pub mod memlog;
 pub mod pprof;
 pub mod stats;
@@ -40,4 +42,5 @@ pub use dump::{
     Memory, ParseError, ReadError, ThreadOp, ThreadRow, Total, Trim, TrimReasons, FORMAT, VERSION,
 };
 pub use formats::{Fmt, Format, FORMATS as DUMP_FORMATS};
+pub use history::History;
 pub use memlog::MemRow;

@@ -77,6 +77,17 @@ pub struct MemRow {
 }
 
 impl MemRow {
+    /// A row from its values in [`COLUMNS`] order (None: no figure; `unix_ms`, `rss_bytes` and
+    /// `vsz_bytes` read 0 when None); missing trailing values stay None.
+    pub fn from_values(v: &[Option<u64>]) -> MemRow {
+        let req = |i: usize| v.get(i).copied().flatten().unwrap_or(0);
+        let mut row = MemRow { unix_ms: req(0), rss_bytes: req(1), vsz_bytes: req(2), ..MemRow::default() };
+        for (i, slot) in row.optional_mut().into_iter().enumerate() {
+            *slot = v.get(3 + i).copied().flatten();
+        }
+        row
+    }
+
     /// Writes the row as one CSV line with its newline.
     pub fn write_line(&self, out: &mut impl Write) -> std::io::Result<()> {
         struct O(Option<u64>);

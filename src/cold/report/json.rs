@@ -58,6 +58,7 @@ pub fn dump(s: &Snapshot) -> Dump {
                 mallocshim_format::LiveClass { min_bytes, max_bytes, live_bytes }
             })
             .collect(),
+        history: crate::cold::history::read(),
     }
 }
 

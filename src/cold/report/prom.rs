@@ -33,8 +33,16 @@ const LE_NS: [u64; 16] = [
 /// The Prometheus text exposition of `s`: latency histograms, calls and bytes per op and size
 /// class, memory gauges, the RSS account and the trims.
 pub fn render(s: &Snapshot) -> String {
+    render_with(s, true)
+}
+
+/// [`render`], with or without the latency histograms (the textfile's
+/// `MALLOCSHIM_PROM_HISTOGRAMS=off` leaves them out; a dump's `.prom` always has them).
+pub fn render_with(s: &Snapshot, histograms: bool) -> String {
     let mut o = String::new();
-    latency(&mut o, s);
+    if histograms {
+        latency(&mut o, s);
+    }
     calls_and_bytes(&mut o, s);
     memory(&mut o, s);
     account(&mut o, s);
