@@ -31,7 +31,9 @@ static WARNED: AtomicBool = AtomicBool::new(false);
 
 /// True when a textfile directory is configured.
 pub fn active() -> bool {
-    !config::cstr_bytes(&config::get().prom_textfile_dir).is_empty()
+    // The first byte only: no scan of the whole buffer (this runs in every forked child, where
+    // the scan's constant mask alone is one more page fault).
+    config::get().prom_textfile_dir[0] != 0
 }
 
 /// The instance label: `MALLOCSHIM_INSTANCE`, else the pid.
