@@ -6,7 +6,7 @@
 //! (`mallocshim_mariadb`: any mariadbd or MySQL mysqld, the work directory given here, every wait
 //! ended by Ctrl-C through [`INTERRUPTED`]). Modules: cli (flags and checks), measure (sysbench's
 //! figures, dumps, RSS sampler), results (CSV, report, plots), spread (ratio statistics); beside
-//! them in the crate, plot (charts, shared with `mallocshim plot`) and secure_write (every file
+//! them, from mallocshim-cli's library, plot (charts, shared with `mallocshim plot`) and secure_write (every file
 //! it writes: new, 0600, never through a symlink). It never links the shim: the shim is a cdylib
 //! exporting malloc.
 
