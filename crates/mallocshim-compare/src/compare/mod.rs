@@ -372,36 +372,8 @@ pub fn main(args: cli::Args) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(e) = ctrlc::set_handler(|| {
-        INTERRUPTED.store(true, Ordering::SeqCst);
-        eprintln!(
-            "mallocshim compare: interrupted: stopping sysbench and the server, keeping the finished cells"
-        );
-    }) {
-        say(&format!("cannot install the Ctrl-C handler: {e}"));
-        return ExitCode::from(1);
-    }
-    let out = plan.args.out.clone();
-    for d in ["", "memlog", "dumps", "logs"] {
-        if let Err(e) = std::fs::create_dir_all(out.join(d)) {
-            say(&format!("cannot create {}: {e}", out.join(d).display()));
-            return ExitCode::from(1);
-        }
-    }
-    let out = out.canonicalize().unwrap_or(out);
-    let workdir: PathBuf = match &plan.args.workdir {
-        Some(w) => w.clone(),
-        None => PathBuf::from(format!("/tmp/mallocshim-compare.{}", std::process::id())),
-    };
-    let _ = std::fs::remove_dir_all(&workdir);
-    // The work directory (a predictable name in /tmp by default) is created new, mode 0700: its
-    // server logs, datadir and dumps are then ours alone.
-    if let Err(e) = create_private_dir(&workdir) {
-        say(&e);
-        return ExitCode::from(1);
-    }
-    let csv = match results::CsvWriter::create(&out.join("cells.csv")) {
-        Ok(c) => c,
+    let (out, workdir, csv) = match install_interrupt_handler().and_then(|()| create_outputs(&plan)) {
+        Ok(x) => x,
         Err(e) => {
             say(&e);
             return ExitCode::from(1);
@@ -422,26 +394,56 @@ pub fn main(args: cli::Args) -> ExitCode {
     };
     say(&format!("{total} cells of {} s; output in {}", plan.args.time, out.display()));
     let res = run(&plan, &out, &workdir, &mut st);
+    finish(&plan, &info, &out, &workdir, &st, res)
+}
+
+/// Ctrl-C and SIGTERM set [`INTERRUPTED`] (the harness's stop flag), with one line.
+fn install_interrupt_handler() -> Result<(), String> {
+    ctrlc::set_handler(|| {
+        INTERRUPTED.store(true, Ordering::SeqCst);
+        eprintln!(
+            "mallocshim compare: interrupted: stopping sysbench and the server, keeping the finished cells"
+        );
+    })
+    .map_err(|e| format!("cannot install the Ctrl-C handler: {e}"))
+}
+
+/// Creates --out and its subdirectories, the private work directory and cells.csv; returns
+/// the output directory (canonical), the work directory and the CSV writer.
+fn create_outputs(plan: &Plan) -> Result<(PathBuf, PathBuf, results::CsvWriter), String> {
+    let out = plan.args.out.clone();
+    for d in ["", "memlog", "dumps", "logs"] {
+        std::fs::create_dir_all(out.join(d))
+            .map_err(|e| format!("cannot create {}: {e}", out.join(d).display()))?;
+    }
+    let out = out.canonicalize().unwrap_or(out);
+    let workdir: PathBuf = match &plan.args.workdir {
+        Some(w) => w.clone(),
+        None => PathBuf::from(format!("/tmp/mallocshim-compare.{}", std::process::id())),
+    };
+    let _ = std::fs::remove_dir_all(&workdir);
+    // The work directory (a predictable name in /tmp by default) is created new, mode 0700: its
+    // server logs, datadir and dumps are then ours alone.
+    create_private_dir(&workdir)?;
+    let csv = results::CsvWriter::create(&out.join("cells.csv"))?;
+    Ok((out, workdir, csv))
+}
+
+/// After the run (complete, interrupted or failed): removes or keeps the work directory, writes
+/// the report from the cells measured, and returns the exit status (0, 1, or 130 interrupted).
+fn finish(plan: &Plan, info: &RunInfo, out: &Path, workdir: &Path, st: &State, res: Res<()>) -> ExitCode {
     let status = match &res {
         Ok(()) => "complete".to_string(),
         Err(Error::Interrupted) => format!("interrupted after {} of {} cells", st.done, st.total),
         Err(e) => format!("failed after {} of {} cells: {e}", st.done, st.total),
     };
     if !plan.args.keep_workdir {
-        let _ = std::fs::remove_dir_all(&workdir);
+        let _ = std::fs::remove_dir_all(workdir);
     } else {
         say(&format!("work directory kept: {}", workdir.display()));
     }
-    let rep = results::write_report(
-        &out,
-        &plan,
-        &info,
-        &st.cells,
-        &st.runs,
-        &st.notes,
-        &status,
-        st.started.elapsed(),
-    );
+    let rep =
+        results::write_report(out, plan, info, &st.cells, &st.runs, &st.notes, &status, st.started.elapsed());
     if let Err(e) = &rep {
         say(&format!("report: {e}"));
     }
