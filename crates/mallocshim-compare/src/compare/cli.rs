@@ -359,9 +359,11 @@ fn check_envs(args: &Args) -> Result<Vec<(String, String)>, String> {
             Some((k, v)) if !k.is_empty() && k != "LD_PRELOAD" && k != "MALLOCSHIM_BACKEND" => {
                 envs.push((k.to_string(), v.to_string()))
             }
-            _ => return Err(format!(
+            _ => {
+                return Err(format!(
                 "--env {e:?}: want NAME=VALUE (not LD_PRELOAD or MALLOCSHIM_BACKEND, which the runner sets)"
-            )),
+            ))
+            }
         }
     }
     Ok(envs)
