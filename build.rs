@@ -8,6 +8,13 @@
 //! the linker resolves every jemalloc symbol from it, so the bundled original is never pulled
 //! in. jemalloc then initialises only when the jemalloc backend loads it (`backend::jemalloc::load`).
 //! The build fails when objcopy (binutils) is missing or the copy still has a constructor.
+//!
+//! It also links libgcc's unwinder statically (`libgcc_eh.a`, found with `cc
+//! -print-file-name`, whole-archive, ahead of std's `-lgcc_s`), as `gcc -static-libgcc` does for
+//! a C library: std's few `_Unwind_*` references then resolve inside the shim (hidden by the
+//! cdylib's version script) and `--as-needed` drops `libgcc_s.so.1` from its DT_NEEDED. Each
+//! library the preload maps costs every fork of the host (issue 21: libm and libgcc_s alone made
+//! a fork-from-SIGALRM program 2.5x slower). The build fails when the archive is missing.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -35,7 +42,23 @@ fn main() {
     );
     println!("cargo:rustc-link-search=native={}", out.display());
     println!("cargo:rustc-link-lib=static=jemalloc_noinit");
+    link_unwinder_statically(&out);
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed={}", src.display());
     println!("cargo:rerun-if-env-changed=OBJCOPY");
+}
+
+/// Copies gcc's `libgcc_eh.a` into `out` and links all of it (see the module doc).
+fn link_unwinder_statically(out: &std::path::Path) {
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let o = Command::new(&cc)
+        .arg("-print-file-name=libgcc_eh.a")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cc} (gcc) to find libgcc_eh.a: {e}"));
+    let path = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
+    assert!(path.is_absolute() && path.exists(), "{cc} does not know libgcc_eh.a (gcc's static unwinder)");
+    std::fs::copy(&path, out.join("libmallocshim_unwind.a")).expect("copy libgcc_eh.a");
+    println!("cargo:rustc-link-lib=static:+whole-archive=mallocshim_unwind");
+    println!("cargo:rerun-if-changed={}", path.display());
+    println!("cargo:rerun-if-env-changed=CC");
 }

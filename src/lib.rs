@@ -23,8 +23,8 @@
 //! a leaf imports nothing above it) except in two inherent knots: lazy start-up with the
 //! bootstrap tables (the bootstrap table's functions start initialisation; `init` installs the
 //! dump signal's handler, which initialises the shim when a signal call comes first, resolves
-//! libstdc++'s operators and publishes an entry table naming every backend's functions; the
-//! backend list still dispatches the bootstrap pool's figures), and a thread's slot, which holds
+//! libstdc++'s operators and publishes an entry table naming every backend's functions; "not
+//! initialised yet" is no backend: `backend::published` is None until then), and a thread's slot, which holds
 //! `heapprof`'s sampler state and is reached through `tls`. The cold path reaches the hot path
 //! only through registered hooks where it must run from it (`hot::mailbox`'s dump writer).
 

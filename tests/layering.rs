@@ -15,14 +15,9 @@ use std::path::{Path, PathBuf};
 const FLOORS: [&str; 6] = ["base", "backend", "hot", "cold", "boundary", ""];
 
 /// The arrows allowed to run back up, each with its reason. Every other upward arrow fails.
-const ALLOWED_UP: [(&str, &str, &str); 3] = [
+const ALLOWED_UP: [(&str, &str, &str); 2] = [
     ("hot::init", "boundary::signals", "start-up knot: init installs the dump signal's handler"),
     ("hot::init", "boundary::cxx", "start-up knot: init resolves libstdc++'s operators"),
-    (
-        "backend",
-        "hot::bootstrap",
-        "bootstrap tables: the pool's figures are a backend row (Backend::Bootstrap)",
-    ),
 ];
 
 /// At most this many arrows run back up (issue 20).
@@ -41,7 +36,6 @@ const KNOTS: [(&str, &[&str]); 2] = [
             "hot::record",
             "hot::c_contract",
             "hot::config",
-            "backend",
             "boundary::signals",
             // the load-time handler, taken over by `signals` when init installs its own; it reads
             // the signal's name with `config`'s parser

@@ -70,7 +70,7 @@ const ALARM_DEADLINE: Duration = Duration::from_secs(120);
 /// The SIGALRM period, µs. The issue's 300 µs is below what this machine sustains with any
 /// preload: there fork+wait alone takes ~400 µs, so glibc alone finishes 2,000 iterations in 3 to
 /// 4 s only because its fork is just short enough, while the same program with nothing but
-/// libm and libgcc_s preloaded (the shim's own dependencies) takes 10 s, and with jemalloc
+/// libm and libgcc_s preloaded (the shim's dependencies until issue 21 part 2 dropped them) takes 10 s, and with jemalloc
 /// preloaded directly, or the shim with profiling, heap profiles, dumps and trims all off, it
 /// does not finish in 30 s (docs/testing-hostile.md). At 1,000 µs the handler still interrupts
 /// fork() itself (and its own fork+wait takes 40% of each period), and the bound holds.

@@ -54,38 +54,33 @@ macro_rules! define_backends {
         #[repr(u8)]
         pub enum Backend {
             $($(#[$doc])* $variant,)*
-            /// Before initialisation: the first call initialises the shim; calls made while a
-            /// backend loads are served from the static bootstrap pool.
-            Bootstrap,
         }
 
-        /// Every real backend, in row order (`Bootstrap` excluded).
+        /// Every backend, in row order. "Not initialised yet" is not one: it is
+        /// [`published`]'s `None` (readiness itself is `hot::init`'s state).
         pub const ALL: &[Backend] = &[$(Backend::$variant),*];
 
         impl Backend {
             /// NUL-terminated lower-case name (also for the C API), from the backend table.
             pub const fn c_name(self) -> &'static CStr {
-                match self {
-                    Backend::Bootstrap => c"bootstrap",
-                    _ => TABLE[self as usize].c_name,
-                }
+                TABLE[self as usize].c_name
             }
 
             /// The library dlopen()ed by default for a backend loaded that way (`""` otherwise),
             /// from the backend table.
             pub const fn default_lib(self) -> &'static CStr {
-                match self {
-                    Backend::Bootstrap => c"",
-                    _ if TABLE[self as usize].dlopen => TABLE[self as usize].file_name(),
-                    _ => c"",
+                if TABLE[self as usize].dlopen {
+                    TABLE[self as usize].file_name()
+                } else {
+                    c""
                 }
             }
 
             #[inline(always)]
-            fn from_u8(v: u8) -> Backend {
+            fn from_u8(v: u8) -> Option<Backend> {
                 match v {
-                    $(x if x == Backend::$variant as u8 => Backend::$variant,)*
-                    _ => Backend::Bootstrap,
+                    $(x if x == Backend::$variant as u8 => Some(Backend::$variant),)*
+                    _ => None,
                 }
             }
         }
@@ -110,19 +105,19 @@ macro_rules! define_backends {
             unsafe {
                 match want {
                     $(Backend::$variant => $module::load(lib, why),)*
-                    Backend::Bootstrap => true,
                 }
             }
         }
 
-        /// Reads the active backend's memory figures. May allocate inside the backend: call under
+        /// Reads the active backend's memory figures (all 0 before one is published: calls
+        /// are served from the bootstrap pool then). May allocate inside the backend: call under
         /// the reentrancy guard.
         pub fn mem_stats() -> MemStats {
-            // SAFETY: the backend is loaded (called only once the shim is ready).
+            // SAFETY: a published backend is loaded.
             unsafe {
-                match active() {
-                    $(Backend::$variant => $module::mem_stats(),)*
-                    Backend::Bootstrap => crate::hot::bootstrap::mem_stats(),
+                match published() {
+                    $(Some(Backend::$variant) => $module::mem_stats(),)*
+                    None => MemStats::default(),
                 }
             }
         }
@@ -131,35 +126,37 @@ macro_rules! define_backends {
         /// backend says in its own file where they come from. Reads /proc and probes residency:
         /// worker or dump only, under the reentrancy guard.
         pub fn account_figures() -> AccountFigures {
+            // Before publication (not reached: the account is measured once the shim is
+            // ready), glibc's, as `active` says.
             match active() {
                 $(Backend::$variant => $module::account(),)*
-                // Not reached (the account is measured once the shim is ready): glibc's.
-                Backend::Bootstrap => glibc::account(),
             }
         }
 
         /// Gives free memory back to the OS through the backend's own call (glibc
         /// `malloc_trim(pad)`, jemalloc `arena.<all>.purge` or `.decay` per `mode`, tcmalloc
         /// `MallocExtension_ReleaseFreeMemory`, mimalloc `mi_collect(true)`). Returns true when
-        /// the call ran (glibc: when it released memory).
+        /// the call ran (glibc: when it released memory). False before a backend is published
+        /// (the bootstrap pool gives nothing back).
         pub fn release(pad: usize, mode: Release) -> bool {
-            // SAFETY: the backend is loaded (called only once the shim is ready).
+            // SAFETY: a published backend is loaded.
             unsafe {
-                match active() {
-                    $(Backend::$variant => $module::release(pad, mode),)*
-                    Backend::Bootstrap => crate::hot::bootstrap::release(pad, mode),
+                match published() {
+                    $(Some(Backend::$variant) => $module::release(pad, mode),)*
+                    None => false,
                 }
             }
         }
 
         /// The backend's name and version, e.g. `glibc 2.36`, `jemalloc 5.3.0-...`,
-        /// `tcmalloc gperftools 2.10`, `mimalloc 2.0.9`.
+        /// `tcmalloc gperftools 2.10`, `mimalloc 2.0.9` (`bootstrap pool` before a backend is
+        /// published).
         pub fn version(out: &mut crate::base::diag::LineBuf) {
-            // SAFETY: the backend is loaded (called only once the shim is ready).
+            // SAFETY: a published backend is loaded.
             unsafe {
-                match active() {
-                    $(Backend::$variant => $module::version(out),)*
-                    Backend::Bootstrap => crate::hot::bootstrap::version(out),
+                match published() {
+                    $(Some(Backend::$variant) => $module::version(out),)*
+                    None => out.put(b"bootstrap pool"),
                 }
             }
         }
@@ -258,12 +255,22 @@ pub const OPTION_DOC: &str = match core::str::from_utf8(DOC_BUF.0.split_at(DOC_B
     Err(_) => "?",
 };
 
-static ACTIVE: AtomicU8 = AtomicU8::new(Backend::Bootstrap as u8);
+/// The published backend's number; [`UNPUBLISHED`] until initialisation publishes one.
+static ACTIVE: AtomicU8 = AtomicU8::new(UNPUBLISHED);
+const UNPUBLISHED: u8 = u8::MAX;
 
-/// The backend serving calls: `Bootstrap` until initialisation publishes the chosen one.
+/// The backend serving calls, once initialisation has published it (None before: calls are
+/// then served from the bootstrap pool, `hot::bootstrap`).
+#[inline(always)]
+pub fn published() -> Option<Backend> {
+    Backend::from_u8(ACTIVE.load(Ordering::Acquire))
+}
+
+/// The backend serving calls, for names and figures: the published one, or glibc before
+/// publication (the backend every start loads first, and the fallback of a failed load).
 #[inline(always)]
 pub fn active() -> Backend {
-    Backend::from_u8(ACTIVE.load(Ordering::Acquire))
+    published().unwrap_or(Backend::Glibc)
 }
 
 /// Makes `b` the backend of every later call (the last step of initialisation).

@@ -497,7 +497,9 @@ pub fn write_requested(now: u64) {
 /// In a forked child (no worker yet): a request still pending or deferred is asked again, so
 /// that the child's thread answers it at its next recorded call (or its worker, once it has one).
 pub fn repost_pending() {
-    if mailbox::pending() | (DEFERRED.swap(0, Ordering::Relaxed) != 0) {
+    // Loads before the swap: in a forked child an unneeded write costs a page copy.
+    let deferred = DEFERRED.load(Ordering::Relaxed) != 0 && DEFERRED.swap(0, Ordering::Relaxed) != 0;
+    if mailbox::pending() | deferred {
         request();
     }
 }

@@ -33,7 +33,9 @@ static WARNED: AtomicBool = AtomicBool::new(false);
 
 /// True when a textfile directory is configured.
 pub fn active() -> bool {
-    !config::cstr_bytes(&config::current().prom_textfile_dir).is_empty()
+    // The first byte only: no scan of the whole buffer (this runs in every forked child, where
+    // the scan's constant mask alone is one more page fault).
+    config::current().prom_textfile_dir[0] != 0
 }
 
 /// The instance this process writes as, chosen at its first write ([`claim`]).

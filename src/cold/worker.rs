@@ -168,13 +168,10 @@ unsafe extern "C" fn after_fork_child() {
     if !CHILD.load(Relaxed) {
         CHILD.store(true, Relaxed);
     }
-    for a in [&WAKE_RD, &WAKE_WR] {
-        if a.load(Relaxed) >= 0 {
-            let fd = a.swap(-1, Relaxed);
-            // SAFETY: closing a descriptor this module owns.
-            unsafe { libc::close(fd) };
-        }
-    }
+    // Two calls, not a loop over `[&WAKE_RD, &WAKE_WR]`: that array is a constant in .rodata,
+    // one more page for every child to fault in.
+    close_in_child(&WAKE_RD);
+    close_in_child(&WAKE_WR);
     crate::cold::memlog::after_fork_child();
     crate::cold::history::after_fork_child();
     crate::cold::dump::after_fork_child();
@@ -186,6 +183,15 @@ unsafe extern "C" fn after_fork_child() {
     // A request the parent had not answered yet is the child's to answer too: through the
     // mailbox (the child's next recorded call, or its worker once it has one).
     crate::cold::dump::repost_pending();
+}
+
+#[inline(always)]
+fn close_in_child(a: &AtomicI32) {
+    if a.load(Relaxed) >= 0 {
+        let fd = a.swap(-1, Relaxed);
+        // SAFETY: closing a descriptor this module owns.
+        unsafe { libc::close(fd) };
+    }
 }
 
 /// One periodic job: its period (0 = off) and next deadline, in ms of CLOCK_MONOTONIC.

@@ -1,13 +1,13 @@
 //! The bootstrap pseudo-backend, in one room: the static pool that serves allocations made while
 //! the backend is being chosen and loaded (dlopen, dlsym, libstdc++'s emergency pool), by any
 //! thread; the entry table in force until initialisation publishes a backend's (its functions
-//! start initialisation, then re-enter through the published table or serve the pool); and its
-//! memory figures, release call and version. The pool is a lock-free bump allocator over a 1 MiB
+//! start initialisation, then re-enter through the published table or serve the pool). It is not
+//! a `Backend`: before publication `backend::published()` is None, and the backend module
+//! answers figures (0), release (nothing) and version (`bootstrap pool`) itself. The pool is a lock-free bump allocator over a 1 MiB
 //! static array; blocks are never reused. Owns the address-range test that keeps pool pointers
 //! away from every backend. Must not call any allocator. With `init` and `route` it forms the
 //! one cycle that lazy start-up needs (the first call initialises, then re-enters).
 
-use crate::backend::{MemStats, Release};
 use crate::hot::c_contract;
 use crate::hot::route::{self, Table};
 use core::cell::UnsafeCell;
@@ -77,18 +77,6 @@ pub unsafe fn usable_size(p: *const libc::c_void) -> usize {
 /// Bytes of the pool handed out so far.
 pub fn used() -> usize {
     NEXT.load(Ordering::Relaxed)
-}
-
-pub(crate) unsafe fn mem_stats() -> MemStats {
-    MemStats::default()
-}
-
-pub(crate) unsafe fn release(_pad: usize, _mode: Release) -> bool {
-    false
-}
-
-pub(crate) unsafe fn version(out: &mut crate::base::diag::LineBuf) {
-    out.put(b"bootstrap pool");
 }
 
 /// Before initialisation: the first call initialises the shim and re-enters through the

@@ -106,11 +106,7 @@ fn ptr(t: &'static Table) -> *mut Table {
 /// Makes backend `b`'s table for the setting (recording; heap profiles, with recording only)
 /// serve every later call (the last step of initialisation).
 pub fn publish(b: Backend, profile: bool, heap: bool) {
-    let t: &'static Table = match b {
-        Backend::Bootstrap => &bootstrap::TABLE,
-        b => &TABLES[b as usize][column(profile, heap)],
-    };
-    ACTIVE.store(ptr(t), Ordering::Release);
+    ACTIVE.store(ptr(&TABLES[b as usize][column(profile, heap)]), Ordering::Release);
 }
 
 /// Moves a process recording without heap profiles to the table with them (same backend);

@@ -195,6 +195,7 @@ pub fn init() {
             "pthread_key_create failed: counts of exiting threads go to the shared aggregate"
         );
     }
+    fold::settle_page();
     crate::backend::atfork::register_child(fold::after_fork_child);
 }
 

@@ -195,11 +195,12 @@ pub fn cli_bin() -> PathBuf {
     BIN.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let st = Command::new(cargo)
-            .args(["build", "--release", "-p", "mallocshim-cli", "--quiet"])
+            // mallocshim-compare too: `mallocshim compare` execs it from beside `mallocshim`.
+            .args(["build", "--release", "-p", "mallocshim-cli", "-p", "mallocshim-compare", "--quiet"])
             .current_dir(root())
             .status()
-            .expect("run cargo build --release -p mallocshim-cli");
-        assert!(st.success(), "cargo build --release -p mallocshim-cli failed");
+            .expect("run cargo build --release -p mallocshim-cli -p mallocshim-compare");
+        assert!(st.success(), "cargo build --release -p mallocshim-cli -p mallocshim-compare failed");
         let bin = target_dir().join("release/mallocshim");
         assert!(bin.exists(), "{} missing after build", bin.display());
         bin

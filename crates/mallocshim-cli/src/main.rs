@@ -6,12 +6,7 @@
 //! pages and shell completions, the hidden `backends` prints the backend table for scripts. Every dump and memlog is read through the format crate
 //! (`mallocshim_format`); the command never links the shim (a cdylib exporting malloc).
 
-// Without the `compare` feature, the helpers only compare uses (plot formatters, secure writes).
-#![cfg_attr(not(feature = "compare"), allow(dead_code))]
-
 mod backends;
-#[cfg(feature = "compare")]
-mod compare;
 mod ctl_client;
 mod diagnose;
 mod diff;
@@ -20,16 +15,14 @@ mod heap;
 mod interval;
 mod man7;
 mod pfs;
-mod plot;
 mod plot_cmd;
 mod report;
-mod secure_write;
-mod shim_lib;
 mod table;
 mod top;
 mod verdict;
 
 use clap::{CommandFactory, Parser, Subcommand};
+use mallocshim_cli::plot;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -51,8 +44,6 @@ struct Cli {
     cmd: Cmd,
 }
 
-// Parsed once per run: the size of the compare variant costs nothing worth a Box.
-#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 enum Cmd {
     Report(report::Args),
@@ -65,8 +56,15 @@ enum Cmd {
     Top(top::Args),
     Plot(plot_cmd::Args),
     Diagnose(diagnose::Args),
-    #[cfg(feature = "compare")]
-    Compare(compare::cli::Args),
+    /// Compare mysqld/mariadbd throughput, CPU and memory across allocators, under the mallocshim
+    /// (runs mallocshim-compare, installed beside this program, with the same arguments; see
+    /// mallocshim compare --help)
+    #[command(disable_help_flag = true)]
+    Compare {
+        /// mallocshim-compare's arguments (--help lists them).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0.., value_name = "ARGS")]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Write the man pages (man1/*.1) and shell completions (bash, zsh, fish) into DIR.
     /// The backend table, for scripts (hidden): name, package, library, dlopen, environment.
     #[command(hide = true)]
@@ -123,6 +121,22 @@ fn generate(dir: &Path) -> Result<String, String> {
     Ok(written.iter().map(|p| format!("wrote {}\n", p.display())).collect())
 }
 
+/// `mallocshim compare`: execs mallocshim-compare (beside this program, else from PATH) with the
+/// same arguments, so the run keeps this pid (Ctrl-C and SIGTERM reach the runner) and its exit
+/// status. Returns only when the exec fails (one line, exit 2).
+fn compare(args: &[std::ffi::OsString]) -> ExitCode {
+    use std::os::unix::process::CommandExt;
+    let beside = std::env::current_exe().ok().map(|p| p.with_file_name("mallocshim-compare"));
+    let bin = beside.filter(|p| p.is_file()).unwrap_or_else(|| PathBuf::from("mallocshim-compare"));
+    let e = std::process::Command::new(&bin).args(args).exec();
+    eprintln!(
+        "mallocshim compare: cannot run {}: {e} (install it beside mallocshim; it is built by \
+         cargo build --release -p mallocshim-compare)",
+        bin.display()
+    );
+    ExitCode::from(2)
+}
+
 /// Prints a command's output, or its error line with the error's exit status.
 fn finish(name: &str, res: Result<String, dump_cmd::Fail>) -> ExitCode {
     match res.and_then(|text| print(&text).map_err(|msg| dump_cmd::Fail { code: 2, msg })) {
@@ -161,11 +175,7 @@ fn main() -> ExitCode {
         }
     };
     let (name, res) = match &cli.cmd {
-        #[cfg(feature = "compare")]
-        Cmd::Compare(_) => {
-            let Cmd::Compare(args) = cli.cmd else { unreachable!() };
-            return compare::main(args);
-        }
+        Cmd::Compare { args } => return compare(args),
         Cmd::Dump(a) => return finish("dump", dump_cmd::run(a)),
         Cmd::Top(a) => return finish("top", top::run(a)),
         Cmd::Trim(a) => return finish("trim", ctl_client::trim(a)),

@@ -228,31 +228,33 @@ pub fn run(s: &Settings, configs: &[RunConfig]) -> Result<Results> {
     Ok(res)
 }
 
-fn one(inst: &Instance, s: &Settings, c: &RunConfig, lua: &Path) -> Result<Run> {
-    let name = c.name();
-    let dumpdir = inst.subdir(&format!("dumps-{name}"))?;
-    let backend = c.trim_ms.map(|_| c.backend.clone().unwrap_or_else(|| s.backend.clone()));
-    let mut launch = Launch::plain();
-    if let (Some(ms), Some(b)) = (c.trim_ms, &backend) {
-        launch = Launch::shim(&s.shim, b)
-            .var("MALLOCSHIM_VERBOSE", "2")
-            .var("MALLOCSHIM_TRIM_INTERVAL_MS", ms.to_string())
-            .var("MALLOCSHIM_DUMP_AT_EXIT", "1")
-            .var("MALLOCSHIM_DUMP_DIR", dumpdir.display().to_string())
-            .var("MALLOCSHIM_DUMP_FORMATS", "json");
-        if let Some(m) = s.min_bytes {
-            launch = launch.var("MALLOCSHIM_TRIM_MIN_BYTES", m.to_string());
-        }
-        if let Some(d) = &s.memlog_dir {
-            launch = launch.var("MALLOCSHIM_MEMLOG", d.join(format!("{name}.csv")).display().to_string());
-        }
+/// The server's launch: plain for the baseline, else under the shim with the run's trim interval,
+/// an exit dump into `dumpdir` and (if asked) the minimum and a memlog.
+fn launch_for(s: &Settings, c: &RunConfig, name: &str, backend: Option<&str>, dumpdir: &Path) -> Launch {
+    let (Some(ms), Some(b)) = (c.trim_ms, backend) else {
+        return Launch::plain();
+    };
+    let mut launch = Launch::shim(&s.shim, b)
+        .var("MALLOCSHIM_VERBOSE", "2")
+        .var("MALLOCSHIM_TRIM_INTERVAL_MS", ms.to_string())
+        .var("MALLOCSHIM_DUMP_AT_EXIT", "1")
+        .var("MALLOCSHIM_DUMP_DIR", dumpdir.display().to_string())
+        .var("MALLOCSHIM_DUMP_FORMATS", "json");
+    if let Some(m) = s.min_bytes {
+        launch = launch.var("MALLOCSHIM_TRIM_MIN_BYTES", m.to_string());
     }
-    let srv = inst.start(&launch)?;
+    if let Some(d) = &s.memlog_dir {
+        launch = launch.var("MALLOCSHIM_MEMLOG", d.join(format!("{name}.csv")).display().to_string());
+    }
+    launch
+}
+
+/// Runs the sysbench load on `srv` while a thread samples its RSS about every second; returns
+/// the report and the samples (bytes).
+fn load_sampling_rss(srv: &Server, s: &Settings, lua: &Path) -> (Result<SysbenchReport>, Vec<u64>) {
     let pid = srv.pid();
-    let rss = || procfs::vm_rss(pid).unwrap_or(0);
-    let rss_start = rss();
     let stop = AtomicBool::new(false);
-    let (sysbench, mut series) = std::thread::scope(|sc| {
+    std::thread::scope(|sc| {
         let sampler = sc.spawn(|| {
             let mut v = Vec::new();
             while !stop.load(Ordering::SeqCst) {
@@ -270,7 +272,19 @@ fn one(inst: &Instance, s: &Settings, c: &RunConfig, lua: &Path) -> Result<Run> 
         let r = srv.sysbench(&sb);
         stop.store(true, Ordering::SeqCst);
         (r, sampler.join().unwrap_or_default())
-    });
+    })
+}
+
+fn one(inst: &Instance, s: &Settings, c: &RunConfig, lua: &Path) -> Result<Run> {
+    let name = c.name();
+    let dumpdir = inst.subdir(&format!("dumps-{name}"))?;
+    let backend = c.trim_ms.map(|_| c.backend.clone().unwrap_or_else(|| s.backend.clone()));
+    let launch = launch_for(s, c, &name, backend.as_deref(), &dumpdir);
+    let srv = inst.start(&launch)?;
+    let pid = srv.pid();
+    let rss = || procfs::vm_rss(pid).unwrap_or(0);
+    let rss_start = rss();
+    let (sysbench, mut series) = load_sampling_rss(&srv, s, lua);
     let sysbench = sysbench?;
     let rss_end_load = rss();
     for _ in 0..s.idle {

@@ -9,8 +9,8 @@
 //! launches (the shim with heap profiles on or off, jemalloc's profiler, heaptrack) are
 //! [`profilers`]'.
 
-use crate::{callgrind, procfs, profilers, ErrorLog, Instance, Launch, Options, Result, Sysbench};
-use std::path::PathBuf;
+use crate::{callgrind, procfs, profilers, ErrorLog, Instance, Launch, Options, Result, Server, Sysbench};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// What to measure.
@@ -127,6 +127,70 @@ pub fn configs(cfg: &Config) -> Vec<(String, String)> {
         .collect()
 }
 
+/// One cell on the running server: a warm-up of n/4 events, callgrind's counters zeroed, then
+/// runs of n and 2n events each followed by a callgrind dump (`k` numbers the dumps); the
+/// instructions per query are the difference of the two over the difference of their queries.
+fn measure_cell(
+    srv: &Server,
+    dir: &Path,
+    (round, b, m): (u32, &str, &str),
+    w: &str,
+    t: u32,
+    n: u64,
+    k: &mut u32,
+) -> Cell {
+    let pid = srv.pid();
+    let mut errors = 0u64;
+    let run = |events: u64, errors: &mut u64| -> Option<u64> {
+        match srv.sysbench(&Sysbench::new(w.to_string(), t).events(events)) {
+            Ok(r) => {
+                let _ = std::fs::copy(&r.output, dir.join(format!("sysbench-{w}-{t}-{events}.out")));
+                *errors += r.errors + u64::from(r.exit != 0);
+                r.queries
+            }
+            Err(e) => {
+                eprintln!("query-instr: {e}");
+                *errors += 1;
+                None
+            }
+        }
+    };
+    run((n / 4).max(1), &mut errors);
+    if let Err(e) = callgrind::zero(pid, dir) {
+        eprintln!("query-instr: {e}");
+        errors += 1;
+    }
+    let mut q = [None, None];
+    let mut ir = [None, None];
+    for (j, mult) in [1, 2].into_iter().enumerate() {
+        q[j] = run(mult * n, &mut errors);
+        *k += 1;
+        ir[j] = callgrind::dump(pid, *k, dir).map_err(|e| eprintln!("query-instr: {e}")).ok();
+    }
+    let per = match (q, ir) {
+        ([Some(q1), Some(q2)], [Some(i1), Some(i2)]) if q2 > q1 => (i2 as f64 - i1 as f64) / (q2 - q1) as f64,
+        _ => {
+            eprintln!("query-instr: {b}/{m} {w} {t}: missing figures (queries {q:?}, Ir {ir:?})");
+            errors += 1;
+            f64::NAN
+        }
+    };
+    Cell {
+        round,
+        backend: b.into(),
+        mode: m.into(),
+        workload: w.to_string(),
+        threads: t,
+        n,
+        q1: q[0].unwrap_or(0),
+        ir1: ir[0].unwrap_or(0),
+        q2: q[1].unwrap_or(0),
+        ir2: ir[1].unwrap_or(0),
+        per_query: per,
+        errors,
+    }
+}
+
 fn one_server(cfg: &Config, inst: &Instance, round: u32, b: &str, m: &str, res: &mut Results) -> Result<()> {
     let dir = cfg.out.join(format!("r{round}-{b}-{m}"));
     let _ = std::fs::remove_dir_all(&dir);
@@ -182,59 +246,9 @@ fn one_server(cfg: &Config, inst: &Instance, round: u32, b: &str, m: &str, res: 
     for w in &cfg.workloads {
         for &t in &cfg.threads {
             let n = if w == "oltp_point_select" { cfg.ps_events } else { cfg.ro_events };
-            let mut errors = 0u64;
-            let run = |events: u64, errors: &mut u64| -> Option<u64> {
-                match srv.sysbench(&Sysbench::new(w.clone(), t).events(events)) {
-                    Ok(r) => {
-                        let _ = std::fs::copy(&r.output, dir.join(format!("sysbench-{w}-{t}-{events}.out")));
-                        *errors += r.errors + u64::from(r.exit != 0);
-                        r.queries
-                    }
-                    Err(e) => {
-                        eprintln!("query-instr: {e}");
-                        *errors += 1;
-                        None
-                    }
-                }
-            };
-            run((n / 4).max(1), &mut errors);
-            if let Err(e) = callgrind::zero(row.pid, &dir) {
-                eprintln!("query-instr: {e}");
-                errors += 1;
-            }
-            let mut q = [None, None];
-            let mut ir = [None, None];
-            for (j, mult) in [1, 2].into_iter().enumerate() {
-                q[j] = run(mult * n, &mut errors);
-                k += 1;
-                ir[j] = callgrind::dump(row.pid, k, &dir).map_err(|e| eprintln!("query-instr: {e}")).ok();
-            }
-            let per = match (q, ir) {
-                ([Some(q1), Some(q2)], [Some(i1), Some(i2)]) if q2 > q1 => {
-                    (i2 as f64 - i1 as f64) / (q2 - q1) as f64
-                }
-                _ => {
-                    eprintln!("query-instr: {b}/{m} {w} {t}: missing figures (queries {q:?}, Ir {ir:?})");
-                    errors += 1;
-                    f64::NAN
-                }
-            };
-            let cell = Cell {
-                round,
-                backend: b.into(),
-                mode: m.into(),
-                workload: w.clone(),
-                threads: t,
-                n,
-                q1: q[0].unwrap_or(0),
-                ir1: ir[0].unwrap_or(0),
-                q2: q[1].unwrap_or(0),
-                ir2: ir[1].unwrap_or(0),
-                per_query: per,
-                errors,
-            };
+            let cell = measure_cell(&srv, &dir, (round, b, m), w, t, n, &mut k);
             eprintln!("query-instr: {cell:?}");
-            res.ok &= errors == 0;
+            res.ok &= cell.errors == 0;
             res.cells.push(cell);
         }
     }

@@ -97,8 +97,13 @@ pub fn init() {
 
 unsafe extern "C" fn after_fork_child() {
     // Only the forking thread survives: nobody else reads or registers.
-    READERS.store(0, SeqCst);
-    WRITER.store(false, SeqCst);
+    // Writes only what changes (each page written costs the child a copy).
+    if READERS.load(SeqCst) != 0 {
+        READERS.store(0, SeqCst);
+    }
+    if WRITER.load(SeqCst) {
+        WRITER.store(false, SeqCst);
+    }
 }
 
 /// The loader's identity of the module holding `pc`, or None (not in any module).

@@ -72,9 +72,12 @@ impl Lock {
         }
     }
 
-    /// In a forked child: whoever held it does not exist here.
+    /// In a forked child: whoever held it does not exist here. Writes only a held lock (in a
+    /// child each page written is a copy, and most children exec or exit at once).
     pub fn reset(&self) {
-        self.0.store(0, Release);
+        if self.0.load(Relaxed) != 0 {
+            self.0.store(0, Release);
+        }
     }
 }
 

@@ -22,7 +22,7 @@
 //!   happen only on sampled calls (1 per 512 KiB allocated by default) that meet contention,
 //!   and sleeping is what keeps a preempted holder from turning its waiters into a
 //!   `sched_yield` storm on an oversubscribed machine (the spin-then-yield lock it replaced:
-//!   issue 21, part 5). Drawing a gap calls libm's `log`. Nothing here allocates outside the
+//!   issue 21, part 5). Drawing a gap calls the `libm` crate's `log` (pure Rust: no libm.so). Nothing here allocates outside the
 //!   guard.
 //!
 //! Bounds and failure: the live set holds at most [`live::MAX_LIVE`] sampled blocks and
@@ -193,7 +193,7 @@ pub fn sampled(s: &Slot, p: *mut c_void, n: usize) {
     let (lo, hi) = stack_bounds(tp);
     let mut frames = [0usize; unwind::MAX_FRAMES];
     let k = unwind::capture(lo, hi, &mut frames);
-    let scale = 1.0 / (1.0 - (-(n as f64) / mean as f64).exp());
+    let scale = 1.0 / (1.0 - libm::exp(-(n as f64) / mean as f64));
     live::insert(p as usize, n as u64, scale, &frames[..k], s.tid.load(Relaxed), thread_role(s));
 }
 
@@ -219,7 +219,7 @@ fn draw(tp: &ThreadProf, mean: u64) -> u64 {
     let r = x.wrapping_mul(0x2545_F491_4F6C_DD1D);
     // u in (0, 1]: never log(0).
     let u = ((r >> 11) + 1) as f64 * (1.0 / (1u64 << 53) as f64);
-    let g = -u.ln() * mean as f64;
+    let g = -libm::log(u) * mean as f64;
     if g >= u64::MAX as f64 / 2.0 {
         u64::MAX / 2
     } else {

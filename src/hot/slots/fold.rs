@@ -138,6 +138,13 @@ pub(super) fn leave_walk() {
     drain();
 }
 
+/// Writes the generation once in the parent (at initialisation), so that its page is present
+/// there: a forked child's bump then costs one copy-on-write fault, not a read fault on an
+/// untouched page and then a write fault (measured: 2 faults per fork before).
+pub(super) fn settle_page() {
+    GEN.store(GEN.load(Relaxed), Relaxed);
+}
+
 /// Fork child handler (single-threaded, before fork returns; async-signal-safe): no walk or fold
 /// runs here, the survivor keeps its slot under the new generation, every other slot in use is
 /// left for the first drain. Writes only what changes (each page written costs the child a
@@ -162,5 +169,7 @@ pub(super) unsafe extern "C" fn after_fork_child() {
             (*own).in_use.store(claim_mark(), Release);
         }
     }
-    FORKED.store(true, SeqCst);
+    if !FORKED.load(SeqCst) {
+        FORKED.store(true, SeqCst);
+    }
 }

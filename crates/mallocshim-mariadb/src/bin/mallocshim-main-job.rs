@@ -95,97 +95,8 @@ fn run() -> Result<bool, Error> {
     let mut rows: Vec<(String, Row)> = Vec::new();
     for b in &backends {
         eprintln!("mallocshim-main-job: === backend {b} ===");
-        let mut row = Row::default();
         let mut problem = |p: String| problems.push(format!("{b}: {p}"));
-        let dumpdir = inst.subdir(&format!("dumps-{b}"))?;
-        let launch = Launch::shim(&so, b)
-            .var("MALLOCSHIM_VERBOSE", "1")
-            .var("MALLOCSHIM_DUMP_DIR", dumpdir.display().to_string())
-            .var("MALLOCSHIM_DUMP_FORMATS", "json,text")
-            .var("MALLOCSHIM_MEMLOG", dumpdir.join("memlog.csv").display().to_string())
-            .var("MALLOCSHIM_MEMLOG_INTERVAL_MS", "500");
-        let srv = match inst.start(&launch) {
-            Ok(s) => s,
-            Err(e) => {
-                problem(format!("mariadbd did not start under the shim: {e}"));
-                rows.push((b.clone(), row));
-                continue;
-            }
-        };
-        if procfs::maps_contains(srv.pid(), "libmallocshim") != Some(true) {
-            problem("the shim is not mapped in mariadbd (/proc/PID/maps)".into());
-        }
-        // Half-way through the load, ask the running server for a dump, as a DBA would.
-        let waiter = DumpWaiter::after(
-            srv.pid(),
-            &dumpdir,
-            Duration::from_secs(secs.div_ceil(2)),
-            Duration::from_secs(10),
-        );
-        match srv.sysbench(&Sysbench::new("oltp_read_only", threads).time(secs)) {
-            Ok(r) => {
-                if r.exit != 0 {
-                    problem(format!("sysbench exit status {}", r.exit));
-                }
-                if r.errors != 0 {
-                    problem(format!("sysbench errors {}", r.errors));
-                }
-                row.qps = r.qps_text();
-                row.errors = r.errors.to_string();
-                row.p95 = r.p95_ms.map(|p| p.to_string()).unwrap_or_else(|| "n/a".into());
-            }
-            Err(e) => problem(e.to_string()),
-        }
-        match waiter.wait() {
-            Ok(d) => row.dump = Some(d),
-            Err(e) => problem(e.to_string()),
-        }
-        row.cpu_s = procfs::cpu_seconds(srv.pid()).map(|c| format!("{c:.1}")).unwrap_or_else(|| "n/a".into());
-        let st = match srv.shutdown() {
-            Ok(st) => st,
-            Err(e) => {
-                problem(e.to_string());
-                rows.push((b.clone(), row));
-                continue;
-            }
-        };
-        row.exit = st.status.to_string();
-        if st.status != 0 {
-            problem(format!("mariadbd exit status {}", st.status));
-        }
-        let log = ErrorLog::read(&st.errlog);
-        let crash = log.crash_lines();
-        if !crash.is_empty() {
-            problem("crash report in the error log".into());
-            eprintln!("{}", crash.join("\n"));
-        }
-        if log.preload_failed() {
-            problem(format!("ld.so could not preload {}", so.display()));
-        }
-        for l in log.shim_lines().iter().filter(|l| !l.starts_with("mallocshim: summary ")) {
-            eprintln!("mallocshim-main-job:   {l}");
-        }
-        match log.summary() {
-            Some(s) => {
-                row.seen = s.backend().unwrap_or("?").to_string();
-                row.calls = s.total_calls().to_string();
-                let g = |k: &str| s.get(k).unwrap_or("n/a").to_string();
-                (row.malloc, row.free, row.alloc, row.rss) =
-                    (g("malloc"), g("free"), g("allocated_bytes"), g("resident_bytes"));
-                if row.seen != *b {
-                    eprintln!(
-                        "mallocshim-main-job: WARNING: requested backend {b} but the shim's summary says backend={} (fallback)",
-                        row.seen
-                    );
-                    problem(format!("the shim ran backend {} instead", row.seen));
-                }
-            }
-            None if allow_no_summary => eprintln!(
-                "mallocshim-main-job: WARNING: no 'mallocshim: summary' line in {} (tolerated: MALLOCSHIM_ALLOW_NO_SUMMARY=1)",
-                st.errlog.display()
-            ),
-            None => problem("no 'mallocshim: summary' line in the error log".into()),
-        }
+        let row = one_backend(&inst, &so, b, (secs, threads), allow_no_summary, &mut problem)?;
         rows.push((b.clone(), row));
     }
 
@@ -205,6 +116,121 @@ fn run() -> Result<bool, Error> {
     }
     println!("mallocshim-main-job: ok");
     Ok(true)
+}
+
+/// One backend: mariadbd under the shim, sysbench `oltp_read_only` for `secs` seconds with
+/// `threads` threads, a dump asked for half-way, then shutdown and the error log's reading.
+/// Returns its row; every problem goes to `problem`.
+fn one_backend(
+    inst: &Instance,
+    so: &Path,
+    b: &str,
+    (secs, threads): (u64, u32),
+    allow_no_summary: bool,
+    problem: &mut dyn FnMut(String),
+) -> Result<Row, Error> {
+    let mut row = Row::default();
+    let dumpdir = inst.subdir(&format!("dumps-{b}"))?;
+    let launch = Launch::shim(so, b)
+        .var("MALLOCSHIM_VERBOSE", "1")
+        .var("MALLOCSHIM_DUMP_DIR", dumpdir.display().to_string())
+        .var("MALLOCSHIM_DUMP_FORMATS", "json,text")
+        .var("MALLOCSHIM_MEMLOG", dumpdir.join("memlog.csv").display().to_string())
+        .var("MALLOCSHIM_MEMLOG_INTERVAL_MS", "500");
+    let srv = match inst.start(&launch) {
+        Ok(s) => s,
+        Err(e) => {
+            problem(format!("mariadbd did not start under the shim: {e}"));
+            return Ok(row);
+        }
+    };
+    if procfs::maps_contains(srv.pid(), "libmallocshim") != Some(true) {
+        problem("the shim is not mapped in mariadbd (/proc/PID/maps)".into());
+    }
+    // Half-way through the load, ask the running server for a dump, as a DBA would.
+    let waiter = DumpWaiter::after(
+        srv.pid(),
+        &dumpdir,
+        Duration::from_secs(secs.div_ceil(2)),
+        Duration::from_secs(10),
+    );
+    match srv.sysbench(&Sysbench::new("oltp_read_only", threads).time(secs)) {
+        Ok(r) => {
+            if r.exit != 0 {
+                problem(format!("sysbench exit status {}", r.exit));
+            }
+            if r.errors != 0 {
+                problem(format!("sysbench errors {}", r.errors));
+            }
+            row.qps = r.qps_text();
+            row.errors = r.errors.to_string();
+            row.p95 = r.p95_ms.map(|p| p.to_string()).unwrap_or_else(|| "n/a".into());
+        }
+        Err(e) => problem(e.to_string()),
+    }
+    match waiter.wait() {
+        Ok(d) => row.dump = Some(d),
+        Err(e) => problem(e.to_string()),
+    }
+    row.cpu_s = procfs::cpu_seconds(srv.pid()).map(|c| format!("{c:.1}")).unwrap_or_else(|| "n/a".into());
+    let st = match srv.shutdown() {
+        Ok(st) => st,
+        Err(e) => {
+            problem(e.to_string());
+            return Ok(row);
+        }
+    };
+    row.exit = st.status.to_string();
+    if st.status != 0 {
+        problem(format!("mariadbd exit status {}", st.status));
+    }
+    read_errlog(&st.errlog, so, b, allow_no_summary, &mut row, problem);
+    Ok(row)
+}
+
+/// The server's error log after shutdown: crash reports, a failed preload, the shim's lines
+/// (printed) and its exit summary (into `row`, checked against the backend asked for).
+fn read_errlog(
+    errlog: &Path,
+    so: &Path,
+    b: &str,
+    allow_no_summary: bool,
+    row: &mut Row,
+    problem: &mut dyn FnMut(String),
+) {
+    let log = ErrorLog::read(errlog);
+    let crash = log.crash_lines();
+    if !crash.is_empty() {
+        problem("crash report in the error log".into());
+        eprintln!("{}", crash.join("\n"));
+    }
+    if log.preload_failed() {
+        problem(format!("ld.so could not preload {}", so.display()));
+    }
+    for l in log.shim_lines().iter().filter(|l| !l.starts_with("mallocshim: summary ")) {
+        eprintln!("mallocshim-main-job:   {l}");
+    }
+    match log.summary() {
+        Some(s) => {
+            row.seen = s.backend().unwrap_or("?").to_string();
+            row.calls = s.total_calls().to_string();
+            let g = |k: &str| s.get(k).unwrap_or("n/a").to_string();
+            (row.malloc, row.free, row.alloc, row.rss) =
+                (g("malloc"), g("free"), g("allocated_bytes"), g("resident_bytes"));
+            if row.seen != b {
+                eprintln!(
+                    "mallocshim-main-job: WARNING: requested backend {b} but the shim's summary says backend={} (fallback)",
+                    row.seen
+                );
+                problem(format!("the shim ran backend {} instead", row.seen));
+            }
+        }
+        None if allow_no_summary => eprintln!(
+            "mallocshim-main-job: WARNING: no 'mallocshim: summary' line in {} (tolerated: MALLOCSHIM_ALLOW_NO_SUMMARY=1)",
+            errlog.display()
+        ),
+        None => problem("no 'mallocshim: summary' line in the error log".into()),
+    }
 }
 
 fn or_na(s: &str) -> &str {

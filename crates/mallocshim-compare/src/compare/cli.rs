@@ -216,7 +216,46 @@ fn find_tool(names: &[&str]) -> Result<PathBuf, String> {
 
 /// Checks everything; returns the plan or a one-line error. Starts nothing, creates nothing.
 pub fn check(args: Args) -> Result<Plan, String> {
-    // backends
+    let backends = check_backends(&args)?;
+    let mut threads = args.threads.clone();
+    threads.dedup();
+    if threads.is_empty() {
+        return Err("--threads is empty".into());
+    }
+    let shim = check_shim(&args)?;
+    let mysqld = check_mysqld(&args)?;
+    let workloads = check_workloads(&args)?;
+    if let Some(p) = &args.prepare_sql {
+        if !p.is_file() {
+            return Err(format!("--prepare-sql {}: no such file", p.display()));
+        }
+    }
+    let envs = check_envs(&args)?;
+    // tools
+    find_tool(&["sysbench"])?;
+    // output
+    if args.out.exists() {
+        let empty = std::fs::read_dir(&args.out).map(|mut d| d.next().is_none()).unwrap_or(false);
+        if !empty {
+            return Err(format!("--out {}: exists and is not an empty directory", args.out.display()));
+        }
+    }
+    let mut configs = Vec::new();
+    for b in &backends {
+        configs.push(Config { backend: b.clone(), direct: false });
+    }
+    if args.direct {
+        for b in &backends {
+            configs.push(Config { backend: b.clone(), direct: true });
+        }
+    }
+    let mut args = args;
+    args.threads = threads;
+    Ok(Plan { args, shim, mysqld, configs, workloads, envs })
+}
+
+/// --backends: known, each once, not empty, and their libraries installed where needed.
+fn check_backends(args: &Args) -> Result<Vec<String>, String> {
     let mut backends: Vec<String> = Vec::new();
     for b in &args.backends {
         let b = b.trim();
@@ -242,12 +281,11 @@ pub fn check(args: Args) -> Result<Plan, String> {
             }
         }
     }
-    let mut threads = args.threads.clone();
-    threads.dedup();
-    if threads.is_empty() {
-        return Err("--threads is empty".into());
-    }
-    // shim
+    Ok(backends)
+}
+
+/// --shim, else the installed or built shim; canonical.
+fn check_shim(args: &Args) -> Result<PathBuf, String> {
     let shim = match &args.shim {
         Some(p) if !p.is_file() => {
             return Err(format!(
@@ -258,9 +296,12 @@ pub fn check(args: Args) -> Result<Plan, String> {
         Some(p) => p.clone(),
         None => crate::shim_lib::find()?,
     };
-    let shim = shim.canonicalize().map_err(|e| format!("{}: {e}", shim.display()))?;
-    // server
-    let mysqld = match &args.mysqld {
+    shim.canonicalize().map_err(|e| format!("{}: {e}", shim.display()))
+}
+
+/// --mysqld (an executable file), else mariadbd from PATH.
+fn check_mysqld(args: &Args) -> Result<PathBuf, String> {
+    match &args.mysqld {
         Some(p) => {
             if !p.exists() {
                 return Err(format!("--mysqld {}: no such file", p.display()));
@@ -268,13 +309,15 @@ pub fn check(args: Args) -> Result<Plan, String> {
             if !is_exec(p) {
                 return Err(format!("--mysqld {}: not an executable file", p.display()));
             }
-            p.canonicalize().map_err(|e| format!("{}: {e}", p.display()))?
+            p.canonicalize().map_err(|e| format!("{}: {e}", p.display()))
         }
-        None => find_tool(&["mariadbd"]).map_err(|_| {
-            "mariadbd is not in PATH: install mariadb-server or give --mysqld PATH".to_string()
-        })?,
-    };
-    // workloads
+        None => find_tool(&["mariadbd"])
+            .map_err(|_| "mariadbd is not in PATH: install mariadb-server or give --mysqld PATH".to_string()),
+    }
+}
+
+/// --workloads: sysbench built-ins or .lua/.sql files, each name once, not empty.
+fn check_workloads(args: &Args) -> Result<Vec<Workload>, String> {
     let mut workloads = Vec::new();
     for w in &args.workloads {
         let w = w.trim();
@@ -305,11 +348,11 @@ pub fn check(args: Args) -> Result<Plan, String> {
     if workloads.is_empty() {
         return Err("--workloads is empty".into());
     }
-    if let Some(p) = &args.prepare_sql {
-        if !p.is_file() {
-            return Err(format!("--prepare-sql {}: no such file", p.display()));
-        }
-    }
+    Ok(workloads)
+}
+
+/// --env NAME=VALUE pairs (not the two the runner sets).
+fn check_envs(args: &Args) -> Result<Vec<(String, String)>, String> {
     let mut envs = Vec::new();
     for e in &args.envs {
         match e.split_once('=') {
@@ -323,25 +366,5 @@ pub fn check(args: Args) -> Result<Plan, String> {
             }
         }
     }
-    // tools
-    find_tool(&["sysbench"])?;
-    // output
-    if args.out.exists() {
-        let empty = std::fs::read_dir(&args.out).map(|mut d| d.next().is_none()).unwrap_or(false);
-        if !empty {
-            return Err(format!("--out {}: exists and is not an empty directory", args.out.display()));
-        }
-    }
-    let mut configs = Vec::new();
-    for b in &backends {
-        configs.push(Config { backend: b.clone(), direct: false });
-    }
-    if args.direct {
-        for b in &backends {
-            configs.push(Config { backend: b.clone(), direct: true });
-        }
-    }
-    let mut args = args;
-    args.threads = threads;
-    Ok(Plan { args, shim, mysqld, configs, workloads, envs })
+    Ok(envs)
 }

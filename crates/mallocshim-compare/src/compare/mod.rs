@@ -6,7 +6,7 @@
 //! (`mallocshim_mariadb`: any mariadbd or MySQL mysqld, the work directory given here, every wait
 //! ended by Ctrl-C through [`INTERRUPTED`]). Modules: cli (flags and checks), measure (sysbench's
 //! figures, dumps, RSS sampler), results (CSV, report, plots), spread (ratio statistics); beside
-//! them in the crate, plot (charts, shared with `mallocshim plot`) and secure_write (every file
+//! them, from mallocshim-cli's library, plot (charts, shared with `mallocshim plot`) and secure_write (every file
 //! it writes: new, 0600, never through a symlink). It never links the shim: the shim is a cdylib
 //! exporting malloc.
 
@@ -17,7 +17,7 @@ mod spread;
 
 use crate::secure_write;
 use cli::{Config, Plan, Workload};
-use mallocshim_mariadb::{Error, Instance, Launch, Options, Sysbench, Tools};
+use mallocshim_mariadb::{Error, Instance, Launch, Options, Server, Sysbench, Tools};
 use results::{Cell, RunInfo, ServerRun};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -155,73 +155,15 @@ fn server_run(
     for (wi, w) in plan.workloads.iter().enumerate() {
         for &t in &a.threads {
             let cellname = format!("{stem}-{}-t{t}", w.name());
-            let elapsed = st.started.elapsed();
-            let first = *st.first_cell.get_or_insert_with(Instant::now);
-            let eta = if st.done > 0 {
-                first.elapsed().mul_f64((st.total - st.done) as f64 / st.done as f64)
-            } else {
-                Duration::ZERO
-            };
-            say(&format!(
-                "cell {}/{}: round {round} {} {} threads {t} (elapsed {}, eta {})",
-                st.done + 1,
-                st.total,
-                cfg.name(),
-                w.name(),
-                hms(elapsed),
-                if st.done > 0 { hms(eta) } else { "?".into() }
-            ));
-            // The harness gives every run its time limit (3 x --time + 2 min) and Ctrl-C.
-            let sb = |secs: u32, log: PathBuf| {
-                let mut s = Sysbench::new(scripts[wi].clone(), t).time(secs as u64).log(log);
-                s.extra = a.sysbench_opts.clone();
-                srv.sysbench(&s)
-            };
-            if a.warmup > 0 {
-                sb(a.warmup, out.join("logs").join(format!("{cellname}.warmup.txt")))?;
-            }
-            let log = out.join("logs").join(format!("{cellname}.sysbench.txt"));
-            let cpu0 = mallocshim_proc::cpu_seconds(srv.pid())
-                .ok_or_else(|| format!("cannot read /proc/{}/stat", srv.pid()))?;
-            let report = sb(a.time, log.clone())?;
-            let cpu1 = mallocshim_proc::cpu_seconds(srv.pid()).ok_or_else(|| {
-                format!("server pid {} is gone after the cell (log {})", srv.pid(), srv.errlog().display())
-            })?;
-            let r = measure::figures(&report).map_err(|e| format!("{cellname}: {e}; {}", log.display()))?;
-            let (rss, _) = mallocshim_proc::statm(srv.pid()).unwrap_or((0, 0));
-            let mut cell = Cell {
-                round,
-                config: cfg.name(),
-                backend: cfg.backend.clone(),
-                mode: cfg.mode().into(),
-                workload: w.name(),
-                threads: t,
-                seconds: a.time,
-                qps: r.qps,
-                tps: r.tps,
-                p95_ms: r.p95_ms,
-                errors: r.errors,
-                queries: r.queries,
-                cpu_s: r3(cpu1 - cpu0),
-                cpu_us_per_query: if r.queries > 0 {
-                    r3((cpu1 - cpu0) * 1e6 / r.queries as f64)
-                } else {
-                    0.0
-                },
-                allocs_per_query: None,
-                frees_per_query: None,
-                rss_bytes: rss,
-                backend_allocated_bytes: None,
-                dump: String::new(),
-            };
+            announce_cell(st, round, cfg, w, t);
+            let mut cell = measure_cell(plan, &srv, out, round, cfg, w, t, &scripts[wi], &cellname)?;
             if let Some(p) = prev.as_ref() {
                 let rel = format!("dumps/{cellname}.json");
                 let d = measure::take_dump(&srv, &dumpdir, &out.join(&rel))?;
-                if r.queries > 0 {
-                    cell.allocs_per_query =
-                        Some(r3(d.allocs().saturating_sub(p.allocs()) as f64 / r.queries as f64));
-                    cell.frees_per_query =
-                        Some(r3(d.count("free").saturating_sub(p.count("free")) as f64 / r.queries as f64));
+                if cell.queries > 0 {
+                    let per_query = |n: u64| Some(r3(n as f64 / cell.queries as f64));
+                    cell.allocs_per_query = per_query(d.allocs().saturating_sub(p.allocs()));
+                    cell.frees_per_query = per_query(d.count("free").saturating_sub(p.count("free")));
                 }
                 cell.backend_allocated_bytes = Some(d.memory.backend_allocated_bytes);
                 if d.backend != cfg.backend {
@@ -244,7 +186,92 @@ fn server_run(
         }
     }
     drop(sampler);
-    run.exit = match srv.shutdown() {
+    run.exit = stop_server(srv, st, &stem);
+    run.memlog_source = settle_memlog(st, cfg, &stem, &memlog, &proc_memlog);
+    st.runs.push(run);
+    Ok(())
+}
+
+/// One line: the cell about to run, with the elapsed time and the estimate of what is left.
+fn announce_cell(st: &mut State, round: u32, cfg: &Config, w: &Workload, t: u32) {
+    let elapsed = st.started.elapsed();
+    let first = *st.first_cell.get_or_insert_with(Instant::now);
+    let eta = if st.done > 0 {
+        first.elapsed().mul_f64((st.total - st.done) as f64 / st.done as f64)
+    } else {
+        Duration::ZERO
+    };
+    say(&format!(
+        "cell {}/{}: round {round} {} {} threads {t} (elapsed {}, eta {})",
+        st.done + 1,
+        st.total,
+        cfg.name(),
+        w.name(),
+        hms(elapsed),
+        if st.done > 0 { hms(eta) } else { "?".into() }
+    ));
+}
+
+/// Runs one cell's sysbench (after its warm-up) on the running server and returns its figures:
+/// throughput, latency, the server's CPU time over the run and its RSS after it (the dump's
+/// figures are the caller's).
+#[allow(clippy::too_many_arguments)]
+fn measure_cell(
+    plan: &Plan,
+    srv: &Server,
+    out: &Path,
+    round: u32,
+    cfg: &Config,
+    w: &Workload,
+    t: u32,
+    script: &str,
+    cellname: &str,
+) -> Res<Cell> {
+    let a = &plan.args;
+    // The harness gives every run its time limit (3 x --time + 2 min) and Ctrl-C.
+    let sb = |secs: u32, log: PathBuf| {
+        let mut s = Sysbench::new(script.to_string(), t).time(secs as u64).log(log);
+        s.extra = a.sysbench_opts.clone();
+        srv.sysbench(&s)
+    };
+    if a.warmup > 0 {
+        sb(a.warmup, out.join("logs").join(format!("{cellname}.warmup.txt")))?;
+    }
+    let log = out.join("logs").join(format!("{cellname}.sysbench.txt"));
+    let cpu0 = mallocshim_proc::cpu_seconds(srv.pid())
+        .ok_or_else(|| format!("cannot read /proc/{}/stat", srv.pid()))?;
+    let report = sb(a.time, log.clone())?;
+    let cpu1 = mallocshim_proc::cpu_seconds(srv.pid()).ok_or_else(|| {
+        format!("server pid {} is gone after the cell (log {})", srv.pid(), srv.errlog().display())
+    })?;
+    let r = measure::figures(&report).map_err(|e| format!("{cellname}: {e}; {}", log.display()))?;
+    let (rss, _) = mallocshim_proc::statm(srv.pid()).unwrap_or((0, 0));
+    Ok(Cell {
+        round,
+        config: cfg.name(),
+        backend: cfg.backend.clone(),
+        mode: cfg.mode().into(),
+        workload: w.name(),
+        threads: t,
+        seconds: a.time,
+        qps: r.qps,
+        tps: r.tps,
+        p95_ms: r.p95_ms,
+        errors: r.errors,
+        queries: r.queries,
+        cpu_s: r3(cpu1 - cpu0),
+        cpu_us_per_query: if r.queries > 0 { r3((cpu1 - cpu0) * 1e6 / r.queries as f64) } else { 0.0 },
+        allocs_per_query: None,
+        frees_per_query: None,
+        rss_bytes: rss,
+        backend_allocated_bytes: None,
+        dump: String::new(),
+    })
+}
+
+/// Shuts the server down; returns the run's exit line (a non-zero status or an error is noted).
+fn stop_server(srv: Server, st: &mut State, stem: &str) -> String {
+    match srv.shutdown() {
         Ok(s) => {
             if s.status != 0 {
                 st.notes.push(format!(
@@ -259,21 +286,23 @@ fn server_run(
             st.notes.push(format!("{stem}: {e}"));
             e.to_string()
         }
-    };
-    // The shim's memlog when it wrote one; otherwise the runner's /proc sampling.
-    if cfg.direct {
-        run.memlog_source = "runner (/proc/PID/statm)".into();
-    } else if mallocshim_format::memlog::read(&memlog).map(|r| !r.is_empty()).unwrap_or(false) {
-        run.memlog_source = "shim (MALLOCSHIM_MEMLOG)".into();
-        let _ = std::fs::remove_file(&proc_memlog);
-    } else {
-        run.memlog_source = "runner (/proc/PID/statm; the shim wrote no memlog)".into();
-        if let Err(e) = secure_write::move_into(&proc_memlog, &memlog) {
-            st.notes.push(format!("{stem}: memlog: {e}"));
-        }
     }
-    st.runs.push(run);
-    Ok(())
+}
+
+/// Keeps the shim's memlog when it wrote one, otherwise the runner's /proc sampling (moved to
+/// the memlog's name); returns which it is.
+fn settle_memlog(st: &mut State, cfg: &Config, stem: &str, memlog: &Path, proc_memlog: &Path) -> String {
+    if cfg.direct {
+        return "runner (/proc/PID/statm)".into();
+    }
+    if mallocshim_format::memlog::read(memlog).map(|r| !r.is_empty()).unwrap_or(false) {
+        let _ = std::fs::remove_file(proc_memlog);
+        return "shim (MALLOCSHIM_MEMLOG)".into();
+    }
+    if let Err(e) = secure_write::move_into(proc_memlog, memlog) {
+        st.notes.push(format!("{stem}: memlog: {e}"));
+    }
+    "runner (/proc/PID/statm; the shim wrote no memlog)".into()
 }
 
 fn run(plan: &Plan, out: &Path, workdir: &Path, st: &mut State) -> Res<()> {
@@ -343,36 +372,8 @@ pub fn main(args: cli::Args) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(e) = ctrlc::set_handler(|| {
-        INTERRUPTED.store(true, Ordering::SeqCst);
-        eprintln!(
-            "mallocshim compare: interrupted: stopping sysbench and the server, keeping the finished cells"
-        );
-    }) {
-        say(&format!("cannot install the Ctrl-C handler: {e}"));
-        return ExitCode::from(1);
-    }
-    let out = plan.args.out.clone();
-    for d in ["", "memlog", "dumps", "logs"] {
-        if let Err(e) = std::fs::create_dir_all(out.join(d)) {
-            say(&format!("cannot create {}: {e}", out.join(d).display()));
-            return ExitCode::from(1);
-        }
-    }
-    let out = out.canonicalize().unwrap_or(out);
-    let workdir: PathBuf = match &plan.args.workdir {
-        Some(w) => w.clone(),
-        None => PathBuf::from(format!("/tmp/mallocshim-compare.{}", std::process::id())),
-    };
-    let _ = std::fs::remove_dir_all(&workdir);
-    // The work directory (a predictable name in /tmp by default) is created new, mode 0700: its
-    // server logs, datadir and dumps are then ours alone.
-    if let Err(e) = create_private_dir(&workdir) {
-        say(&e);
-        return ExitCode::from(1);
-    }
-    let csv = match results::CsvWriter::create(&out.join("cells.csv")) {
-        Ok(c) => c,
+    let (out, workdir, csv) = match install_interrupt_handler().and_then(|()| create_outputs(&plan)) {
+        Ok(x) => x,
         Err(e) => {
             say(&e);
             return ExitCode::from(1);
@@ -393,26 +394,56 @@ pub fn main(args: cli::Args) -> ExitCode {
     };
     say(&format!("{total} cells of {} s; output in {}", plan.args.time, out.display()));
     let res = run(&plan, &out, &workdir, &mut st);
+    finish(&plan, &info, &out, &workdir, &st, res)
+}
+
+/// Ctrl-C and SIGTERM set [`INTERRUPTED`] (the harness's stop flag), with one line.
+fn install_interrupt_handler() -> Result<(), String> {
+    ctrlc::set_handler(|| {
+        INTERRUPTED.store(true, Ordering::SeqCst);
+        eprintln!(
+            "mallocshim compare: interrupted: stopping sysbench and the server, keeping the finished cells"
+        );
+    })
+    .map_err(|e| format!("cannot install the Ctrl-C handler: {e}"))
+}
+
+/// Creates --out and its subdirectories, the private work directory and cells.csv; returns
+/// the output directory (canonical), the work directory and the CSV writer.
+fn create_outputs(plan: &Plan) -> Result<(PathBuf, PathBuf, results::CsvWriter), String> {
+    let out = plan.args.out.clone();
+    for d in ["", "memlog", "dumps", "logs"] {
+        std::fs::create_dir_all(out.join(d))
+            .map_err(|e| format!("cannot create {}: {e}", out.join(d).display()))?;
+    }
+    let out = out.canonicalize().unwrap_or(out);
+    let workdir: PathBuf = match &plan.args.workdir {
+        Some(w) => w.clone(),
+        None => PathBuf::from(format!("/tmp/mallocshim-compare.{}", std::process::id())),
+    };
+    let _ = std::fs::remove_dir_all(&workdir);
+    // The work directory (a predictable name in /tmp by default) is created new, mode 0700: its
+    // server logs, datadir and dumps are then ours alone.
+    create_private_dir(&workdir)?;
+    let csv = results::CsvWriter::create(&out.join("cells.csv"))?;
+    Ok((out, workdir, csv))
+}
+
+/// After the run (complete, interrupted or failed): removes or keeps the work directory, writes
+/// the report from the cells measured, and returns the exit status (0, 1, or 130 interrupted).
+fn finish(plan: &Plan, info: &RunInfo, out: &Path, workdir: &Path, st: &State, res: Res<()>) -> ExitCode {
     let status = match &res {
         Ok(()) => "complete".to_string(),
         Err(Error::Interrupted) => format!("interrupted after {} of {} cells", st.done, st.total),
         Err(e) => format!("failed after {} of {} cells: {e}", st.done, st.total),
     };
     if !plan.args.keep_workdir {
-        let _ = std::fs::remove_dir_all(&workdir);
+        let _ = std::fs::remove_dir_all(workdir);
     } else {
         say(&format!("work directory kept: {}", workdir.display()));
     }
-    let rep = results::write_report(
-        &out,
-        &plan,
-        &info,
-        &st.cells,
-        &st.runs,
-        &st.notes,
-        &status,
-        st.started.elapsed(),
-    );
+    let rep =
+        results::write_report(out, plan, info, &st.cells, &st.runs, &st.notes, &status, st.started.elapsed());
     if let Err(e) = &rep {
         say(&format!("report: {e}"));
     }
