@@ -87,6 +87,7 @@ extern "C" fn at_exit() {
         let _ = dump::write_at_exit();
     }
     textfile::remove_at_exit();
+    cold::ctl::remove_at_exit();
     if config::get().verbose > 0 {
         capi::print_summary();
     }

@@ -3,10 +3,11 @@
 //! profile's pprof rendering ([`pprof`], [`symbols`]), the RSS account ([`account`]), trims
 //! ([`trim`]), the memory time series ([`memlog`]), the Prometheus textfile ([`textfile`]),
 //! /proc readings ([`procfs`]), sampled latencies as reported ([`latency`]) and the answers to
-//! mallinfo and friends ([`introspect`]). May allocate, lock and read files, under the
+//! mallinfo and friends ([`introspect`]), the control channel ([`ctl`]). May allocate, lock and read files, under the
 //! reentrancy guard; the hot path never imports it.
 
 pub mod account;
+pub mod ctl;
 pub mod dump;
 pub mod dumpbound;
 pub mod introspect;
