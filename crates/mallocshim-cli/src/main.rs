@@ -21,6 +21,7 @@ mod interval;
 mod pfs;
 mod plot;
 mod plot_cmd;
+mod record_cmd;
 mod report;
 mod secure_write;
 mod shim_lib;
@@ -61,6 +62,7 @@ enum Cmd {
     Trim(ctl_client::TrimArgs),
     Get(ctl_client::GetArgs),
     Set(ctl_client::SetArgs),
+    Record(record_cmd::RecordArgs),
     Top(top::Args),
     Plot(plot_cmd::Args),
     Diagnose(diagnose::Args),
@@ -165,6 +167,7 @@ fn main() -> ExitCode {
         Cmd::Trim(a) => return finish("trim", ctl_client::trim(a)),
         Cmd::Get(a) => return finish("get", ctl_client::get(a)),
         Cmd::Set(a) => return finish("set", ctl_client::set(a)),
+        Cmd::Record(a) => return finish("record", record_cmd::run(a)),
         Cmd::Report(a) => ("report", report::run(a)),
         Cmd::Diff(a) => ("diff", diff::run(a)),
         Cmd::Heap(a) => ("heap", heap::run(a)),
