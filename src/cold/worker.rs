@@ -77,10 +77,6 @@ fn wanted() -> bool {
         || crate::cold::record::configured()
 }
 
-/// Whether the worker runs (in this process).
-pub fn running() -> bool {
-    STARTED.load(Relaxed) && WAKE_RD.load(Relaxed) >= 0
-}
 
 /// From the library constructor, after initialisation: arms the worker, which starts with the
 /// program's first thread.

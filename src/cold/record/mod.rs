@@ -153,7 +153,8 @@ pub fn open(path: &Path, seconds: u64, max_bytes: u64) -> Result<(), String> {
     OWNER.store(pid(), Relaxed);
     tracebuf::T0.store(clock::ticks(), Relaxed);
     tracebuf::WINDOW.store(window, Release);
-    if !crate::cold::worker::running() {
+    // No worker yet (its pipe is registered when it starts): a full ring drains on the spot.
+    if !crate::hot::mailbox::has_waker() {
         tracebuf::set_inline_drain(Some(inline_drain));
     }
     route::set_traced(true);
