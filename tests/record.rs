@@ -312,3 +312,43 @@ fn cut_or_corrupt_trace_gives_one_typed_error() {
     b[8] = 9;
     assert!(matches!(trace::TraceReader::new(&b[..]), Err(TraceError::Version { found: 9, .. })));
 }
+
+#[test]
+fn record_command_through_the_control_channel() {
+    let p = prog();
+    let cli = cli_bin();
+    for b in BACKENDS {
+        let what = format!("{b}, mallocshim record");
+        let d = dir(&format!("cli.{b}"));
+        let file = d.join("t.mst");
+        let mut cmd = preloaded(&p, b);
+        cmd.args(["busy", "4000"]).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        let pid = child.id();
+        let t0 = std::time::Instant::now();
+        while !storm::catches_usr1(pid as i32) && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        let o = std::process::Command::new(&cli)
+            .args(["record", &pid.to_string(), "--seconds", "1", "--out"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        let st = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "{what}: {}\n--- child\n{}", describe(&o), describe(&st));
+        assert!(stdout(&o).contains(" calls of "), "{what}: {}", describe(&o));
+        let t = read(&file, &what);
+        assert_eq!(t.0.pid, pid, "{what}");
+        assert_eq!(t.3.ended, EndReason::Seconds, "{what}");
+        // The busy threads' blocks of before the window: in the header, freed as pre-window.
+        assert!(!t.0.preexisting.is_empty(), "{what}: {:?}", t.0);
+        assert!(
+            t.2.iter().any(|e| e.old_id & PRE_WINDOW != 0 && e.old_size > 0),
+            "{what}: no pre-window free"
+        );
+        assert!(t.2.len() > 10_000, "{what}: {} events", t.2.len());
+        check_ids(&t.2, &what);
+        assert!(st.status.success(), "{what}: {}", describe(&st));
+    }
+}

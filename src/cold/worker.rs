@@ -77,7 +77,6 @@ fn wanted() -> bool {
         || crate::cold::record::configured()
 }
 
-
 /// From the library constructor, after initialisation: arms the worker, which starts with the
 /// program's first thread.
 pub fn start() {

@@ -17,6 +17,27 @@ use std::sync::atomic::Ordering::*;
 /// How old a call must be before it is written, ns.
 pub const HOLD_NS: u64 = 20_000_000;
 
+/// A multiply-shift hash for block addresses (SipHash, the default, costs several times more
+/// per call, and the drain looks up every call).
+#[derive(Default, Clone, Copy)]
+pub struct AddrHash(u64);
+
+impl std::hash::Hasher for AddrHash {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, b: &[u8]) {
+        for &x in b {
+            self.0 = (self.0 ^ x as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type Blocks = HashMap<u64, u64, std::hash::BuildHasherDefault<AddrHash>>;
+
 /// One call read from a ring, with its thread index.
 #[derive(Clone, Copy)]
 struct Raw {
@@ -36,7 +57,7 @@ pub struct Drain {
     pub dropped: Vec<u64>,
     pending: Vec<Raw>,
     seq: u64,
-    blocks: HashMap<u64, u64>,
+    blocks: Blocks,
     ids: u64,
     pre: u64,
     last_ns: u64,
@@ -53,7 +74,7 @@ impl Drain {
             dropped: Vec::new(),
             pending: Vec::new(),
             seq: 0,
-            blocks: HashMap::with_capacity(1 << 16),
+            blocks: Blocks::with_capacity_and_hasher(1 << 16, Default::default()),
             ids: 0,
             pre: 0,
             last_ns: 0,
