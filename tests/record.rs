@@ -187,8 +187,9 @@ fn seconds_end_the_window() {
     run_ok(cmd, "seconds");
     let t = read(&file, "seconds");
     assert_eq!(t.3.ended, EndReason::Seconds);
+    // Closed by the drain after 1 s (later on a loaded machine), well before the program's end.
     let last = t.2.last().unwrap().t_ns;
-    assert!((900_000_000..1_600_000_000).contains(&last), "last event at {last} ns of a 1 s window");
+    assert!(t.3.window_ns >= 1_000_000_000 && last < 2_400_000_000, "last event at {last} ns, {:?}", t.3);
 }
 
 #[test]
