@@ -324,7 +324,7 @@ fn record_command_through_the_control_channel() {
         let file = d.join("t.mst");
         let mut cmd = preloaded(&p, b);
         cmd.args(["busy", "4000"]).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
-        let mut child = cmd.spawn().unwrap();
+        let child = cmd.spawn().unwrap();
         let pid = child.id();
         let t0 = std::time::Instant::now();
         while !storm::catches_usr1(pid as i32) && t0.elapsed() < Duration::from_secs(5) {

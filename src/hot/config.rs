@@ -514,9 +514,9 @@ pub fn publish(c: &'static Config, i: usize) {
 
 /// Where row `i`'s value comes from: `set` (control channel), `env` or `default`.
 pub fn source(i: usize) -> &'static str {
-    // SAFETY: FROM_ENV is only written during initialisation, before the channel can exist.
     if SET[i].load(core::sync::atomic::Ordering::Relaxed) {
         "set"
+    // SAFETY: FROM_ENV is only written during initialisation, before the channel can exist.
     } else if unsafe { FROM_ENV[i] } {
         "env"
     } else {

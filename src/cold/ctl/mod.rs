@@ -136,8 +136,9 @@ fn checked_dir() -> Result<String, String> {
             return Err(format!("cannot create {d} ({})", std::io::Error::last_os_error()));
         }
     }
-    // SAFETY: lstat into a zeroed local struct.
+    // SAFETY: a zeroed stat struct is valid plain data.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: lstat of a NUL-terminated path into the local struct.
     if unsafe { libc::lstat(c.as_ptr(), &mut st) } != 0 {
         return Err(format!("cannot lstat {d} ({})", std::io::Error::last_os_error()));
     }
