@@ -34,6 +34,8 @@ const KNOTS: [(&str, &[&str]); 2] = [
             "hot::bootstrap",
             "hot::route",
             "hot::record",
+            // the traced tables' functions (issue 24), which wrap `record`'s as `route` names both
+            "hot::tracebuf",
             "hot::c_contract",
             "hot::config",
             "boundary::signals",

@@ -1,8 +1,9 @@
 //! The cold path: the shim's own thread ([`worker`]) and everything it (or a C API caller)
 //! runs off the allocator's calls — dumps ([`dump`]), their reports ([`report`]), the heap
 //! profile's pprof rendering ([`pprof`], [`symbols`]), the RSS account ([`account`]), trims
-//! ([`trim`]), the memory time series ([`memlog`]) and its in-memory ring ([`history`]), the Prometheus textfile ([`textfile`]),
-//! /proc readings ([`procfs`]), sampled latencies as reported ([`latency`]) and the answers to
+//! ([`trim`]), the memory time series ([`memlog`]) and its in-memory ring ([`history`]), the
+//! Prometheus textfile ([`textfile`]), /proc readings ([`procfs`]), the allocation trace's drain
+//! and writer ([`record`]), sampled latencies as reported ([`latency`]) and the answers to
 //! mallinfo and friends ([`introspect`]), the control channel ([`ctl`]). May allocate, lock and
 //! read files, under the reentrancy guard; the hot path never imports it.
 
@@ -16,6 +17,7 @@ pub mod latency;
 pub mod memlog;
 pub mod pprof;
 pub mod procfs;
+pub mod record;
 pub mod report;
 pub mod symbols;
 pub mod textfile;

@@ -76,6 +76,7 @@ fn wanted() -> bool {
         || !crate::hot::config::cstr_bytes(&c.memlog).is_empty()
         || crate::cold::textfile::active()
         || crate::base::diag::replay_pending()
+        || crate::cold::record::configured()
 }
 
 /// From the library constructor, after initialisation: arms the worker, which starts with the
@@ -177,6 +178,7 @@ unsafe extern "C" fn after_fork_child() {
     crate::cold::dump::after_fork_child();
     crate::cold::textfile::after_fork_child();
     crate::cold::ctl::after_fork_child();
+    crate::cold::record::after_fork_child();
     if STARTED.load(Relaxed) {
         STARTED.store(false, Relaxed);
     }
@@ -299,6 +301,8 @@ fn run() {
     // (black_box: the compiler removes an unused malloc/free pair).
     unsafe { libc::free(core::hint::black_box(libc::malloc(64))) };
     READY.store(true, Release);
+    // From now on this thread drains the trace's rings, not a thread whose ring filled.
+    crate::hot::tracebuf::set_inline_drain(None);
     let mut jobs = Jobs::new(now_ms());
     let mut watch_state = crate::cold::trim::Watch::default();
     if jobs.memlog.every != 0 {
@@ -328,7 +332,11 @@ fn run() {
         let timeout = [j.dump.wait(now), j.trim.wait(now), j.memlog.wait(now), j.history.wait(now), j.watch.wait(now)]
             .into_iter()
             .chain([j.textfile.wait(now), restderr.wait(now), ctl.wait(now)])
-            .chain([crate::cold::dump::deferred_wait(now), asked.then_some(0)])
+            .chain([
+                crate::cold::dump::deferred_wait(now),
+                crate::cold::record::wait_ms(),
+                asked.then_some(0),
+            ])
             .flatten()
             .min()
             .map(|w| w.min(i32::MAX as u64) as i32)
@@ -363,6 +371,8 @@ fn run() {
             jobs.retune(now_ms());
         }
         ctl.tick(now_ms());
+        // The trace's drain (every 10 ms while a window is open) first: its rings fill.
+        crate::cold::record::tick();
         // Each job reads the clock itself: a trim can take tens of ms, and a job re-armed from a
         // stale time would run again at once.
         if jobs.trim.due(now_ms()) {

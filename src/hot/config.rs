@@ -68,6 +68,12 @@ pub struct Config {
     pub prom_histograms: bool,
     /// NUL-terminated `instance` label value; empty = the pid.
     pub instance: [u8; INSTANCE_MAX],
+    /// NUL-terminated trace path (`%p` = pid) recorded from start; empty = off.
+    pub record: [u8; PATH_MAX],
+    /// Length of that window in seconds; 0 = until exit.
+    pub record_seconds: u64,
+    /// Byte budget of a trace file.
+    pub record_max_bytes: u64,
     /// NUL-terminated control channel directory; empty = `/run/mallocshim` for root, else
     /// `/tmp/mallocshim-<uid>`.
     pub ctl_dir: [u8; PATH_MAX],
@@ -154,7 +160,7 @@ impl Opt {
 /// Every variable the shim reads, one line each. The README's table matches this one row for
 /// row and cell for cell (tests/config.rs).
 #[rustfmt::skip]
-pub static OPTIONS: [Opt; 28] = [
+pub static OPTIONS: [Opt; 31] = [
     opt("MALLOCSHIM_BACKEND", "glibc", other!(parse_backend, show_backend), crate::backend::OPTION_DOC),
     opt("MALLOCSHIM_TCMALLOC_LIB", Backend::Tcmalloc.default_lib_str(), path!(tcmalloc_lib, ""), "gperftools library dlopen()ed (RTLD_LOCAL) for the tcmalloc backend"),
     opt("MALLOCSHIM_PROFILE", "on", switch!(profile, "off", "on"), "count calls per entry point and thread; off leaves pure routing"),
@@ -183,6 +189,9 @@ pub static OPTIONS: [Opt; 28] = [
     opt("MALLOCSHIM_PROM_HISTOGRAMS", "on", switch!(prom_histograms, "off", "on"), "off leaves the per-op and size-class latency histograms out of the textfile (fewer series)"),
     opt("MALLOCSHIM_INSTANCE", "the pid", other!(parse_instance, show_instance), "value of the instance label and name of the textfile: letters, digits, . _ - (1 to 64)"),
     opt("MALLOCSHIM_CTL_DIR", "auto", path!(ctl_dir, "auto"), "directory of the control channel's socket, made 0700 by the shim: auto = /run/mallocshim for root, else /tmp/mallocshim-<uid>"),
+    opt("MALLOCSHIM_RECORD", "off", path!(record, "off"), "record every allocator call from start into this trace file (%p = pid; docs/record.md)"),
+    opt("MALLOCSHIM_RECORD_SECONDS", "0", number!(record_seconds, 0, 31536000), "end that recording after N seconds (0 = at exit)"),
+    opt("MALLOCSHIM_RECORD_MAX_BYTES", "1G", other!(parse_record_max, |c, out| put_u64(out, c.record_max_bytes)), "a recording ends when its file reaches SIZE (bytes, or K/M/G suffix; at least 64K)"),
 ];
 
 impl Opt {
@@ -417,6 +426,15 @@ fn parse_size(v: &[u8]) -> Result<u64, &'static str> {
     n.checked_shl(shift).filter(|&b| b >> shift == n && b < 1 << 62).ok_or(ERR)
 }
 
+/// The smallest trace budget: the header, the footer's reserve and a few thousand calls.
+pub const RECORD_MIN_BYTES: u64 = 64 << 10;
+
+fn parse_record_max(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
+    const ERR: &str = "a size of at least 65536 bytes (64K), with an optional K, M or G suffix";
+    c.record_max_bytes = parse_size(v).ok().filter(|&n| n >= RECORD_MIN_BYTES).ok_or(ERR)?;
+    Ok(())
+}
+
 fn put_u64(out: &mut LineBuf, n: u64) {
     let _ = core::fmt::Write::write_fmt(out, format_args!("{n}"));
 }
@@ -462,6 +480,9 @@ static CONFIG: Cell = Cell(UnsafeCell::new(Config {
     prom_file_mode: 0o644,
     prom_histograms: true,
     instance: [0; INSTANCE_MAX],
+    record: [0; PATH_MAX],
+    record_seconds: 0,
+    record_max_bytes: 1 << 30,
     ctl_dir: [0; PATH_MAX],
 }));
 

@@ -16,6 +16,7 @@ mod interval;
 mod man7;
 mod pfs;
 mod plot_cmd;
+mod record_cmd;
 mod report;
 mod table;
 mod top;
@@ -53,6 +54,7 @@ enum Cmd {
     Trim(ctl_client::TrimArgs),
     Get(ctl_client::GetArgs),
     Set(ctl_client::SetArgs),
+    Record(record_cmd::RecordArgs),
     Top(top::Args),
     Plot(plot_cmd::Args),
     Diagnose(diagnose::Args),
@@ -181,6 +183,7 @@ fn main() -> ExitCode {
         Cmd::Trim(a) => return finish("trim", ctl_client::trim(a)),
         Cmd::Get(a) => return finish("get", ctl_client::get(a)),
         Cmd::Set(a) => return finish("set", ctl_client::set(a)),
+        Cmd::Record(a) => return finish("record", record_cmd::run(a)),
         Cmd::Report(a) => ("report", report::run(a)),
         Cmd::Diff(a) => ("diff", diff::run(a)),
         Cmd::Heap(a) => ("heap", heap::run(a)),

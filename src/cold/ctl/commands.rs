@@ -35,6 +35,7 @@ pub static COMMANDS: &[Command] = &[
     cmd("set", "NAME=VALUE", "change a run-time option (NAME with or without MALLOCSHIM_); replies NAME=VALUE (was OLD)", set),
     cmd("dump", "", "write a dump now (every format of MALLOCSHIM_DUMP_FORMATS); one file path per line", dump),
     cmd("json", "", "the dump's JSON, written to no file", json),
+    cmd("record", "FILE SECONDS MAX_BYTES | stop | status", "record every allocator call into the trace FILE (absolute path, created 0600) for SECONDS (0 = until stop or exit) within MAX_BYTES; stop ends it; status: recording=0|1", record),
 ];
 
 /// Answers one request line.
@@ -165,4 +166,32 @@ fn json(args: &str) -> Result<String, String> {
     let mut s = crate::cold::report::json::render(&crate::cold::report::snapshot());
     s.push('\n');
     Ok(s)
+}
+
+fn record(args: &str) -> Result<String, String> {
+    let w: Vec<&str> = args.split_whitespace().collect();
+    match w[..] {
+        ["stop"] => {
+            let was = crate::cold::record::active();
+            crate::cold::record::stop();
+            Ok(format!("stopped={}\n", was as u8))
+        }
+        ["status"] => Ok(format!("recording={}\n", crate::cold::record::active() as u8)),
+        [file, seconds, max_bytes] => {
+            let path = std::path::Path::new(file);
+            if !path.is_absolute() {
+                return Err(format!("record: `{}` is not an absolute path", file.escape_default()));
+            }
+            let seconds: u64 =
+                seconds.parse().map_err(|_| "record: SECONDS is not a whole number".to_string())?;
+            let max: u64 =
+                max_bytes.parse().map_err(|_| "record: MAX_BYTES is not a whole number".to_string())?;
+            if max < config::RECORD_MIN_BYTES {
+                return Err(format!("record: MAX_BYTES below the minimum of {}", config::RECORD_MIN_BYTES));
+            }
+            crate::cold::record::open(path, seconds, max).map_err(|e| format!("record: {e}"))?;
+            Ok(format!("recording={file}\n"))
+        }
+        _ => Err("record: expected FILE SECONDS MAX_BYTES, stop or status".into()),
+    }
 }
