@@ -329,18 +329,19 @@ fn run() {
         }
         let now = now_ms();
         let j = &jobs;
-        let timeout = [j.dump.wait(now), j.trim.wait(now), j.memlog.wait(now), j.history.wait(now), j.watch.wait(now)]
-            .into_iter()
-            .chain([j.textfile.wait(now), restderr.wait(now), ctl.wait(now)])
-            .chain([
-                crate::cold::dump::deferred_wait(now),
-                crate::cold::record::wait_ms(),
-                asked.then_some(0),
-            ])
-            .flatten()
-            .min()
-            .map(|w| w.min(i32::MAX as u64) as i32)
-            .unwrap_or(-1);
+        let timeout =
+            [j.dump.wait(now), j.trim.wait(now), j.memlog.wait(now), j.history.wait(now), j.watch.wait(now)]
+                .into_iter()
+                .chain([j.textfile.wait(now), restderr.wait(now), ctl.wait(now)])
+                .chain([
+                    crate::cold::dump::deferred_wait(now),
+                    crate::cold::record::wait_ms(),
+                    asked.then_some(0),
+                ])
+                .flatten()
+                .min()
+                .map(|w| w.min(i32::MAX as u64) as i32)
+                .unwrap_or(-1);
         let mut p = [
             libc::pollfd { fd: rd, events: libc::POLLIN, revents: 0 },
             libc::pollfd { fd: ctl.fd(), events: libc::POLLIN, revents: 0 },
