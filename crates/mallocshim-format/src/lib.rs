@@ -12,7 +12,9 @@
 //! - [`backends`]: the backend table (names, Debian packages and libraries, environment,
 //!   what the memory figures mean) every list of backends in the workspace reads, and
 //!   [`BACKENDS`], its names as `MALLOCSHIM_BACKEND` accepts them and dumps carry them;
-//! - [`stats`]: the median every report, test and bench takes.
+//! - [`stats`]: the median every report, test and bench takes;
+//! - [`trace`]: the allocation trace of `MALLOCSHIM_RECORD` / `mallocshim record` (zstd,
+//!   versioned by its own [`trace::VERSION`]), written by the shim and read by `mallocshim replay`.
 //!
 //! Compatibility: fields may be added to every object (a reader ignores what it does not know;
 //! fields a newer writer adds are `#[serde(default)]` here, so older dumps still read); the
@@ -20,7 +22,7 @@
 //! [`VERSION`].
 //!
 //! This crate must stay cheap for the shim, which links it: serde derive, serde_json, and
-//! prost and flate2 (default features off) for the heap profile only,
+//! prost and flate2 (default features off) for the heap profile only, zstd for the trace only,
 //! no I/O on its own but the reading functions, no global state.
 
 pub mod backends;
@@ -30,6 +32,7 @@ pub mod formats;
 pub mod memlog;
 pub mod pprof;
 pub mod stats;
+pub mod trace;
 
 pub use backends::BACKENDS;
 pub use classes::{ENTRY_NAMES, OP_NAMES};
