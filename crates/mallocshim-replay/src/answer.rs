@@ -158,7 +158,12 @@ pub struct Answer {
     pub format: String,
     pub version: u64,
     pub trace: String,
+    /// The backend the recorded process ran under (trace header).
+    pub recorded_backend: String,
     pub pace: String,
+    /// The live heap per second as the trace has it (pre-window heap included): each
+    /// backend's `live_curve` must equal it.
+    pub trace_live_curve: Vec<LiveSecond>,
     pub backends: Vec<BackendAnswer>,
     /// One sentence: which backend keeps the least peak RSS, against the first backend, and at
     /// what CPU per call.

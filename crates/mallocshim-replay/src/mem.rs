@@ -1,5 +1,5 @@
-//! The replayer's own memory: growable arrays of plain `Copy` values taken from anonymous mmap
-//! (grown with mremap), never from malloc, so that what the replay measures in the allocator is
+//! The replayer's own memory: arrays of plain `Copy` values taken from anonymous mmap, never
+//! from malloc, so that what the replay measures in the allocator is
 //! the replayed calls' alone, and the replayer's bytes can be stated ([`mapped_bytes`]).
 //!
 //! Must not call malloc; owns no trace knowledge.
@@ -16,12 +16,11 @@ pub fn mapped_bytes() -> u64 {
 
 const PAGE: usize = 4096;
 
-/// A vector of `T` in its own anonymous mapping. `T` must be valid when all-zero (fresh pages
+/// An array of `T` in its own anonymous mapping. `T` must be valid when all-zero (fresh pages
 /// are zero: [`MmapVec::zeroed`] relies on it).
 pub struct MmapVec<T: Copy> {
     ptr: *mut T,
     len: usize,
-    cap: usize,
     map_bytes: usize,
 }
 
@@ -35,11 +34,7 @@ fn round_up(n: usize) -> usize {
 }
 
 impl<T: Copy> MmapVec<T> {
-    pub fn new() -> Result<Self, String> {
-        Self::with_capacity(PAGE / size_of::<T>().max(1))
-    }
-
-    pub fn with_capacity(cap: usize) -> Result<Self, String> {
+    fn with_capacity(cap: usize) -> Result<Self, String> {
         let bytes = round_up(cap.max(1).saturating_mul(size_of::<T>()));
         // SAFETY: a fresh private anonymous mapping; the result is checked.
         let p = unsafe {
@@ -56,7 +51,7 @@ impl<T: Copy> MmapVec<T> {
             return Err(format!("cannot map {bytes} bytes for the replay: {}", std::io::Error::last_os_error()));
         }
         MAPPED.fetch_add(bytes as u64, Ordering::Relaxed);
-        Ok(MmapVec { ptr: p.cast(), len: 0, cap: bytes / size_of::<T>().max(1), map_bytes: bytes })
+        Ok(MmapVec { ptr: p.cast(), len: 0, map_bytes: bytes })
     }
 
     /// `len` zero values (fresh pages are zero), every page written once so that the mapping is
@@ -75,34 +70,6 @@ impl<T: Copy> MmapVec<T> {
             // SAFETY: `off` is inside the mapping; a volatile write of the value already there.
             unsafe { base.add(off).write_volatile(base.add(off).read_volatile()) };
         }
-    }
-
-    pub fn push(&mut self, v: T) -> Result<(), String> {
-        if self.len == self.cap {
-            self.grow()?;
-        }
-        // SAFETY: len < cap: inside the mapping.
-        unsafe { self.ptr.add(self.len).write(v) };
-        self.len += 1;
-        Ok(())
-    }
-
-    fn grow(&mut self) -> Result<(), String> {
-        let new_bytes = self.map_bytes.saturating_mul(2);
-        // SAFETY: `ptr`/`map_bytes` are this vector's mapping; MREMAP_MAYMOVE keeps the contents.
-        let p = unsafe { libc::mremap(self.ptr.cast(), self.map_bytes, new_bytes, libc::MREMAP_MAYMOVE) };
-        if p == libc::MAP_FAILED {
-            return Err(format!("cannot grow the replay's map to {new_bytes} bytes: {}", std::io::Error::last_os_error()));
-        }
-        MAPPED.fetch_add((new_bytes - self.map_bytes) as u64, Ordering::Relaxed);
-        self.ptr = p.cast();
-        self.map_bytes = new_bytes;
-        self.cap = new_bytes / size_of::<T>().max(1);
-        Ok(())
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
     }
 
     pub fn as_slice(&self) -> &[T] {
