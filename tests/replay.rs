@@ -309,7 +309,7 @@ fn truncated_corrupt_and_foreign_files_give_one_error() {
 fn inconsistent_trace_counts_errors_without_crashing() {
     let d = dir("inconsistent");
     let header = Header { backend: "glibc".into(), tick_ns: 1, ..Header::default() };
-    let ev = |t_ns, op, size, id, old_id| Event { t_ns, thread: (t_ns % 2) as u32, op, size, align: 0, id, old_id, old_size: 0 };
+    let ev = |t_ns, op, size, id, old_id| Event { t_ns, thread: ((t_ns + 1) % 2) as u32, op, size, align: 0, id, old_id, old_size: 0 };
     let events = [
         ev(1, TraceOp::Malloc, 100, 1, 0),
         ev(2, TraceOp::Free, 0, 0, 1),
