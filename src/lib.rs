@@ -59,6 +59,7 @@ extern "C" fn at_load() {
         // The start-up lines end here (kept to be written again if stderr is reopened).
         diag::startup_done();
         worker::start();
+        cold::record::start_from_env();
     }
 }
 
@@ -73,6 +74,8 @@ extern "C" fn at_exit() {
     }
     // Everything below, including dropping what the dump returns, goes unrecorded.
     let _g = tls::Reentry::enter();
+    // A recording window still open ends here: every call recorded so far is written.
+    cold::record::at_exit();
     // No dump starts from now on but the exit dump; one in progress elsewhere is finished first.
     dump::finish_at_exit();
     // A dump requested by signal that no thread has written yet (single-threaded program), or
@@ -87,6 +90,7 @@ extern "C" fn at_exit() {
         let _ = dump::write_at_exit();
     }
     textfile::remove_at_exit();
+    cold::ctl::remove_at_exit();
     if config::get().verbose > 0 {
         capi::print_summary();
     }

@@ -7,12 +7,14 @@
 //! signal and take it with `sigwait`/`sigwaitinfo`/`sigtimedwait` (MySQL 8) are served by
 //! interposing those: the application still receives the signal. A program that never touches
 //! the signal gets a dump instead of dying; SIG_IGN stays ignored (and still dumps).
-//! The handler is async-signal-safe: it writes one byte to the worker's pipe.
+//! The handler is async-signal-safe: it writes one byte to the worker's pipe (`a` when the
+//! signal was queued with the control channel's attach value, see `cold::ctl`).
 
 use core::ffi::{c_int, c_void};
 use core::ptr;
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering::*};
 use libc::{sigaction as Sigaction, siginfo_t, sigset_t, timespec};
+use mallocshim_format::ctl::ATTACH_MAGIC;
 
 const SI_USER: c_int = 0;
 const SI_QUEUE: c_int = -1;
@@ -123,10 +125,29 @@ fn is_dump_request(sig: c_int, info: *const siginfo_t) -> bool {
     code == SI_USER || code == SI_QUEUE
 }
 
+/// A dump-signal request carrying the control channel's attach value (`sigqueue` with
+/// `mallocshim_format::ctl::ATTACH_MAGIC`): open the channel instead of writing a dump.
+#[inline]
+fn is_attach(info: *const siginfo_t) -> bool {
+    // SAFETY: the kernel's siginfo (checked non-null); si_value is valid for SI_QUEUE.
+    !info.is_null()
+        && unsafe { (*info).si_code == SI_QUEUE && (*info).si_value().sival_ptr as usize == ATTACH_MAGIC }
+}
+
+/// Answers a process-directed dump signal: the channel or a dump.
+#[inline]
+fn ask(info: *const siginfo_t) {
+    if is_attach(info) {
+        crate::hot::mailbox::attach();
+    } else {
+        crate::hot::mailbox::request();
+    }
+}
+
 extern "C" fn handler(sig: c_int, info: *mut siginfo_t, ctx: *mut c_void) {
     let e = crate::base::sys::errno();
     if is_dump_request(sig, info) {
-        crate::hot::mailbox::request();
+        ask(info);
     }
     let h = APP_HANDLER.load(Relaxed);
     let flags = APP_FLAGS.load(Relaxed);
@@ -225,7 +246,7 @@ pub unsafe fn sigtimedwait(set: *const sigset_t, info: *mut siginfo_t, timeout: 
         let r = libc::syscall(libc::SYS_rt_sigtimedwait, set, ip, timeout, 8usize) as c_int;
         if r > 0 {
             if is_dump_request(r, ip) {
-                crate::hot::mailbox::request();
+                ask(ip);
             }
             if (*ip).si_code == SI_TKILL {
                 (*ip).si_code = SI_USER;

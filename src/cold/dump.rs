@@ -242,7 +242,7 @@ fn write(at_exit: bool) -> Result<Vec<PathBuf>, DumpError> {
         return Err(e);
     }
     let reserve_before = crate::base::own_heap::counts();
-    let formats = config::get().dump_formats;
+    let formats = config::current().dump_formats;
     let snap = report::snapshot();
     let dir = dir();
     let seq = free_seq(&dir, snap.pid, formats);

@@ -32,7 +32,7 @@ pub fn now_ms() -> u64 {
 
 /// None when a requested dump may start at `now` (ms); `Some(t)` when it must wait until `t`.
 pub fn gate(now: u64) -> Option<u64> {
-    let min = config::get().dump_min_interval_ms;
+    let min = config::current().dump_min_interval_ms;
     let last = LAST_MS.load(Relaxed);
     let until = last.saturating_add(min);
     if min == 0 || last == 0 || now >= until {
@@ -55,7 +55,7 @@ fn say_merged() {
     if !MERGED_SAID.swap(true, Relaxed) {
         crate::base::diag::warn!(
             "dump requests came while a dump was being written or within MALLOCSHIM_DUMP_MIN_INTERVAL_MS={} ms of the last: they are merged, and the last is answered at the end of the interval (said once)",
-            config::get().dump_min_interval_ms
+            config::current().dump_min_interval_ms
         );
     }
 }
@@ -78,7 +78,7 @@ static KEPT: KeptCell = KeptCell(UnsafeCell::new(None));
 /// After a dump wrote `written` into `dir` (called with the dump flag held): records its files
 /// and removes this process's oldest dumps beyond `MALLOCSHIM_DUMP_KEEP`.
 pub fn retain(dir: &Path, written: &[PathBuf]) {
-    let keep = config::get().dump_keep as usize;
+    let keep = config::current().dump_keep as usize;
     if keep == 0 || written.is_empty() {
         return;
     }

@@ -12,11 +12,13 @@
 use core::sync::atomic::{AtomicI32, Ordering::Relaxed};
 
 static FD: AtomicI32 = AtomicI32::new(-1);
+/// The `child` of the last [`open`] (for [`reopen`]).
+static CHILD: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
 /// The configured path with `%p` expanded; None when the memlog is off, or when `child` is set
 /// and the path has no `%p`.
 fn path(child: bool) -> Option<std::ffi::CString> {
-    let raw = crate::hot::config::cstr_bytes(&crate::hot::config::get().memlog);
+    let raw = crate::hot::config::cstr_bytes(&crate::hot::config::current().memlog);
     if raw.is_empty() {
         return None;
     }
@@ -42,6 +44,7 @@ fn path(child: bool) -> Option<std::ffi::CString> {
 
 /// Opens the memlog (worker start; `child` after fork). One `mallocshim:` line when it cannot.
 pub fn open(child: bool) {
+    CHILD.store(child, Relaxed);
     let Some(p) = path(child) else { return };
     let flags = libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_CLOEXEC;
     // SAFETY: a NUL-terminated path.
@@ -129,6 +132,17 @@ pub fn sample() {
     };
     let _ = row.write_line(&mut line);
     write_fd(fd, &line);
+}
+
+/// `MALLOCSHIM_MEMLOG` changed at run time (the control channel; worker-only): closes the file
+/// and opens the new one, if any.
+pub fn reopen() {
+    let fd = FD.swap(-1, Relaxed);
+    if fd >= 0 {
+        // SAFETY: closing a descriptor this module owns (the worker is its only writer).
+        unsafe { libc::close(fd) };
+    }
+    open(CHILD.load(Relaxed));
 }
 
 /// In a forked child: drop the parent's file (async-signal-safe: close only).

@@ -2,11 +2,12 @@
 //! runs off the allocator's calls — dumps ([`dump`]), their reports ([`report`]), the heap
 //! profile's pprof rendering ([`pprof`], [`symbols`]), the RSS account ([`account`]), trims
 //! ([`trim`]), the memory time series ([`memlog`]), the Prometheus textfile ([`textfile`]),
-//! /proc readings ([`procfs`]), sampled latencies as reported ([`latency`]) and the answers to
-//! mallinfo and friends ([`introspect`]). May allocate, lock and read files, under the
+//! /proc readings ([`procfs`]), the allocation trace's drain and writer ([`record`]), sampled latencies as reported ([`latency`]) and the answers to
+//! mallinfo and friends ([`introspect`]), the control channel ([`ctl`]). May allocate, lock and read files, under the
 //! reentrancy guard; the hot path never imports it.
 
 pub mod account;
+pub mod ctl;
 pub mod dump;
 pub mod dumpbound;
 pub mod introspect;
@@ -14,6 +15,7 @@ pub mod latency;
 pub mod memlog;
 pub mod pprof;
 pub mod procfs;
+pub mod record;
 pub mod report;
 pub mod symbols;
 pub mod textfile;

@@ -31,7 +31,7 @@ static WARNED: AtomicBool = AtomicBool::new(false);
 
 /// True when a textfile directory is configured.
 pub fn active() -> bool {
-    !config::cstr_bytes(&config::get().prom_textfile_dir).is_empty()
+    !config::cstr_bytes(&config::current().prom_textfile_dir).is_empty()
 }
 
 /// The instance label: `MALLOCSHIM_INSTANCE`, else the pid.
@@ -44,7 +44,7 @@ pub fn instance() -> String {
 
 fn paths() -> (PathBuf, PathBuf) {
     let dir =
-        PathBuf::from(std::ffi::OsStr::from_bytes(config::cstr_bytes(&config::get().prom_textfile_dir)));
+        PathBuf::from(std::ffi::OsStr::from_bytes(config::cstr_bytes(&config::current().prom_textfile_dir)));
     let name = format!("mallocshim_{}.prom", instance());
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     (dir.join(name), tmp)

@@ -92,7 +92,7 @@ pub fn run(reason: Reason) -> Outcome {
 fn run_with(before: MemStats, reason: Reason) -> Outcome {
     let (rss_before, _) = crate::cold::procfs::statm();
     let t0 = crate::base::clock::mono_ns();
-    backend::release(0, crate::hot::config::get().release);
+    backend::release(0, crate::hot::config::current().release);
     let duration_ns = crate::base::clock::mono_ns().saturating_sub(t0);
     let (rss_after, _) = crate::cold::procfs::statm();
     let o = Outcome {
@@ -108,7 +108,7 @@ fn run_with(before: MemStats, reason: Reason) -> Outcome {
     LAST_UNIX_MS.store(crate::cold::procfs::unix_ms(), Relaxed);
     DUR_HIST[bucket_of(duration_ns)].fetch_add(1, Relaxed);
     DUR_MAX_NS.fetch_max(duration_ns, Relaxed);
-    if crate::hot::config::get().verbose >= 2 {
+    if crate::hot::config::current().verbose >= 2 {
         crate::base::diag::warn!(
             "trim backend={} free_bytes={} rss_before={} rss_after={} released={} duration_us={} reason={}",
             backend::active().name(),
@@ -126,7 +126,7 @@ fn run_with(before: MemStats, reason: Reason) -> Outcome {
 /// The periodic trim: skipped (and counted as such) while the backend's free bytes are under
 /// `MALLOCSHIM_TRIM_MIN_BYTES`. Call under the reentrancy guard, from the worker.
 pub fn periodic() -> Option<Outcome> {
-    let cfg = crate::hot::config::get();
+    let cfg = crate::hot::config::current();
     let m = backend::mem_stats();
     if m.free < cfg.trim_min_bytes {
         SKIPPED.fetch_add(1, Relaxed);
@@ -185,7 +185,7 @@ pub struct Watch {
 /// Checks the ceiling and pressure triggers and trims when one fires. Worker-only, under the
 /// reentrancy guard; `now` is monotonic ms.
 pub fn watch(w: &mut Watch, now: u64) {
-    let cfg = crate::hot::config::get();
+    let cfg = crate::hot::config::current();
     if cfg.trim_above_rss != 0 {
         let (rss, _) = crate::cold::procfs::statm();
         if rss <= cfg.trim_above_rss {
@@ -233,7 +233,7 @@ pub fn some_avg10(p: &std::path::Path) -> Option<f64> {
 
 /// The counters so far.
 pub fn stats() -> Stats {
-    let cfg = crate::hot::config::get();
+    let cfg = crate::hot::config::current();
     let buckets: Vec<u64> = DUR_HIST.iter().map(|b| b.load(Relaxed)).collect();
     let runs_seen = buckets.iter().any(|&n| n > 0);
     Stats {

@@ -6,7 +6,8 @@
 //! `trim::WATCH_MS` when `MALLOCSHIM_TRIM_ABOVE_RSS` or `MALLOCSHIM_TRIM_ON_PRESSURE` is set; the
 //! Prometheus textfile every `MALLOCSHIM_PROM_INTERVAL_S` (`textfile`); each second, until fd 2
 //! is seen reopened onto another file, the check that writes the start-up lines again there
-//! (`diag::replay_if_stderr_moved`). A burst of wake-ups while
+//! (`diag::replay_if_stderr_moved`); the control channel (`ctl`: its listener, opened when the
+//! pipe brings an `a`, is polled beside the pipe and closed when idle). A burst of wake-ups while
 //! a dump runs is drained into one more dump, at most one per `MALLOCSHIM_DUMP_MIN_INTERVAL_MS`
 //! (`dumpbound`; a request inside the interval is written at its end). Its allocations bypass
 //! recording (its guard is always set).
@@ -73,6 +74,12 @@ fn wanted() -> bool {
         || !crate::hot::config::cstr_bytes(&c.memlog).is_empty()
         || crate::cold::textfile::active()
         || crate::base::diag::replay_pending()
+        || crate::cold::record::configured()
+}
+
+/// Whether the worker runs (in this process).
+pub fn running() -> bool {
+    STARTED.load(Relaxed) && WAKE_RD.load(Relaxed) >= 0
 }
 
 /// From the library constructor, after initialisation: arms the worker, which starts with the
@@ -175,6 +182,8 @@ unsafe extern "C" fn after_fork_child() {
     crate::cold::memlog::after_fork_child();
     crate::cold::dump::after_fork_child();
     crate::cold::textfile::after_fork_child();
+    crate::cold::ctl::after_fork_child();
+    crate::cold::record::after_fork_child();
     if STARTED.load(Relaxed) {
         STARTED.store(false, Relaxed);
     }
@@ -218,9 +227,65 @@ fn now_ms() -> u64 {
     crate::base::clock::mono_ns() / 1_000_000
 }
 
-// Long (86 lines): the worker's one loop — a poll(2) on the wake-up pipe with the nearest
-// deadline, then each periodic duty in turn (dump, trim, ceiling, pressure, memlog, textfile);
-// the deadlines are its locals, shared by the duties.
+/// The periodic jobs, their periods from the table in effect (`config::current`, which the
+/// control channel's `set` may change: [`Jobs::retune`]).
+struct Jobs {
+    dump: Job,
+    trim: Job,
+    memlog: Job,
+    watch: Job,
+    textfile: Job,
+    /// The table the periods were taken from.
+    from: *const crate::hot::config::Config,
+}
+
+impl Jobs {
+    fn new(now: u64) -> Jobs {
+        let cfg = crate::hot::config::current();
+        let watching = cfg.trim_above_rss != 0 || cfg.trim_on_pressure != 0;
+        let prom = crate::cold::textfile::active();
+        Jobs {
+            dump: Job::new(cfg.dump_interval_s.saturating_mul(1000), now),
+            trim: Job::new(cfg.trim_interval_ms, now),
+            memlog: Job::new(if crate::cold::memlog::active() { cfg.memlog_interval_ms } else { 0 }, now),
+            watch: Job::new(if watching { crate::cold::trim::WATCH_MS } else { 0 }, now),
+            textfile: Job::new(if prom { cfg.prom_interval_s.saturating_mul(1000) } else { 0 }, now),
+            from: cfg,
+        }
+    }
+
+    /// After a `set`: each job whose period changed restarts from now; a memlog or textfile
+    /// just turned on writes at once.
+    fn retune(&mut self, now: u64) {
+        if core::ptr::eq(self.from, crate::hot::config::current()) {
+            return;
+        }
+        let n = Jobs::new(now);
+        let (memlog_on, prom_on) = (self.memlog.every == 0, self.textfile.every == 0);
+        for (old, new) in [
+            (&mut self.dump, n.dump),
+            (&mut self.trim, n.trim),
+            (&mut self.memlog, n.memlog),
+            (&mut self.watch, n.watch),
+            (&mut self.textfile, n.textfile),
+        ] {
+            if old.every != new.every {
+                *old = new;
+            }
+        }
+        self.from = n.from;
+        if memlog_on && self.memlog.every != 0 {
+            crate::cold::memlog::sample();
+        }
+        if prom_on && self.textfile.every != 0 {
+            crate::cold::textfile::write();
+        }
+    }
+}
+
+// Long (85 lines): the worker's one loop — a poll(2) on the wake-up pipe and the control
+// channel's listener with the nearest deadline, then each periodic duty in turn (dump, trim,
+// ceiling, pressure, memlog, textfile); the deadlines are its locals, shared by the duties.
 fn run() {
     // SAFETY: this thread's TLS: everything it allocates goes straight to the backend.
     unsafe { (*tls::state()).guard = 1 };
@@ -229,74 +294,87 @@ fn run() {
     // (black_box: the compiler removes an unused malloc/free pair).
     unsafe { libc::free(core::hint::black_box(libc::malloc(64))) };
     READY.store(true, Release);
-    let cfg = crate::hot::config::get();
-    let now = now_ms();
-    let mut dump = Job::new(cfg.dump_interval_s.saturating_mul(1000), now);
-    let mut trim = Job::new(cfg.trim_interval_ms, now);
-    let mut memlog = Job::new(if crate::cold::memlog::active() { cfg.memlog_interval_ms } else { 0 }, now);
-    let watching = cfg.trim_above_rss != 0 || cfg.trim_on_pressure != 0;
-    let mut watch = Job::new(if watching { crate::cold::trim::WATCH_MS } else { 0 }, now);
+    // From now on this thread drains the trace's rings, not a thread whose ring filled.
+    crate::hot::tracebuf::set_inline_drain(None);
+    let mut jobs = Jobs::new(now_ms());
     let mut watch_state = crate::cold::trim::Watch::default();
-    if memlog.every != 0 {
+    if jobs.memlog.every != 0 {
         crate::cold::memlog::sample();
     }
-    let mut textfile = Job::new(
-        if crate::cold::textfile::active() { cfg.prom_interval_s.saturating_mul(1000) } else { 0 },
-        now,
-    );
-    if textfile.every != 0 {
+    if jobs.textfile.every != 0 {
         crate::cold::textfile::write();
     }
     // Start-up lines written again once fd 2 is reopened elsewhere (a server's error log).
-    let mut restderr = Job::new(if crate::base::diag::replay_pending() { 1000 } else { 0 }, now);
+    let mut restderr = Job::new(if crate::base::diag::replay_pending() { 1000 } else { 0 }, now_ms());
     crate::base::diag::replay_if_stderr_moved();
+    let mut ctl = crate::cold::ctl::Channel::default();
     // A request made before this thread existed.
     let mut asked = crate::cold::dump::take_waiting();
     loop {
         let rd = WAKE_RD.load(Relaxed);
         if rd < 0 {
+            ctl.close();
             return;
         }
         let now = now_ms();
-        let timeout = [
-            dump.wait(now),
-            trim.wait(now),
-            memlog.wait(now),
-            watch.wait(now),
-            textfile.wait(now),
-            restderr.wait(now),
-            crate::cold::dump::deferred_wait(now),
-            asked.then_some(0),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
-        .map(|w| w.min(i32::MAX as u64) as i32)
-        .unwrap_or(-1);
-        let mut p = libc::pollfd { fd: rd, events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd.
-        let n = unsafe { libc::poll(&mut p, 1, timeout) };
-        if n > 0 {
+        let j = &jobs;
+        let timeout = [j.dump.wait(now), j.trim.wait(now), j.memlog.wait(now), j.watch.wait(now)]
+            .into_iter()
+            .chain([j.textfile.wait(now), restderr.wait(now), ctl.wait(now)])
+            .chain([
+                crate::cold::dump::deferred_wait(now),
+                crate::cold::record::wait_ms(),
+                asked.then_some(0),
+            ])
+            .flatten()
+            .min()
+            .map(|w| w.min(i32::MAX as u64) as i32)
+            .unwrap_or(-1);
+        let mut p = [
+            libc::pollfd { fd: rd, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: ctl.fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: two valid pollfds (a negative fd is ignored by poll).
+        let n = unsafe { libc::poll(p.as_mut_ptr(), 2, timeout) };
+        if n > 0 && p[0].revents != 0 {
             let mut buf = [0u8; 256];
-            // Drain every pending request: a burst is one dump (`dumpbound` rate-limits them).
-            // SAFETY: reading into a local buffer from our non-blocking pipe.
-            while unsafe { libc::read(rd, buf.as_mut_ptr().cast(), buf.len()) } > 0 {
-                asked = true;
+            // Drain every pending request: a burst is one dump (`dumpbound` rate-limits them);
+            // `a` asks for the control channel instead (`boundary::signals`).
+            loop {
+                // SAFETY: reading into a local buffer from our non-blocking pipe.
+                let r = unsafe { libc::read(rd, buf.as_mut_ptr().cast(), buf.len()) };
+                if r <= 0 {
+                    break;
+                }
+                for &b in &buf[..r as usize] {
+                    if b == b'a' {
+                        ctl.open(now_ms());
+                    } else {
+                        asked = true;
+                    }
+                }
             }
         }
+        if n > 0 && p[1].revents != 0 && ctl.fd() >= 0 {
+            ctl.serve(now_ms());
+            jobs.retune(now_ms());
+        }
+        ctl.tick(now_ms());
+        // The trace's drain (every 10 ms while a window is open) first: its rings fill.
+        crate::cold::record::tick();
         // Each job reads the clock itself: a trim can take tens of ms, and a job re-armed from a
         // stale time would run again at once.
-        if trim.due(now_ms()) {
+        if jobs.trim.due(now_ms()) {
             let _ = crate::cold::trim::periodic();
         }
         let t = now_ms();
-        if watch.due(t) {
+        if jobs.watch.due(t) {
             crate::cold::trim::watch(&mut watch_state, t);
         }
-        if memlog.due(now_ms()) {
+        if jobs.memlog.due(now_ms()) {
             crate::cold::memlog::sample();
         }
-        if textfile.due(now_ms()) {
+        if jobs.textfile.due(now_ms()) {
             crate::cold::textfile::write();
         }
         if restderr.due(now_ms()) {
@@ -307,7 +385,7 @@ fn run() {
         }
         // A requested dump also stands for a periodic one due at the same time.
         let t = now_ms();
-        let periodic = dump.due(t);
+        let periodic = jobs.dump.due(t);
         if crate::cold::dump::requested_due(core::mem::take(&mut asked), t) {
             crate::cold::dump::write_requested(t);
         } else if periodic {

@@ -64,6 +64,15 @@ pub struct Config {
     pub prom_file_mode: u32,
     /// NUL-terminated `instance` label value; empty = the pid.
     pub instance: [u8; INSTANCE_MAX],
+    /// NUL-terminated trace path (`%p` = pid) recorded from start; empty = off.
+    pub record: [u8; PATH_MAX],
+    /// Length of that window in seconds; 0 = until exit.
+    pub record_seconds: u64,
+    /// Byte budget of a trace file.
+    pub record_max_bytes: u64,
+    /// NUL-terminated control channel directory; empty = `/run/mallocshim` for root, else
+    /// `/tmp/mallocshim-<uid>`.
+    pub ctl_dir: [u8; PATH_MAX],
 }
 
 /// Longest `MALLOCSHIM_INSTANCE` accepted, in bytes (plus the NUL).
@@ -128,41 +137,55 @@ pub struct Opt {
     pub default: &'static str,
     pub kind: Kind,
     pub doc: &'static str,
+    /// Can change at run time (the control channel's `set`, `src/cold/ctl`): every reader of
+    /// the row's field reads [`current`], or a hot-path atomic the `set` command updates.
+    pub live: bool,
 }
 
 const fn opt(name: &'static str, default: &'static str, kind: Kind, doc: &'static str) -> Opt {
-    Opt { name, default, kind, doc }
+    Opt { name, default, kind, doc, live: false }
+}
+
+impl Opt {
+    /// Marks the row as settable at run time.
+    const fn live(self) -> Opt {
+        Opt { live: true, ..self }
+    }
 }
 
 /// Every variable the shim reads, one line each. The README's table matches this one row for
 /// row and cell for cell (tests/config.rs).
 #[rustfmt::skip]
-pub static OPTIONS: [Opt; 25] = [
+pub static OPTIONS: [Opt; 29] = [
     opt("MALLOCSHIM_BACKEND", "glibc", other!(parse_backend, show_backend), crate::backend::OPTION_DOC),
     opt("MALLOCSHIM_TCMALLOC_LIB", Backend::Tcmalloc.default_lib_str(), path!(tcmalloc_lib, ""), "gperftools library dlopen()ed (RTLD_LOCAL) for the tcmalloc backend"),
     opt("MALLOCSHIM_PROFILE", "on", switch!(profile, "off", "on"), "count calls per entry point and thread; off leaves pure routing"),
     opt("MALLOCSHIM_VERBOSE", "0", other!(parse_verbose, |c, out| put_u64(out, c.verbose as u64)), "1 prints this table at start and a call summary at exit, on stderr; 2 also a line per trim"),
-    opt("MALLOCSHIM_SAMPLE", "64", number!(sample_every, 1, 1073741824), "time 1 call in N per thread with the cycle counter (1 times every call)"),
+    opt("MALLOCSHIM_SAMPLE", "64", number!(sample_every, 1, 1073741824), "time 1 call in N per thread with the cycle counter (1 times every call)").live(),
     opt("MALLOCSHIM_DUMP_SIGNAL", "SIGUSR1", other!(parse_signal, show_signal), "signal that writes a dump when sent to the process (kill -USR1 PID); none disables"),
-    opt("MALLOCSHIM_DUMP_INTERVAL_S", "0", number!(dump_interval_s, 0, 31536000), "also write a dump every N seconds (0 = off)"),
+    opt("MALLOCSHIM_DUMP_INTERVAL_S", "0", number!(dump_interval_s, 0, 31536000), "also write a dump every N seconds (0 = off)").live(),
     opt("MALLOCSHIM_DUMP_AT_EXIT", "0", switch!(dump_at_exit, "0", "1"), "1 writes one dump when the process exits"),
-    opt("MALLOCSHIM_DUMP_MIN_INTERVAL_MS", "1000", number!(dump_min_interval_ms, 0, 86400000), "signal-requested dumps: at most one per N ms; a request inside the interval is answered at its end (0 = no limit)"),
-    opt("MALLOCSHIM_DUMP_KEEP", "100", number!(dump_keep, 0, 1000000), "keep this process's newest N dumps in the dump directory, removing its older ones (0 = keep all)"),
+    opt("MALLOCSHIM_DUMP_MIN_INTERVAL_MS", "1000", number!(dump_min_interval_ms, 0, 86400000), "signal-requested dumps: at most one per N ms; a request inside the interval is answered at its end (0 = no limit)").live(),
+    opt("MALLOCSHIM_DUMP_KEEP", "100", number!(dump_keep, 0, 1000000), "keep this process's newest N dumps in the dump directory, removing its older ones (0 = keep all)").live(),
     opt("MALLOCSHIM_DUMP_DIR", "$TMPDIR or /tmp", path!(dump_dir, "$TMPDIR or /tmp"), "directory for mallocshim.<pid>.<seq>.<ext> dump files"),
-    opt("MALLOCSHIM_DUMP_FORMATS", formats::DEFAULT, other!(parse_formats, show_formats), formats::OPTION_DOC),
-    opt("MALLOCSHIM_TRIM_INTERVAL_MS", "10000", number!(trim_interval_ms, 0, 86400000), "give free memory back to the OS every N ms (glibc malloc_trim, jemalloc purge, tcmalloc release, mimalloc mi_collect); 0 = off"),
-    opt("MALLOCSHIM_TRIM_MIN_BYTES", "67108864", number!(trim_min_bytes, 0, 9223372036854775807), "skip a periodic trim while the backend holds fewer free bytes than this"),
-    opt("MALLOCSHIM_TRIM_ABOVE_RSS", "off", other!(parse_above_rss, show_above_rss), "also trim whenever RSS is above SIZE (bytes, or K/M/G suffix), checked every 250 ms, at most once a second"),
-    opt("MALLOCSHIM_TRIM_ON_PRESSURE", "0", other!(parse_pressure, show_pressure), "1 also trims when the cgroup's PSI memory `some avg10` reaches 10%; N% sets the threshold; at most once per 10 s"),
-    opt("MALLOCSHIM_JEMALLOC_RELEASE", "purge", other!(parse_release, show_release), "jemalloc release call: purge (arena.<all>.purge, all unused pages) or decay (arena.<all>.decay)"),
-    opt("MALLOCSHIM_MEMLOG", "off", path!(memlog, "off"), "append a CSV line of RSS and backend memory every MEMLOG_INTERVAL_MS to this file (%p = pid)"),
-    opt("MALLOCSHIM_MEMLOG_INTERVAL_MS", "1000", number!(memlog_interval_ms, 10, 86400000), "milliseconds between memlog lines"),
-    opt("MALLOCSHIM_PROF_SAMPLE_BYTES", "524288", number!(prof_sample_bytes, 0, 1099511627776), "heap profile: sample one allocation per N bytes on average (exponential gaps); 0 = off"),
+    opt("MALLOCSHIM_DUMP_FORMATS", formats::DEFAULT, other!(parse_formats, show_formats), formats::OPTION_DOC).live(),
+    opt("MALLOCSHIM_TRIM_INTERVAL_MS", "10000", number!(trim_interval_ms, 0, 86400000), "give free memory back to the OS every N ms (glibc malloc_trim, jemalloc purge, tcmalloc release, mimalloc mi_collect); 0 = off").live(),
+    opt("MALLOCSHIM_TRIM_MIN_BYTES", "67108864", number!(trim_min_bytes, 0, 9223372036854775807), "skip a periodic trim while the backend holds fewer free bytes than this").live(),
+    opt("MALLOCSHIM_TRIM_ABOVE_RSS", "off", other!(parse_above_rss, show_above_rss), "also trim whenever RSS is above SIZE (bytes, or K/M/G suffix), checked every 250 ms, at most once a second").live(),
+    opt("MALLOCSHIM_TRIM_ON_PRESSURE", "0", other!(parse_pressure, show_pressure), "1 also trims when the cgroup's PSI memory `some avg10` reaches 10%; N% sets the threshold; at most once per 10 s").live(),
+    opt("MALLOCSHIM_JEMALLOC_RELEASE", "purge", other!(parse_release, show_release), "jemalloc release call: purge (arena.<all>.purge, all unused pages) or decay (arena.<all>.decay)").live(),
+    opt("MALLOCSHIM_MEMLOG", "off", path!(memlog, "off"), "append a CSV line of RSS and backend memory every MEMLOG_INTERVAL_MS to this file (%p = pid)").live(),
+    opt("MALLOCSHIM_MEMLOG_INTERVAL_MS", "1000", number!(memlog_interval_ms, 10, 86400000), "milliseconds between memlog lines").live(),
+    opt("MALLOCSHIM_PROF_SAMPLE_BYTES", "524288", number!(prof_sample_bytes, 0, 1099511627776), "heap profile: sample one allocation per N bytes on average (exponential gaps); 0 = off").live(),
     opt("MALLOCSHIM_PROF_UNWIND", "cfi", other!(parse_unwind, |c, out| out.put(if c.prof_unwind_fp { b"fp" } else { b"cfi" })), "heap profile stacks: `cfi` (from `.eh_frame`, whole stacks without frame pointers) or `fp` (frame pointers only)"),
-    opt("MALLOCSHIM_PROM_TEXTFILE_DIR", "off", path!(prom_textfile_dir, "off"), "write DIR/mallocshim_<instance>.prom for node_exporter's textfile collector every PROM_INTERVAL_S"),
-    opt("MALLOCSHIM_PROM_INTERVAL_S", "15", number!(prom_interval_s, 1, 86400, "a whole number of seconds from 1 to 86400"), "seconds between rewrites of the textfile (1 to 86400)"),
+    opt("MALLOCSHIM_PROM_TEXTFILE_DIR", "off", path!(prom_textfile_dir, "off"), "write DIR/mallocshim_<instance>.prom for node_exporter's textfile collector every PROM_INTERVAL_S").live(),
+    opt("MALLOCSHIM_PROM_INTERVAL_S", "15", number!(prom_interval_s, 1, 86400, "a whole number of seconds from 1 to 86400"), "seconds between rewrites of the textfile (1 to 86400)").live(),
     opt("MALLOCSHIM_PROM_FILE_MODE", "0644", other!(parse_file_mode, |c, out| { let _ = core::fmt::Write::write_fmt(out, format_args!("{:04o}", c.prom_file_mode)); }), "permission bits of the textfile, octal, at most 0666 (0644: node_exporter's user can read it)"),
     opt("MALLOCSHIM_INSTANCE", "the pid", other!(parse_instance, show_instance), "value of the instance label and name of the textfile: letters, digits, . _ - (1 to 64)"),
+    opt("MALLOCSHIM_CTL_DIR", "auto", path!(ctl_dir, "auto"), "directory of the control channel's socket, made 0700 by the shim: auto = /run/mallocshim for root, else /tmp/mallocshim-<uid>"),
+    opt("MALLOCSHIM_RECORD", "off", path!(record, "off"), "record every allocator call from start into this trace file (%p = pid; docs/record.md)"),
+    opt("MALLOCSHIM_RECORD_SECONDS", "0", number!(record_seconds, 0, 31536000), "end that recording after N seconds (0 = at exit)"),
+    opt("MALLOCSHIM_RECORD_MAX_BYTES", "1G", other!(parse_record_max, |c, out| put_u64(out, c.record_max_bytes)), "a recording ends when its file reaches SIZE (bytes, or K/M/G suffix; at least 64K)"),
 ];
 
 impl Opt {
@@ -397,6 +420,15 @@ fn parse_size(v: &[u8]) -> Result<u64, &'static str> {
     n.checked_shl(shift).filter(|&b| b >> shift == n && b < 1 << 62).ok_or(ERR)
 }
 
+/// The smallest trace budget: the header, the footer's reserve and a few thousand calls.
+pub const RECORD_MIN_BYTES: u64 = 64 << 10;
+
+fn parse_record_max(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
+    const ERR: &str = "a size of at least 65536 bytes (64K), with an optional K, M or G suffix";
+    c.record_max_bytes = parse_size(v).ok().filter(|&n| n >= RECORD_MIN_BYTES).ok_or(ERR)?;
+    Ok(())
+}
+
 fn put_u64(out: &mut LineBuf, n: u64) {
     let _ = core::fmt::Write::write_fmt(out, format_args!("{n}"));
 }
@@ -440,6 +472,10 @@ static CONFIG: Cell = Cell(UnsafeCell::new(Config {
     prom_interval_s: 15,
     prom_file_mode: 0o644,
     instance: [0; INSTANCE_MAX],
+    record: [0; PATH_MAX],
+    record_seconds: 0,
+    record_max_bytes: 1 << 30,
+    ctl_dir: [0; PATH_MAX],
 }));
 
 /// The effective configuration (valid once initialisation has run).
@@ -447,6 +483,55 @@ static CONFIG: Cell = Cell(UnsafeCell::new(Config {
 pub fn get() -> &'static Config {
     // SAFETY: see `Cell`: no writes happen after initialisation.
     unsafe { &*CONFIG.0.get() }
+}
+
+/// The table in effect once the control channel has changed a run-time row (`set`); null
+/// until then. Each published table stays valid for the process's life (a reader may hold it).
+static CURRENT: core::sync::atomic::AtomicPtr<Config> =
+    core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
+/// Rows changed through the control channel (`get` shows source `set`).
+static SET: [core::sync::atomic::AtomicBool; OPTIONS.len()] =
+    [const { core::sync::atomic::AtomicBool::new(false) }; OPTIONS.len()];
+
+/// The configuration in effect now: the start-up table with the run-time rows changed by the
+/// control channel. The cold path reads run-time rows through this (never the hot path: it
+/// reads the atomics `set` updates).
+pub fn current() -> &'static Config {
+    let p = CURRENT.load(core::sync::atomic::Ordering::Acquire);
+    if p.is_null() {
+        get()
+    } else {
+        // SAFETY: only `publish`ed tables, which live for the process's life, are stored.
+        unsafe { &*p }
+    }
+}
+
+/// Publishes a changed table, row `i` being the one changed (the control channel, worker-only).
+pub fn publish(c: &'static Config, i: usize) {
+    CURRENT.store(c as *const Config as *mut Config, core::sync::atomic::Ordering::Release);
+    SET[i].store(true, core::sync::atomic::Ordering::Relaxed);
+}
+
+/// Where row `i`'s value comes from: `set` (control channel), `env` or `default`.
+pub fn source(i: usize) -> &'static str {
+    // SAFETY: FROM_ENV is only written during initialisation, before the channel can exist.
+    if SET[i].load(core::sync::atomic::Ordering::Relaxed) {
+        "set"
+    } else if unsafe { FROM_ENV[i] } {
+        "env"
+    } else {
+        "default"
+    }
+}
+
+/// Parses `v` as row `i`'s value into `c`; `Err` says what was expected.
+pub fn parse_row(i: usize, v: &[u8], c: &mut Config) -> Result<(), &'static str> {
+    OPTIONS[i].parse(v, c)
+}
+
+/// Writes row `i`'s value in `c`.
+pub fn show_row(i: usize, c: &Config, out: &mut LineBuf) {
+    OPTIONS[i].show(c, out)
 }
 
 /// Which rows were set by the environment (for the verbose table).

@@ -37,6 +37,17 @@ pub fn request() {
     }
 }
 
+/// Asks the worker to open the control channel (`cold::ctl`): one byte `a` to its pipe.
+/// Async-signal-safe. Without a worker (a single-threaded process) nothing happens: the channel
+/// is served by the shim's thread, and the client falls back to the plain signal.
+pub fn attach() {
+    let fd = WAKER.load(Relaxed);
+    if fd >= 0 {
+        // SAFETY: writing one byte from a static buffer; a full pipe already wakes the worker.
+        unsafe { libc::write(fd, b"a".as_ptr().cast(), 1) };
+    }
+}
+
 /// Requests ever made (`cold::dumpbound` compares it with those answered, to say when requests
 /// were merged).
 static ASKED: AtomicU64 = AtomicU64::new(0);

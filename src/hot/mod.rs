@@ -1,7 +1,8 @@
 //! The hot path: what runs inside malloc and free, and what it needs to start. The entry table
 //! ([`route`]), the recording around each call ([`record`]), glibc's C contract over every
 //! backend ([`c_contract`]), per-thread state and counters ([`tls`], [`slots`]), the bootstrap
-//! pool that serves allocations made before a backend is loaded ([`bootstrap`]), the sampled
+//! pool that serves allocations made before a backend is loaded ([`bootstrap`]), the trace
+//! recording's per-thread rings and trace table functions ([`tracebuf`]), the sampled
 //! heap profile's recording side ([`heapprof`]: sampler, stack walk, live-set tables), and lazy
 //! start-up with the option table ([`init`], [`config`]).
 //! Never allocates (outside the reentrancy guard), locks, panics or makes a syscall but the
@@ -18,3 +19,4 @@ pub mod record;
 pub mod route;
 pub mod slots;
 pub mod tls;
+pub mod tracebuf;

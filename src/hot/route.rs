@@ -13,6 +13,10 @@
 //! allocation's byte countdown and the free's filter test, 14.4 more per unsampled pair (256.5;
 //! +0.1 to +0.8 ns), the samples themselves being out of line.
 //!
+//! A trace window (`MALLOCSHIM_RECORD`, `mallocshim record`) moves the process to the traced
+//! twin of its table ([`set_traced`], one compare-and-swap) and back when it closes: outside a
+//! window the tables are today's, so recording costs nothing then.
+//!
 //! Heap profiles turned on at run time ([`heap_profiles_on`], from the C API) move the process to
 //! the heap-profiling table of its backend with one atomic store. Turned off, it stays there: the
 //! frees of blocks sampled earlier must still take them out of the live set, and only that
@@ -22,7 +26,7 @@
 //! (its address is replaced when it is sampled again): a figure slightly off, never a fault.
 
 use crate::backend::{Backend, Raw, ALL};
-use crate::hot::{bootstrap, record};
+use crate::hot::{bootstrap, record, tracebuf};
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
@@ -61,14 +65,38 @@ const fn table<B: Raw, const P: bool, const H: bool>() -> Table {
     }
 }
 
-/// Three tables per row of [`crate::backend::backend_list`], in row order: routing only,
-/// recording without heap profiles, recording with them.
+/// The table of a setting while a trace window records: `tracebuf`'s functions around the
+/// setting's own.
+const fn traced<B: Raw, const P: bool, const H: bool>() -> Table {
+    Table {
+        malloc: tracebuf::malloc::<B, P, H>,
+        free: tracebuf::free::<B, P, H>,
+        calloc: tracebuf::calloc::<B, P, H>,
+        realloc: tracebuf::realloc::<B, P, H>,
+        reallocarray: tracebuf::reallocarray::<B, P, H>,
+        posix_memalign: tracebuf::posix_memalign::<B, P, H>,
+        aligned_alloc: tracebuf::aligned_alloc::<B, P, H>,
+        memalign: tracebuf::memalign::<B, P, H>,
+        valloc: tracebuf::valloc::<B, P, H>,
+        pvalloc: tracebuf::pvalloc::<B, P, H>,
+        malloc_usable_size: record::malloc_usable_size::<B, P, H>,
+        free_sized: tracebuf::free_sized::<B, P, H>,
+        free_aligned_sized: tracebuf::free_aligned_sized::<B, P, H>,
+    }
+}
+
+/// Six tables per row of [`crate::backend::backend_list`], in row order: routing only,
+/// recording without heap profiles, recording with them; then the same three traced
+/// ([`TRACED`] columns further).
 macro_rules! define_tables {
     ($($(#[$doc:meta])* $variant:ident, $module:ident, $raw:ident;)*) => {
-        static TABLES: [[Table; 3]; ALL.len()] = [$([
+        static TABLES: [[Table; 6]; ALL.len()] = [$([
             table::<crate::backend::$module::$raw, false, false>(),
             table::<crate::backend::$module::$raw, true, false>(),
             table::<crate::backend::$module::$raw, true, true>(),
+            traced::<crate::backend::$module::$raw, false, false>(),
+            traced::<crate::backend::$module::$raw, true, false>(),
+            traced::<crate::backend::$module::$raw, true, true>(),
         ],)*];
         // The tables are indexed by the enum's discriminant: rows and variants in the same order.
         const _: () = {
@@ -113,15 +141,20 @@ pub fn publish(b: Backend, profile: bool, heap: bool) {
     ACTIVE.store(ptr(t), Ordering::Release);
 }
 
-/// Moves a process recording without heap profiles to the table with them (same backend);
-/// nothing otherwise (routing only, heap profiles already on, or not initialised yet). Safe from
-/// any thread at any time: one compare-and-swap.
+/// How far a setting's traced table is from its own, in a row.
+const TRACED: usize = 3;
+
+/// Moves a process recording without heap profiles to the table with them (same backend,
+/// traced or not); nothing otherwise (routing only, heap profiles already on, or not
+/// initialised yet). Safe from any thread at any time: compare-and-swaps.
 pub fn heap_profiles_on() {
     for row in TABLES.iter() {
-        let from = ptr(&row[column(true, false)]);
-        let to = ptr(&row[column(true, true)]);
-        if ACTIVE.compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-            return;
+        for t in [0, TRACED] {
+            let from = ptr(&row[column(true, false) + t]);
+            let to = ptr(&row[column(true, true) + t]);
+            if ACTIVE.compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                return;
+            }
         }
     }
 }
@@ -130,5 +163,25 @@ pub fn heap_profiles_on() {
 /// start or turned on since); for the dump and the tests.
 pub fn heap_table() -> bool {
     let a = ACTIVE.load(Ordering::Acquire);
-    TABLES.iter().any(|row| core::ptr::eq(a, &row[column(true, true)]))
+    TABLES.iter().any(|row| {
+        core::ptr::eq(a, &row[column(true, true)]) || core::ptr::eq(a, &row[column(true, true) + TRACED])
+    })
+}
+
+/// Moves the process to the traced table of its setting (`on`) or back (a trace window opens
+/// or closes); false when it is not on the other one (not initialised, or already there).
+/// A thread that loaded the old table just before may serve one more call from it.
+pub fn set_traced(on: bool) -> bool {
+    for row in TABLES.iter() {
+        for c in 0..TRACED {
+            let (from, to) = if on { (c, c + TRACED) } else { (c + TRACED, c) };
+            if ACTIVE
+                .compare_exchange(ptr(&row[from]), ptr(&row[to]), Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return true;
+            }
+        }
+    }
+    false
 }

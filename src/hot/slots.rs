@@ -100,6 +100,8 @@ pub struct Slot {
     in_use: AtomicU32,
     /// Next slot on the retired list (`fold`), while this one is on it.
     retired_next: AtomicPtr<Slot>,
+    /// The owner's trace ring while a window records (`tracebuf`); handed back at its exit.
+    pub trace: AtomicPtr<crate::hot::tracebuf::Buf>,
 }
 
 /// Calls and bytes of one op and size class.
@@ -138,6 +140,7 @@ impl Slot {
             start_unix_ms: AtomicU64::new(0),
             folded_threads: AtomicU64::new(0),
             in_use: AtomicU32::new(0),
+            trace: AtomicPtr::new(ptr::null_mut()),
             retired_next: AtomicPtr::new(ptr::null_mut()),
         }
     }
@@ -287,6 +290,7 @@ unsafe extern "C" fn release(p: *mut c_void) {
     }
     // SAFETY: `p` is the slot this thread claimed (set by `claim`).
     let slot = unsafe { &*s };
+    crate::hot::tracebuf::detach(slot);
     // SAFETY: this thread's TLS block: later calls count in EXITED, out of line (countdown 0).
     unsafe {
         (*tls::state()).slot = exited_ptr();

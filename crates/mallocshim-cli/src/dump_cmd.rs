@@ -136,7 +136,7 @@ fn catches(pid: u32, sig: i32) -> Result<bool, Fail> {
 }
 
 /// Waits until the process has the shim mapped and catches `sig`, until `deadline`.
-fn wait_caught(pid: u32, sig: i32, deadline: Instant, timeout: f64) -> Result<(), Fail> {
+pub fn wait_caught(pid: u32, sig: i32, deadline: Instant, timeout: f64) -> Result<(), Fail> {
     loop {
         if mapped(pid)? && catches(pid, sig)? {
             return Ok(());

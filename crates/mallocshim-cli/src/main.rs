@@ -1,6 +1,6 @@
 //! `mallocshim`: the command for the files `libmallocshim.so` writes and for comparing
 //! allocators under it. Subcommands: `report` (one dump), `diff` (two dumps), `dump` (signal one
-//! process and wait for its dump), `top` (a live interval view), `heap` (heap profiles' top call
+//! process and wait for its dump), `trim`, `get`, `set` (the control channel), `top` (a live interval view), `heap` (heap profiles' top call
 //! sites and growth), `plot` (memlog CSVs), `diagnose` (a memlog's verdict),
 //! `compare` (the MariaDB comparison runner), `replay` (an allocation trace through each
 //! backend; the hidden `replay-engine` is its per-backend process); the hidden `generate DIR` writes the man
@@ -13,6 +13,7 @@
 mod backends;
 #[cfg(feature = "compare")]
 mod compare;
+mod ctl_client;
 mod diagnose;
 mod diff;
 mod dump_cmd;
@@ -21,6 +22,7 @@ mod interval;
 mod pfs;
 mod plot;
 mod plot_cmd;
+mod record_cmd;
 mod replay;
 mod report;
 mod secure_write;
@@ -59,6 +61,10 @@ enum Cmd {
     Diff(diff::Args),
     Heap(heap::Args),
     Dump(dump_cmd::Args),
+    Trim(ctl_client::TrimArgs),
+    Get(ctl_client::GetArgs),
+    Set(ctl_client::SetArgs),
+    Record(record_cmd::RecordArgs),
     Top(top::Args),
     Plot(plot_cmd::Args),
     Diagnose(diagnose::Args),
@@ -164,6 +170,10 @@ fn main() -> ExitCode {
         }
         Cmd::Dump(a) => return finish("dump", dump_cmd::run(a)),
         Cmd::Top(a) => return finish("top", top::run(a)),
+        Cmd::Trim(a) => return finish("trim", ctl_client::trim(a)),
+        Cmd::Get(a) => return finish("get", ctl_client::get(a)),
+        Cmd::Set(a) => return finish("set", ctl_client::set(a)),
+        Cmd::Record(a) => return finish("record", record_cmd::run(a)),
         Cmd::Report(a) => ("report", report::run(a)),
         Cmd::Diff(a) => ("diff", diff::run(a)),
         Cmd::Heap(a) => ("heap", heap::run(a)),

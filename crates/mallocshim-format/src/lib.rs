@@ -14,7 +14,8 @@
 //!   [`BACKENDS`], its names as `MALLOCSHIM_BACKEND` accepts them and dumps carry them;
 //! - [`stats`]: the median every report, test and bench takes;
 //! - [`trace`]: the allocation trace of `MALLOCSHIM_RECORD` / `mallocshim record` (zstd,
-//!   versioned by its own [`trace::VERSION`]), written by the shim and read by `mallocshim replay`.
+//!   versioned by its own [`trace::VERSION`]), written by the shim and read by `mallocshim replay`;
+//! - [`ctl`]: the control channel's protocol constants (attach signal value, socket path, framing).
 //!
 //! Compatibility: fields may be added to every object (a reader ignores what it does not know;
 //! fields a newer writer adds are `#[serde(default)]` here, so older dumps still read); the
@@ -27,6 +28,7 @@
 
 pub mod backends;
 pub mod classes;
+pub mod ctl;
 pub mod dump;
 pub mod formats;
 pub mod memlog;

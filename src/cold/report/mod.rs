@@ -154,7 +154,7 @@ pub fn snapshot() -> Snapshot {
         backend: crate::backend::active().name(),
         unix_time_ms: now_ms,
         uptime_s: up as f64 / 1000.0,
-        sample_every: crate::hot::config::get().sample_every,
+        sample_every: crate::hot::config::current().sample_every,
         profiling: crate::hot::config::get().profile,
         classes,
         threads,

@@ -213,6 +213,8 @@ pub struct TraceWriter<W: Write> {
     st: codec::State,
     buf: Vec<u8>,
     events: u64,
+    /// Encoded bytes given to zstd since the last flush (not yet surely on the writer).
+    unflushed: u64,
 }
 
 impl<W: Write> TraceWriter<W> {
@@ -230,7 +232,7 @@ impl<W: Write> TraceWriter<W> {
         enc.include_checksum(true)?;
         let mut buf = Vec::with_capacity(1 << 16);
         codec::put_header(&mut buf, header);
-        Ok(TraceWriter { enc, st: codec::State::default(), buf, events: 0 })
+        Ok(TraceWriter { enc, st: codec::State::default(), buf, events: 0, unflushed: 0 })
     }
 
     /// Declares a thread (before its first event).
@@ -250,6 +252,7 @@ impl<W: Write> TraceWriter<W> {
     fn spill(&mut self) -> Result<(), TraceError> {
         if self.buf.len() >= 1 << 15 {
             self.enc.write_all(&self.buf)?;
+            self.unflushed += self.buf.len() as u64;
             self.buf.clear();
         }
         Ok(())
@@ -271,7 +274,15 @@ impl<W: Write> TraceWriter<W> {
         self.enc.write_all(&self.buf)?;
         self.buf.clear();
         self.enc.flush()?;
+        self.unflushed = 0;
         Ok(())
+    }
+
+    /// An upper bound of the file's size if it were flushed now (zstd never expands data by
+    /// more than its block headers): [`TraceWriter::bytes_written`] plus the encoded bytes not
+    /// flushed yet plus 64. A hard size budget compares this, and flushes when it comes close.
+    pub fn size_bound(&self) -> u64 {
+        self.bytes_written() + self.unflushed + self.buf.len() as u64 + 64
     }
 
     /// Writes the footer (its `events` set to the count written) and ends the frame; returns

@@ -1,0 +1,226 @@
+//! The control channel's client (docs/control.md): finds a process's socket
+//! (`<dir>/<pid>.sock`, the directory by `mallocshim_format::ctl::dir` from the process's
+//! effective uid and its `MALLOCSHIM_CTL_DIR`), asks the process to open it when nothing listens
+//! (its dump signal queued with the attach value, only once the signal is caught), sends one
+//! request line and reads the reply. Also the `trim`, `get` and `set` subcommands. Owns no
+//! server state: each request is one connection.
+
+use crate::dump_cmd::{check_process, dump_signal, wait_caught, Fail};
+use mallocshim_format::ctl as proto;
+use mallocshim_proc::environ_var;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+fn fail(code: u8, msg: String) -> Fail {
+    Fail { code, msg }
+}
+
+/// The process's effective uid (/proc/PID/status `Uid:`, second field).
+fn euid(pid: u32) -> Result<u32, Fail> {
+    let st = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|e| fail(1, format!("cannot read /proc/{pid}/status: {e}")))?;
+    st.lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .ok_or_else(|| fail(1, format!("no Uid line in /proc/{pid}/status")))
+}
+
+/// Where the process's socket is: through /proc/PID/root first (the process's own mount
+/// namespace: a private /tmp), then the path as this process sees it.
+fn socket_paths(pid: u32) -> Result<Vec<PathBuf>, Fail> {
+    let dir = proto::dir(euid(pid)?, environ_var(pid, "MALLOCSHIM_CTL_DIR").as_deref());
+    let p = format!("{dir}/{}", proto::socket_name(pid));
+    Ok(vec![PathBuf::from(format!("/proc/{pid}/root{p}")), PathBuf::from(p)])
+}
+
+fn connect_now(paths: &[PathBuf]) -> Option<UnixStream> {
+    paths.iter().find_map(|p| UnixStream::connect(p).ok())
+}
+
+/// Asks `pid` to open its channel (its dump signal queued with the attach value).
+fn attach(pid: u32, sig: i32) -> Result<(), Fail> {
+    let v = libc::sigval { sival_ptr: proto::ATTACH_MAGIC as *mut libc::c_void };
+    // SAFETY: sigqueue(3) on one pid with a valid signal number and a plain value.
+    if unsafe { libc::sigqueue(pid as libc::pid_t, sig, v) } != 0 {
+        return Err(fail(1, format!("cannot signal process {pid}: {}", std::io::Error::last_os_error())));
+    }
+    Ok(())
+}
+
+/// A connection to `pid`'s channel: the open socket, else an attach and a wait (at most
+/// `wait`) for it. `Ok(None)`: the process did not open one (a single-threaded process, an
+/// older shim, a refused directory: see its stderr).
+pub fn connect(pid: u32, wait: Duration) -> Result<Option<UnixStream>, Fail> {
+    check_process(pid)?;
+    let paths = socket_paths(pid)?;
+    if let Some(s) = connect_now(&paths) {
+        return Ok(Some(s));
+    }
+    let Some(sig) = dump_signal(pid) else {
+        return Err(fail(
+            1,
+            format!("process {pid} has no dump signal (MALLOCSHIM_DUMP_SIGNAL=none): no channel"),
+        ));
+    };
+    let deadline = Instant::now() + wait;
+    wait_caught(pid, sig, deadline, wait.as_secs_f64())?;
+    attach(pid, sig)?;
+    loop {
+        if let Some(s) = connect_now(&paths) {
+            return Ok(Some(s));
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Sends one request on `s` and returns the reply's body, or its error line as a failure.
+pub fn request_on(mut s: UnixStream, pid: u32, line: &str, timeout: Duration) -> Result<String, Fail> {
+    let io = |e: std::io::Error| fail(1, format!("control channel of process {pid}: {e}"));
+    s.set_read_timeout(Some(timeout)).map_err(io)?;
+    s.set_write_timeout(Some(timeout)).map_err(io)?;
+    s.write_all(format!("{line}\n").as_bytes()).map_err(io)?;
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).map_err(io)?;
+    if let Some(body) = reply.strip_prefix(&format!("{}\n", proto::OK)) {
+        return Ok(body.to_string());
+    }
+    let msg = reply.strip_prefix(proto::ERR).unwrap_or(&reply).trim_end();
+    Err(fail(
+        1,
+        if msg.is_empty() { format!("process {pid} closed the control channel") } else { msg.into() },
+    ))
+}
+
+/// One request to `pid`, attaching when needed.
+pub fn request(pid: u32, line: &str, timeout: f64) -> Result<String, Fail> {
+    if !(timeout.is_finite() && timeout > 0.0) {
+        return Err(fail(2, format!("--timeout wants seconds above 0, got {timeout}")));
+    }
+    let t = Duration::from_secs_f64(timeout);
+    match connect(pid, t)? {
+        Some(s) => request_on(s, pid, line, t),
+        None => Err(fail(
+            1,
+            format!(
+                "process {pid} opened no control channel within {timeout}s (the shim's thread starts with the \
+                 program's second thread; a refused channel directory is named on the process's stderr)"
+            ),
+        )),
+    }
+}
+
+/// `mallocshim trim PID`.
+#[derive(clap::Args, Debug)]
+#[command(
+    about = "Give a running process's free memory back to the OS now (the backend's release call)",
+    long_about = "Through the control channel (docs/control.md), run the backend's release call in \
+                  process PID now (glibc malloc_trim(0), jemalloc arena purge, tcmalloc \
+                  ReleaseFreeMemory, mimalloc mi_collect) and print its RSS before and after and \
+                  the bytes released (RSS from /proc/PID/statm, in the process).\n\n\
+                  Exit status: 0 done; 1 no channel (see mallocshim get); 2 bad arguments.",
+    after_help = "Example:\n  mallocshim trim $(pgrep -o -x mariadbd)"
+)]
+pub struct TrimArgs {
+    #[arg(value_name = "PID")]
+    pub pid: u32,
+    /// Seconds to wait for the channel and for the reply.
+    #[arg(long, value_name = "S", default_value_t = 10.0)]
+    pub timeout: f64,
+    /// Print the reply's key=value lines as they are.
+    #[arg(long)]
+    pub raw: bool,
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.1} MiB", b as f64 / 1048576.0)
+}
+
+pub fn trim(a: &TrimArgs) -> Result<String, Fail> {
+    let body = request(a.pid, "trim", a.timeout)?;
+    if a.raw {
+        return Ok(body);
+    }
+    let kv = |k: &str| -> u64 {
+        body.lines().find_map(|l| l.strip_prefix(k)?.strip_prefix('=')?.parse().ok()).unwrap_or(0)
+    };
+    Ok(format!(
+        "RSS {} -> {}: released {} in {} ms (the backend held {} free before)\n",
+        mib(kv("rss_before_bytes")),
+        mib(kv("rss_after_bytes")),
+        mib(kv("released_bytes")),
+        kv("duration_us") / 1000,
+        mib(kv("backend_free_before_bytes"))
+    ))
+}
+
+/// `mallocshim get PID`.
+#[derive(clap::Args, Debug)]
+#[command(
+    about = "Print the options in effect in a running process: value, source, settable at run time",
+    long_about = "Through the control channel (docs/control.md), print every MALLOCSHIM_* option of \
+                  process PID: its value now, where it comes from (env: the environment at start; \
+                  default; set: changed by mallocshim set) and whether it can change at run time.\n\n\
+                  Exit status: 0 done; 1 no channel; 2 bad arguments.",
+    after_help = "Example:\n  mallocshim get $(pgrep -o -x mariadbd)"
+)]
+pub struct GetArgs {
+    #[arg(value_name = "PID")]
+    pub pid: u32,
+    /// Seconds to wait for the channel and for the reply.
+    #[arg(long, value_name = "S", default_value_t = 10.0)]
+    pub timeout: f64,
+    /// The table as a JSON array of {name, value, source, settable}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn get(a: &GetArgs) -> Result<String, Fail> {
+    if a.json {
+        return request(a.pid, "get json", a.timeout);
+    }
+    let body = request(a.pid, "get", a.timeout)?;
+    let rows: Vec<Vec<&str>> = body.lines().map(|l| l.split('\t').collect()).collect();
+    let w0 = rows.iter().map(|r| r[0].len()).max().unwrap_or(0);
+    let w1 = rows.iter().map(|r| r.get(1).map_or(0, |v| v.len())).max().unwrap_or(0).min(40);
+    let mut o = format!("{:<w0$}  {:<w1$}  {:<7}  {}\n", "option", "value", "source", "settable");
+    for r in rows.iter().filter(|r| r.len() == 4) {
+        o.push_str(&format!("{:<w0$}  {:<w1$}  {:<7}  {}\n", r[0], r[1], r[2], r[3]));
+    }
+    Ok(o)
+}
+
+/// `mallocshim set PID NAME=VALUE`.
+#[derive(clap::Args, Debug)]
+#[command(
+    about = "Change a run-time option in a running process (trim interval, RSS ceiling, sampling, ...)",
+    long_about = "Through the control channel (docs/control.md), change option NAME of process PID to \
+                  VALUE, as if it had been in its environment at start; NAME with or without the \
+                  MALLOCSHIM_ prefix. Only options `mallocshim get` shows as settable: the trim \
+                  interval, minimum, RSS ceiling and pressure trims, the heap-profile rate, latency \
+                  sampling, dump formats, interval, keep and rate limit, the memlog and the textfile. \
+                  A bad value changes nothing. Prints NAME=VALUE (was OLD).\n\n\
+                  Exit status: 0 set; 1 refused (its reason on stderr) or no channel; 2 bad arguments.",
+    after_help = "Example:\n  mallocshim set $(pgrep -o -x mariadbd) TRIM_INTERVAL_MS=1000"
+)]
+pub struct SetArgs {
+    #[arg(value_name = "PID")]
+    pub pid: u32,
+    /// NAME=VALUE.
+    #[arg(value_name = "NAME=VALUE")]
+    pub setting: String,
+    /// Seconds to wait for the channel and for the reply.
+    #[arg(long, value_name = "S", default_value_t = 10.0)]
+    pub timeout: f64,
+}
+
+pub fn set(a: &SetArgs) -> Result<String, Fail> {
+    if !a.setting.contains('=') || a.setting.contains('\n') {
+        return Err(fail(2, format!("expected NAME=VALUE, got `{}`", a.setting.escape_default())));
+    }
+    request(a.pid, &format!("set {}", a.setting), a.timeout)
+}

@@ -1,0 +1,122 @@
+//! `mallocshim record PID --seconds N --out FILE [--max-bytes B]` (issue 24): asks a running
+//! process, through its control channel (`record` row, docs/control.md), to record every
+//! allocator call for N seconds into FILE, waits for the window to close and prints what the
+//! trace holds (calls, threads, size, bytes per call, why it ended). `--stop` ends a window
+//! early. The trace format is `mallocshim_format::trace` (docs/trace-format.md). Owns nothing
+//! else.
+
+use crate::ctl_client::request;
+use crate::dump_cmd::Fail;
+use mallocshim_format::trace;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// `mallocshim record PID`.
+#[derive(clap::Args, Debug)]
+#[command(
+    about = "Record a window of a running process's allocator calls into a trace file (for mallocshim replay)",
+    long_about = "Through the control channel (docs/control.md), make process PID record every \
+                  allocator call of every thread (op, size, alignment, thread, block id, time; no \
+                  data) for --seconds into --out (zstd, docs/trace-format.md), then print what \
+                  the trace holds. The window ends early at --max-bytes, when the process exits, \
+                  or with --stop. Cost and safety: docs/record.md.\n\n\
+                  Exit status: 0 recorded; 1 refused, no channel or no complete trace; 2 bad arguments.",
+    after_help = "Example:\n  mallocshim record $(pgrep -o -x mariadbd) --seconds 30 --out /var/tmp/mysqld.mst"
+)]
+pub struct RecordArgs {
+    #[arg(value_name = "PID")]
+    pub pid: u32,
+    /// Seconds to record (0: until --stop or the process exits; the command does not wait then).
+    #[arg(long, value_name = "N", default_value_t = 30)]
+    pub seconds: u64,
+    /// The trace file (created 0600 by the process, with its permissions).
+    #[arg(long, value_name = "FILE", required_unless_present = "stop")]
+    pub out: Option<PathBuf>,
+    /// Size budget of the file (bytes, or a K, M or G suffix; at least 64K).
+    #[arg(long, value_name = "B", default_value = "1G")]
+    pub max_bytes: String,
+    /// End the process's window now.
+    #[arg(long)]
+    pub stop: bool,
+    /// Seconds to wait for the channel and for each reply.
+    #[arg(long, value_name = "S", default_value_t = 10.0)]
+    pub timeout: f64,
+}
+
+fn fail(code: u8, msg: String) -> Fail {
+    Fail { code, msg }
+}
+
+/// A byte count with an optional K, M or G suffix.
+fn parse_size(v: &str) -> Option<u64> {
+    let (num, shift) = match v.as_bytes().last()? {
+        b'K' | b'k' => (&v[..v.len() - 1], 10),
+        b'M' | b'm' => (&v[..v.len() - 1], 20),
+        b'G' | b'g' => (&v[..v.len() - 1], 30),
+        _ => (v, 0),
+    };
+    num.parse::<u64>().ok()?.checked_mul(1 << shift)
+}
+
+fn absolute(p: &Path) -> Result<PathBuf, Fail> {
+    let p = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir().map_err(|e| fail(1, e.to_string()))?.join(p)
+    };
+    if p.to_str().is_none_or(|s| s.contains(char::is_whitespace)) {
+        return Err(fail(2, format!("--out {}: the path must be UTF-8 without spaces", p.display())));
+    }
+    Ok(p)
+}
+
+pub fn run(a: &RecordArgs) -> Result<String, Fail> {
+    if a.stop {
+        return request(a.pid, "record stop", a.timeout);
+    }
+    let max = parse_size(&a.max_bytes)
+        .filter(|&b| b >= 64 << 10)
+        .ok_or_else(|| fail(2, format!("--max-bytes {}: expected a size of at least 64K", a.max_bytes)))?;
+    let out = absolute(a.out.as_deref().expect("clap: --out"))?;
+    request(a.pid, &format!("record {} {} {max}", out.display(), a.seconds), a.timeout)?;
+    if a.seconds == 0 {
+        return Ok(format!(
+            "recording process {} into {} until `mallocshim record {} --stop` or exit\n",
+            a.pid,
+            out.display(),
+            a.pid
+        ));
+    }
+    // The window closes within a drain (10 ms) of its end; the process may also exit first.
+    let deadline =
+        Instant::now() + Duration::from_secs(a.seconds) + Duration::from_secs_f64(a.timeout.max(5.0));
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        match trace::read_file(&out) {
+            Ok((h, threads, events, f)) => {
+                return Ok(summary(&out, &h, threads.len(), events.len() as u64, &f))
+            }
+            Err(e) if Instant::now() > deadline => {
+                return Err(fail(
+                    1,
+                    format!("{}: no complete trace after {} s: {e}", out.display(), a.seconds),
+                ))
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+fn summary(out: &Path, h: &trace::Header, threads: usize, events: u64, f: &trace::Footer) -> String {
+    let bytes = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
+    format!(
+        "{}: {events} calls of {threads} threads in {:.1} s of process {} ({}), {bytes} bytes ({:.2} bytes per call); ended: {}{}\n",
+        out.display(),
+        f.window_ns as f64 / 1e9,
+        h.pid,
+        h.backend,
+        bytes as f64 / events.max(1) as f64,
+        f.ended.name(),
+        if f.dropped > 0 { format!("; {} calls dropped (full buffers)", f.dropped) } else { String::new() }
+    )
+}

@@ -1,0 +1,209 @@
+//! The drain: reads every thread's trace ring (`hot::tracebuf`), merges the calls by time,
+//! maps addresses to dense block ids and hands the events to the trace writer. Runs on the
+//! shim's thread (or, in a process without it, on the thread whose ring filled), under the
+//! reentrancy guard, with the recorder's lock held. Owns the address map; never touches a ring
+//! beyond its tail and head.
+//! Order: a call is written once it is older than [`HOLD_NS`], so that a call timed just before
+//! a pass but published just after it still sorts in; one published later than that (its
+//! thread was descheduled between the clock and the store for longer) is written at the time of
+//! the last event written, and counted in the footer's `reordered`.
+
+use crate::hot::tracebuf::{self, Buf, Entry, ENDED, FREE};
+use mallocshim_format::trace::{Event, Thread, TraceError, TraceOp, TraceWriter, PRE_WINDOW};
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::atomic::Ordering::*;
+
+/// How old a call must be before it is written, ns.
+pub const HOLD_NS: u64 = 20_000_000;
+
+/// One call read from a ring, with its thread index.
+#[derive(Clone, Copy)]
+struct Raw {
+    rel: u64,
+    seq: u64,
+    thread: u32,
+    e: Entry,
+}
+
+/// The drain's state for one window.
+pub struct Drain {
+    window: u64,
+    ns_per_tick: f64,
+    /// Claim number of a ring → thread index.
+    threads: HashMap<u64, u32>,
+    /// Calls dropped per thread index (a full ring), as last read.
+    pub dropped: Vec<u64>,
+    pending: Vec<Raw>,
+    seq: u64,
+    blocks: HashMap<u64, u64>,
+    ids: u64,
+    pre: u64,
+    last_ns: u64,
+    /// Calls written out of their time order (late) or whose block had to be taken as freed.
+    pub reordered: u64,
+}
+
+impl Drain {
+    pub fn new(window: u64) -> Drain {
+        Drain {
+            window,
+            ns_per_tick: crate::base::clock::ns_per_tick(),
+            threads: HashMap::new(),
+            dropped: Vec::new(),
+            pending: Vec::new(),
+            seq: 0,
+            blocks: HashMap::with_capacity(1 << 16),
+            ids: 0,
+            pre: 0,
+            last_ns: 0,
+            reordered: 0,
+        }
+    }
+
+    /// Reads every ring of the window into the pending calls (declaring new threads to `w`),
+    /// and frees the rings of exited threads once read.
+    pub fn collect<W: Write>(&mut self, w: &mut TraceWriter<W>) -> Result<(), TraceError> {
+        for b in tracebuf::buffers() {
+            let state = b.state.load(Acquire);
+            if state == FREE {
+                continue;
+            }
+            if b.window.load(Acquire) != self.window {
+                // A ring of an earlier window whose thread has exited: nobody reads it now.
+                if state == ENDED {
+                    b.state.store(FREE, Release);
+                }
+                continue;
+            }
+            let t = self.thread_of(b, w)?;
+            self.read_ring(b, t);
+            if state == ENDED {
+                b.state.store(FREE, Release);
+            }
+        }
+        Ok(())
+    }
+
+    fn thread_of<W: Write>(&mut self, b: &Buf, w: &mut TraceWriter<W>) -> Result<u32, TraceError> {
+        let claim = b.claim.load(Relaxed);
+        if let Some(&t) = self.threads.get(&claim) {
+            return Ok(t);
+        }
+        let index = self.threads.len() as u32;
+        let tid = b.tid.load(Relaxed);
+        let name = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).unwrap_or_default();
+        w.thread(&Thread { index, tid, name: name.trim_end().to_string() })?;
+        self.threads.insert(claim, index);
+        self.dropped.push(0);
+        Ok(index)
+    }
+
+    fn read_ring(&mut self, b: &Buf, thread: u32) {
+        let head = b.head.load(Acquire);
+        let tail = b.tail.load(Relaxed);
+        for i in tail..head {
+            // SAFETY: an entry below the head the owner published (release), not yet freed.
+            let e = unsafe { b.entry(i).read() };
+            let mut rel = e.w0 >> 8;
+            // Timed a hair before the window's start was published: at the start.
+            if rel >= 1 << 55 {
+                rel = 0;
+            }
+            self.pending.push(Raw { rel, seq: self.seq, thread, e });
+            self.seq += 1;
+        }
+        b.tail.store(head, Release);
+        self.dropped[thread as usize] = b.dropped.load(Relaxed);
+    }
+
+    /// Writes the pending calls older than [`HOLD_NS`] before `now_rel` ticks (all with
+    /// `all`), in time order. `stop(w)` is asked before each event: true ends the writing
+    /// (the size budget), and the rest is discarded; returns whether it stopped.
+    pub fn emit<W: Write>(
+        &mut self,
+        w: &mut TraceWriter<W>,
+        now_rel: u64,
+        all: bool,
+        mut stop: impl FnMut(&mut TraceWriter<W>) -> Result<bool, TraceError>,
+    ) -> Result<bool, TraceError> {
+        self.pending.sort_unstable_by_key(|r| (r.rel, r.seq));
+        let hold = (HOLD_NS as f64 / self.ns_per_tick) as u64;
+        let cut = if all { u64::MAX } else { now_rel.saturating_sub(hold) };
+        let n = self.pending.partition_point(|r| r.rel <= cut);
+        let ready: Vec<Raw> = self.pending.drain(..n).collect();
+        for r in ready {
+            if stop(w)? {
+                self.pending.clear();
+                return Ok(true);
+            }
+            self.write_one(w, &r)?;
+        }
+        Ok(false)
+    }
+
+    fn write_one<W: Write>(&mut self, w: &mut TraceWriter<W>, r: &Raw) -> Result<(), TraceError> {
+        let mut t_ns = (r.rel as f64 * self.ns_per_tick) as u64;
+        if t_ns < self.last_ns {
+            self.reordered += 1;
+            t_ns = self.last_ns;
+        }
+        self.last_ns = t_ns;
+        let Some(op) = TraceOp::from_u8((r.e.w0 & 7) as u8) else {
+            return Ok(());
+        };
+        let align = if op == TraceOp::Memalign { 1u32 << ((r.e.w0 >> 3) & 31) } else { 0 };
+        let mut ev =
+            Event { t_ns, thread: r.thread, op, size: r.e.size, align, id: 0, old_id: 0, old_size: 0 };
+        if op.takes_block() && r.e.old != 0 {
+            match self.blocks.remove(&r.e.old) {
+                Some(id) => ev.old_id = id,
+                None => {
+                    self.pre += 1;
+                    ev.old_id = PRE_WINDOW | self.pre;
+                    // The ring carries a free's usable size; a realloc's old size is unknown.
+                    ev.old_size = if op == TraceOp::Free { r.e.size } else { 0 };
+                }
+            }
+        }
+        if op == TraceOp::Free {
+            ev.size = 0;
+        }
+        if op.allocates() && r.e.addr != 0 {
+            if let Some(stale) = self.blocks.remove(&r.e.addr) {
+                // Allocated again before its free was seen (a late free): freed here.
+                self.reordered += 1;
+                let f = Event {
+                    t_ns,
+                    thread: r.thread,
+                    op: TraceOp::Free,
+                    size: 0,
+                    align: 0,
+                    id: 0,
+                    old_id: stale,
+                    old_size: 0,
+                };
+                w.write(&f)?;
+            }
+            self.ids += 1;
+            ev.id = self.ids;
+            self.blocks.insert(r.e.addr, ev.id);
+        } else if op == TraceOp::Realloc && r.e.size != 0 && ev.old_id != 0 && ev.old_id & PRE_WINDOW == 0 {
+            // A failed realloc leaves its block live, under the same id (a pre-window block's
+            // next use is taken as another pre-window block).
+            self.blocks.insert(r.e.old, ev.old_id);
+        }
+        w.write(&ev)
+    }
+
+    /// Calls dropped per thread (threads with none left out).
+    pub fn dropped_per_thread(&self) -> Vec<(u32, u64)> {
+        self.dropped
+            .iter()
+            .enumerate()
+            .filter(|(_, &n)| n > 0)
+            .map(|(t, &n)| (t as u32, n))
+            .take(256)
+            .collect()
+    }
+}

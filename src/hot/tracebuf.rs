@@ -1,0 +1,390 @@
+//! The recording's hot half (issue 24): the trace entry table's functions, which wrap the
+//! table in force before the window opened, and the per-thread buffers they append to. A
+//! window is open while [`WINDOW`] is non-zero and `route` serves the trace table; outside a
+//! window nothing here runs (the ordinary tables do not know it), so recording costs nothing
+//! then.
+//! Each thread appends to its own single-producer ring ([`Buf`], [`CAP`] entries of 32 bytes)
+//! with plain stores and one release store of its head; the shim's thread (`cold::record`)
+//! reads entries up to the head and releases them with a store of the tail. No lock, no
+//! allocation, no syscall but the clock on the append. A full ring never blocks: the call is
+//! counted in the buffer's `dropped` (the footer says how many) and not recorded — or, in a
+//! process without the shim's thread, drained on the spot through the hook the cold path
+//! registered ([`set_inline_drain`]), under the guard (the mailbox's exception, for the same
+//! reason: no other thread exists to do it).
+//! Exception, out of line and under the reentrancy guard: a thread's first call in a window
+//! claims a buffer from a pool of mmap()ed buffers (mapped once, then reused), and its slot
+//! (`slots::claim`) when it has none. A thread's buffer is handed back at its exit by the slot's
+//! release (`slots`), marked ended; the drain frees it once read. Calls made after that (other
+//! libraries' TSD destructors) are counted in [`NO_BUFFER`], not recorded.
+//! Times: a free's before the backend is called, an allocation's after it returned, so a block
+//! freed by one thread and reused by another orders free first. Must not import `cold`.
+
+use crate::backend::Raw;
+use crate::base::{clock, sys};
+use crate::hot::{c_contract, record, slots, tls};
+use core::cell::UnsafeCell;
+use core::ffi::{c_int, c_void};
+use core::ptr;
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
+
+/// Entries per buffer (512 KiB): at mariadbd's busiest threads (~100,000 calls/s) over 160 ms,
+/// far more than the 10 ms between drains.
+pub const CAP: usize = 1 << 14;
+/// Most buffers at once (threads recording in one window; 2 GiB of address space at most).
+pub const MAX_BUFS: usize = 4096;
+
+/// One call, as the drain reads it.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct Entry {
+    /// Ticks since the window opened << 8 | log2(alignment) << 3 | op.
+    pub w0: u64,
+    /// The block returned (0: NULL); for free, 0.
+    pub addr: u64,
+    /// The block given (free, realloc; 0: NULL).
+    pub old: u64,
+    /// Bytes requested; for free, the block's usable size.
+    pub size: u64,
+}
+
+/// Buffer states.
+pub const FREE: u32 = 0;
+pub const OWNED: u32 = 1;
+pub const ENDED: u32 = 2;
+
+/// One thread's ring, in its own mapping.
+#[repr(C, align(64))]
+pub struct Buf {
+    /// Entries written (the owner's; release-stored after each entry).
+    pub head: AtomicU64,
+    _pad: [u64; 7],
+    /// Entries read (the drain's).
+    pub tail: AtomicU64,
+    /// FREE, OWNED, ENDED.
+    pub state: AtomicU32,
+    /// Kernel thread id of the owner.
+    pub tid: AtomicU32,
+    /// The window it was claimed in.
+    pub window: AtomicU64,
+    /// Claim number (unique per claim in the process: the drain's thread key).
+    pub claim: AtomicU64,
+    /// Calls not recorded because the ring was full.
+    pub dropped: AtomicU64,
+    entries: [UnsafeCell<Entry>; CAP],
+}
+
+impl Buf {
+    /// Entry `i` (mod CAP).
+    ///
+    /// # Safety
+    /// Only the owner writes an entry between tail and head+1, only the drain reads one below head.
+    pub unsafe fn entry(&self, i: u64) -> *mut Entry {
+        self.entries[(i as usize) & (CAP - 1)].get()
+    }
+}
+
+/// The open window's number (0: no window).
+pub static WINDOW: AtomicU64 = AtomicU64::new(0);
+/// Ticks when the open window opened.
+pub static T0: AtomicU64 = AtomicU64::new(0);
+/// Calls in a window made by a thread that had no buffer (after its slot was released, or
+/// when the pool was exhausted).
+pub static NO_BUFFER: AtomicU64 = AtomicU64::new(0);
+static BUFS: [AtomicPtr<Buf>; MAX_BUFS] = [const { AtomicPtr::new(ptr::null_mut()) }; MAX_BUFS];
+static CLAIMS: AtomicU64 = AtomicU64::new(0);
+/// The cold path's drain for a process without the shim's thread (a `fn()`); 0 = none.
+static INLINE_DRAIN: AtomicUsize = AtomicUsize::new(0);
+
+/// Every buffer mapped so far (null entries past the last).
+pub fn buffers() -> impl Iterator<Item = &'static Buf> {
+    // SAFETY: a published buffer stays mapped for the process's life.
+    BUFS.iter().map(|b| b.load(Acquire)).take_while(|p| !p.is_null()).map(|p| unsafe { &*p })
+}
+
+/// Registers (or, with None, removes) the drain a full ring calls in a process without the
+/// shim's thread.
+pub fn set_inline_drain(f: Option<fn()>) {
+    INLINE_DRAIN.store(f.map_or(0, |f| f as usize), Release);
+}
+
+/// Hands a thread's buffer back (slot release at thread exit): the drain reads what is left
+/// and frees it.
+pub fn detach(s: &slots::Slot) {
+    let b = s.trace.swap(ptr::null_mut(), AcqRel);
+    if !b.is_null() {
+        // SAFETY: a published buffer stays mapped.
+        unsafe { (*b).state.store(ENDED, Release) };
+    }
+}
+
+/// In a forked child: no window, whatever the parent had (its buffers are the parent's copy,
+/// never drained here).
+pub fn after_fork_child() {
+    WINDOW.store(0, Relaxed);
+    INLINE_DRAIN.store(0, Relaxed);
+}
+
+/// Appends one call to the calling thread's ring (nothing outside a window or under the guard).
+#[inline(always)]
+fn append(op: u8, align: usize, addr: usize, old: usize, size: usize, t: u64) {
+    let st = tls::state();
+    // SAFETY: this thread's TLS block; its slot lives for the process's life; the ring is
+    // this thread's (claimed for this window) and stays mapped.
+    unsafe {
+        if (*st).guard != 0 {
+            return;
+        }
+        let w = WINDOW.load(Relaxed);
+        if w == 0 {
+            return;
+        }
+        let s = (*st).slot;
+        let mut b = if s.is_null() { ptr::null_mut() } else { (*s).trace.load(Relaxed) };
+        if b.is_null() || (*b).window.load(Relaxed) != w {
+            b = claim(st, w);
+            if b.is_null() {
+                NO_BUFFER.fetch_add(1, Relaxed);
+                return;
+            }
+        }
+        let b = &*b;
+        let h = b.head.load(Relaxed);
+        if h.wrapping_sub(b.tail.load(Acquire)) >= CAP as u64 && !drained_inline(b, h) {
+            b.dropped.store(b.dropped.load(Relaxed) + 1, Relaxed);
+            return;
+        }
+        let lg = if align > 1 { (usize::BITS - 1 - align.leading_zeros()).min(31) as u64 } else { 0 };
+        let rel = t.wrapping_sub(T0.load(Relaxed)) & ((1 << 56) - 1);
+        b.entry(h).write(Entry {
+            w0: rel << 8 | lg << 3 | op as u64,
+            addr: addr as u64,
+            old: old as u64,
+            size: size as u64,
+        });
+        b.head.store(h + 1, Release);
+    }
+}
+
+/// A full ring in a process without the shim's thread: the registered drain empties it.
+#[cold]
+#[inline(never)]
+fn drained_inline(b: &Buf, h: u64) -> bool {
+    let f = INLINE_DRAIN.load(Acquire);
+    if f == 0 {
+        return false;
+    }
+    {
+        let _g = tls::Reentry::enter();
+        // SAFETY: a `fn()` stored by `set_inline_drain`.
+        let f: fn() = unsafe { core::mem::transmute::<usize, fn()>(f) };
+        f();
+    }
+    h.wrapping_sub(b.tail.load(Acquire)) < CAP as u64
+}
+
+/// The calling thread's first call in window `w`: its slot if it has none, then a free buffer
+/// (mapped when the pool has none). Null when the thread has no slot of its own (it is
+/// exiting) or the pool is exhausted.
+#[cold]
+#[inline(never)]
+fn claim(st: *mut tls::ThreadState, w: u64) -> *mut Buf {
+    let _g = tls::Reentry::enter();
+    // SAFETY: this thread's TLS block; slots live for the process's life.
+    let s = unsafe {
+        let mut s = (*st).slot;
+        if s.is_null() {
+            s = slots::claim(st);
+        }
+        if s == slots::exited_ptr() {
+            return ptr::null_mut();
+        }
+        &*s
+    };
+    let old = s.trace.load(Relaxed);
+    if !old.is_null() {
+        // A buffer of an earlier window, read to its end by that window's drain: free again.
+        // SAFETY: mapped for the process's life.
+        unsafe { (*old).state.store(FREE, Release) };
+    }
+    let b = take_free();
+    if b.is_null() {
+        s.trace.store(ptr::null_mut(), Relaxed);
+        return b;
+    }
+    // SAFETY: `b` is ours now (state OWNED), mapped for the process's life.
+    unsafe {
+        let r = &*b;
+        // SAFETY: gettid has no preconditions.
+        r.tid.store(libc::gettid() as u32, Relaxed);
+        r.dropped.store(0, Relaxed);
+        r.claim.store(CLAIMS.fetch_add(1, Relaxed) + 1, Relaxed);
+        let h = r.head.load(Relaxed);
+        r.tail.store(h, Relaxed);
+        r.window.store(w, Release);
+    }
+    s.trace.store(b, Release);
+    b
+}
+
+/// A FREE buffer of the pool, marked OWNED; a new mapping when none is free; null when the
+/// pool is full or mmap fails.
+fn take_free() -> *mut Buf {
+    for cell in BUFS.iter() {
+        let mut b = cell.load(Acquire);
+        if b.is_null() {
+            let m = sys::map_anon(core::mem::size_of::<Buf>(), true).cast::<Buf>();
+            if m.is_null() {
+                return m;
+            }
+            // Zeroed memory is a FREE buffer; mark it ours before publishing.
+            // SAFETY: a fresh mapping of a whole Buf.
+            unsafe { (*m).state.store(OWNED, Relaxed) };
+            match cell.compare_exchange(ptr::null_mut(), m, AcqRel, Acquire) {
+                Ok(_) => return m,
+                Err(theirs) => {
+                    // SAFETY: our mapping was never published.
+                    unsafe { libc::munmap(m.cast(), core::mem::size_of::<Buf>()) };
+                    b = theirs;
+                }
+            }
+        }
+        // SAFETY: published buffers stay mapped.
+        let r = unsafe { &*b };
+        if r.state.load(Relaxed) == FREE && r.state.compare_exchange(FREE, OWNED, Acquire, Relaxed).is_ok() {
+            return b;
+        }
+    }
+    ptr::null_mut()
+}
+
+// The trace table's functions: the call through the setting's ordinary function, recorded
+// around it. Op numbers as in `base::classes::Op`.
+const MALLOC: u8 = 0;
+const CALLOC: u8 = 1;
+const REALLOC: u8 = 2;
+const FREE_OP: u8 = 3;
+const MEMALIGN: u8 = 4;
+
+pub unsafe extern "C" fn malloc<B: Raw, const P: bool, const H: bool>(size: usize) -> *mut c_void {
+    // SAFETY: forwarded contract.
+    let p = unsafe { record::malloc::<B, P, H>(size) };
+    append(MALLOC, 0, p as usize, 0, size, clock::ticks());
+    p
+}
+
+pub unsafe extern "C" fn calloc<B: Raw, const P: bool, const H: bool>(n: usize, size: usize) -> *mut c_void {
+    // SAFETY: forwarded contract.
+    let p = unsafe { record::calloc::<B, P, H>(n, size) };
+    append(CALLOC, 0, p as usize, 0, n.saturating_mul(size), clock::ticks());
+    p
+}
+
+pub unsafe extern "C" fn realloc<B: Raw, const P: bool, const H: bool>(
+    p: *mut c_void,
+    size: usize,
+) -> *mut c_void {
+    // SAFETY: forwarded contract.
+    let q = unsafe { record::realloc::<B, P, H>(p, size) };
+    append(REALLOC, 0, q as usize, p as usize, size, clock::ticks());
+    q
+}
+
+pub unsafe extern "C" fn reallocarray<B: Raw, const P: bool, const H: bool>(
+    p: *mut c_void,
+    n: usize,
+    size: usize,
+) -> *mut c_void {
+    // SAFETY: forwarded contract.
+    let q = unsafe { record::reallocarray::<B, P, H>(p, n, size) };
+    append(REALLOC, 0, q as usize, p as usize, n.saturating_mul(size), clock::ticks());
+    q
+}
+
+/// A free: recorded (with the block's usable size, for a block the window did not see
+/// allocated) before the backend is called.
+#[inline(always)]
+unsafe fn free_traced<B: Raw>(p: *mut c_void) {
+    if !p.is_null() && !tls::guarded() && WINDOW.load(Relaxed) != 0 {
+        // SAFETY: `p` is a live block (the caller's contract for free).
+        let u = unsafe { c_contract::usable_size::<B>(p) };
+        append(FREE_OP, 0, 0, p as usize, u, clock::ticks());
+    } else {
+        append(FREE_OP, 0, 0, p as usize, 0, clock::ticks());
+    }
+}
+
+pub unsafe extern "C" fn free<B: Raw, const P: bool, const H: bool>(p: *mut c_void) {
+    // SAFETY: forwarded contract.
+    unsafe {
+        free_traced::<B>(p);
+        record::free::<B, P, H>(p)
+    }
+}
+
+pub unsafe extern "C" fn free_sized<B: Raw, const P: bool, const H: bool>(p: *mut c_void, size: usize) {
+    // SAFETY: forwarded contract.
+    unsafe {
+        free_traced::<B>(p);
+        record::free_sized::<B, P, H>(p, size)
+    }
+}
+
+pub unsafe extern "C" fn free_aligned_sized<B: Raw, const P: bool, const H: bool>(
+    p: *mut c_void,
+    align: usize,
+    size: usize,
+) {
+    // SAFETY: forwarded contract.
+    unsafe {
+        free_traced::<B>(p);
+        record::free_aligned_sized::<B, P, H>(p, align, size)
+    }
+}
+
+pub unsafe extern "C" fn posix_memalign<B: Raw, const P: bool, const H: bool>(
+    out: *mut *mut c_void,
+    align: usize,
+    size: usize,
+) -> c_int {
+    // SAFETY: forwarded contract; `out` is written when the call returns 0.
+    unsafe {
+        let r = record::posix_memalign::<B, P, H>(out, align, size);
+        let p = if r == 0 { *out as usize } else { 0 };
+        append(MEMALIGN, align, p, 0, size, clock::ticks());
+        r
+    }
+}
+
+pub unsafe extern "C" fn aligned_alloc<B: Raw, const P: bool, const H: bool>(
+    align: usize,
+    size: usize,
+) -> *mut c_void {
+    // SAFETY: forwarded contract.
+    let p = unsafe { record::aligned_alloc::<B, P, H>(align, size) };
+    append(MEMALIGN, align, p as usize, 0, size, clock::ticks());
+    p
+}
+
+pub unsafe extern "C" fn memalign<B: Raw, const P: bool, const H: bool>(
+    align: usize,
+    size: usize,
+) -> *mut c_void {
+    // SAFETY: forwarded contract.
+    let p = unsafe { record::memalign::<B, P, H>(align, size) };
+    append(MEMALIGN, align, p as usize, 0, size, clock::ticks());
+    p
+}
+
+pub unsafe extern "C" fn valloc<B: Raw, const P: bool, const H: bool>(size: usize) -> *mut c_void {
+    // SAFETY: forwarded contract.
+    let p = unsafe { record::valloc::<B, P, H>(size) };
+    append(MEMALIGN, 4096, p as usize, 0, size, clock::ticks());
+    p
+}
+
+pub unsafe extern "C" fn pvalloc<B: Raw, const P: bool, const H: bool>(size: usize) -> *mut c_void {
+    // SAFETY: forwarded contract.
+    let p = unsafe { record::pvalloc::<B, P, H>(size) };
+    append(MEMALIGN, 4096, p as usize, 0, size, clock::ticks());
+    p
+}
