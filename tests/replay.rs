@@ -330,3 +330,44 @@ fn inconsistent_trace_counts_errors_without_crashing() {
         assert_eq!((b.engine.live_end_bytes, b.engine.calls), (200, 3), "{}", b.engine.backend);
     }
 }
+
+/// Runs tests/c/replay_planted.cc under `backend` (recorded into `trace` when given) and
+/// returns its line's figures: (baseline, peak, end RSS, kept bytes).
+fn planted_program(backend: &str, trace: Option<&Path>) -> (u64, u64, u64, u64) {
+    let prog = common::cc("replay_planted.cc", "replay_planted", &["-O1"]);
+    let mut c = common::preloaded(&prog, backend);
+    if let Some(t) = trace {
+        c.env("MALLOCSHIM_RECORD", t);
+    }
+    let o = common::run_ok(c, &format!("replay_planted under {backend}"));
+    let out = common::stdout(&o);
+    let line = out.lines().find(|l| l.starts_with("baseline_rss=")).unwrap_or_else(|| panic!("{out}"));
+    let k = |key| common::kv(line, key).unwrap_or_else(|| panic!("{key} in {line}"));
+    (k("baseline_rss"), k("peak_rss"), k("end_rss"), k("kept_bytes"))
+}
+
+#[test]
+fn recorded_program_replays_its_live_heap_and_rss_under_every_backend() {
+    let d = dir("recorded");
+    for b in common::BACKENDS {
+        let trace = d.join(format!("{b}.trace"));
+        let (_, _, _, kept) = planted_program(b, Some(&trace));
+        // The original run's figures: the same program without recording (the recorder's own
+        // buffers are not the allocator's).
+        let (base, peak, _, _) = planted_program(b, None);
+        let orig = peak - base;
+        let json = d.join(format!("{b}.json"));
+        let o = replay(&trace, &["--backends", b, "--json", json.to_str().unwrap()], &[]);
+        assert!(o.status.success(), "{b}: {}", common::describe(&o));
+        let a: Answer = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let r = &a.backends[0];
+        let e = &r.engine;
+        assert_eq!(a.recorded_backend, b);
+        assert_eq!((e.errors.total(), e.trace_dropped), (0, 0), "{b}: {:?}", e.errors);
+        assert_eq!(e.live_curve, a.trace_live_curve, "{b}: live heap per class at every second");
+        assert!(e.live_end_bytes >= kept && e.live_end_bytes <= kept + 2 * MIB, "{b}: live {} kept {kept}", e.live_end_bytes);
+        let dev = (r.net_peak_rss_bytes as f64 - orig as f64).abs() / orig as f64;
+        eprintln!("{b}: original net peak RSS {} MiB, replay {} MiB ({:+.1}%)", orig / MIB, r.net_peak_rss_bytes / MIB, 100.0 * (r.net_peak_rss_bytes as f64 / orig as f64 - 1.0));
+        assert!(dev <= 0.15, "{b}: net peak RSS original {orig}, replay {} ({:.0}% off)", r.net_peak_rss_bytes, dev * 100.0);
+    }
+}
