@@ -101,7 +101,10 @@ impl Drop for Scratch {
 pub fn run(a: &Args) -> Result<String, Fail> {
     for b in &a.backends {
         if mallocshim_format::backends::by_name(b).is_none() {
-            return Err(fail(2, format!("unknown backend {b:?} (one of {})", mallocshim_format::BACKENDS.join(", "))));
+            return Err(fail(
+                2,
+                format!("unknown backend {b:?} (one of {})", mallocshim_format::BACKENDS.join(", ")),
+            ));
         }
     }
     let shim = crate::shim_lib::find().map_err(|e| fail(2, e))?;
@@ -113,7 +116,8 @@ pub fn run(a: &Args) -> Result<String, Fail> {
     for b in &a.backends {
         let dir = scratch.0.join(b);
         std::fs::create_dir(&dir).map_err(|e| fail(2, format!("{}: {e}", dir.display())))?;
-        let mut ans = run_one(&shim, &plan_path, &dir, b, &a.pace).map_err(|e| fail(2, format!("{b}: {e}")))?;
+        let mut ans =
+            run_one(&shim, &plan_path, &dir, b, &a.pace).map_err(|e| fail(2, format!("{b}: {e}")))?;
         ans.engine.trace_end = plan.end_reason.clone();
         backends.push(ans);
     }
@@ -130,7 +134,8 @@ pub fn run(a: &Args) -> Result<String, Fail> {
     };
     if let Some(p) = &a.json {
         let text = serde_json::to_string_pretty(&answer).map_err(|e| fail(2, e.to_string()))? + "\n";
-        crate::secure_write::write(p, text.as_bytes()).map_err(|e| fail(2, format!("{}: {e}", p.display())))?;
+        crate::secure_write::write(p, text.as_bytes())
+            .map_err(|e| fail(2, format!("{}: {e}", p.display())))?;
     }
     if let Some(p) = &a.plot {
         plot::draw(p, &format!("RSS over replay time: {}", a.file.display()), &[rss_panel(&answer)])

@@ -176,10 +176,18 @@ pub fn verdict(bs: &[BackendAnswer]) -> String {
     let Some(first) = bs.first() else { return "no backend replayed".into() };
     let Some(best) = bs.iter().min_by_key(|b| b.net_peak_rss_bytes) else { return String::new() };
     if bs.len() == 1 {
-        return format!("on this window {} peaks at {} MiB over the baseline", first.engine.backend, mib(first.net_peak_rss_bytes));
+        return format!(
+            "on this window {} peaks at {} MiB over the baseline",
+            first.engine.backend,
+            mib(first.net_peak_rss_bytes)
+        );
     }
     let cpu = if first.cpu_ns_per_call > 0.0 { best.cpu_ns_per_call / first.cpu_ns_per_call } else { 1.0 };
-    let cost = if (0.9..=1.1).contains(&cpu) { "at equal CPU".to_string() } else { format!("at {cpu:.2}x the CPU per call") };
+    let cost = if (0.9..=1.1).contains(&cpu) {
+        "at equal CPU".to_string()
+    } else {
+        format!("at {cpu:.2}x the CPU per call")
+    };
     if std::ptr::eq(best, first) || best.net_peak_rss_bytes == first.net_peak_rss_bytes {
         let others: Vec<&str> = bs[1..].iter().map(|b| b.engine.backend.as_str()).collect();
         return format!(

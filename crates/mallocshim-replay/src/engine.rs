@@ -6,7 +6,7 @@
 //! after it is allocated. The pre-window heap is allocated by the main thread before the start.
 //!
 //! Order of one run: map the plan, map the block table and counters (resident before the
-//! baseline), a dump (`mallocshim_dump`) and a trim, spawn the threads (parked at a barrier),
+//! baseline), a dump (`mallocshim_dump`) and a trim, spawn the threads (parked at a gate),
 //! baseline RSS, reset the peak, the pre-window heap, start; after the last step: end RSS, peak,
 //! a second dump (the command subtracts the first: latency of the replayed calls only), a trim,
 //! trimmed RSS.
@@ -20,8 +20,7 @@ use crate::plan::{self, Step, CALLOC, FREE, MALLOC, MEMALIGN, NONE, REALLOC};
 use crate::selfproc::{self, Shim};
 use mallocshim_format::classes::{class_of, CLASSES};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Barrier;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 /// The block table's mark of an allocation the backend refused.
 const FAILED: u64 = u64::MAX;
@@ -34,8 +33,14 @@ struct Ctx<'a> {
     sizes: &'a [u64],
     curve: &'a MmapVec<u64>,
     start_ns: AtomicU64,
+    /// The start gate: [`WAIT`] until the main thread says [`GO`] (or [`ABORT`]).
+    gate: AtomicU8,
     recorded: bool,
 }
+
+const WAIT: u8 = 0;
+const GO: u8 = 1;
+const ABORT: u8 = 2;
 
 #[derive(Default)]
 struct ThreadOut {
@@ -160,6 +165,13 @@ impl Ctx<'_> {
 
     fn run_thread(&self, steps: &[Step]) -> ThreadOut {
         let mut out = ThreadOut::default();
+        loop {
+            match self.gate.load(Ordering::Acquire) {
+                WAIT => std::thread::sleep(std::time::Duration::from_micros(200)),
+                GO => break,
+                _ => return out,
+            }
+        }
         let mut local = [(0i64, 0i64); CLASSES];
         let start = self.start_ns.load(Ordering::Acquire);
         let mut sec = 0;
@@ -195,26 +207,36 @@ pub fn run(plan_path: &Path, recorded: bool) -> Result<EngineOut, String> {
     let sm = *view.summary();
     let blocks = MmapVec::<u64>::zeroed(sm.blocks as usize)?;
     let curve = MmapVec::<u64>::zeroed(sm.seconds as usize * CLASSES * 2)?;
-    let ctx = Ctx { blocks: &blocks, sizes: view.block_sizes(), curve: &curve, start_ns: AtomicU64::new(0), recorded };
+    let ctx = Ctx {
+        blocks: &blocks,
+        sizes: view.block_sizes(),
+        curve: &curve,
+        start_ns: AtomicU64::new(0),
+        gate: AtomicU8::new(WAIT),
+        recorded,
+    };
     shim.dump();
     shim.trim();
     let busy: Vec<usize> = (0..sm.threads as usize).filter(|&i| !view.thread(i).is_empty()).collect();
-    let barrier = Barrier::new(busy.len() + 1);
-    let mut o = EngineOut { backend: shim.backend(), pace: if recorded { "recorded" } else { "fast" }.into(), ..Default::default() };
+    let mut o = EngineOut {
+        backend: shim.backend(),
+        pace: if recorded { "recorded" } else { "fast" }.into(),
+        ..Default::default()
+    };
     let outs: Vec<ThreadOut> = std::thread::scope(|sc| {
         let hs: Vec<_> = busy
             .iter()
             .map(|&i| {
-                let (ctx, barrier, steps) = (&ctx, &barrier, view.thread(i));
+                let (ctx, steps) = (&ctx, view.thread(i));
                 std::thread::Builder::new()
                     .stack_size(256 << 10)
-                    .spawn_scoped(sc, move || {
-                        barrier.wait();
-                        ctx.run_thread(steps)
-                    })
+                    .spawn_scoped(sc, move || ctx.run_thread(steps))
                     .map_err(|e| format!("cannot start a replay thread: {e}"))
             })
             .collect();
+        if hs.iter().any(|h| h.is_err()) {
+            ctx.gate.store(ABORT, Ordering::Release);
+        }
         o.baseline_rss_bytes = selfproc::rss_bytes();
         o.replayer_bytes = mapped_bytes() + view.len() as u64;
         selfproc::reset_peak();
@@ -223,7 +245,9 @@ pub fn run(plan_path: &Path, recorded: bool) -> Result<EngineOut, String> {
         let cpu0 = selfproc::cpu_s();
         let t0 = selfproc::now_ns();
         ctx.start_ns.store(t0, Ordering::Release);
-        barrier.wait();
+        if ctx.gate.load(Ordering::Relaxed) == WAIT {
+            ctx.gate.store(GO, Ordering::Release);
+        }
         let mut outs = vec![pre];
         let mut err = None;
         for h in hs {
@@ -251,7 +275,13 @@ fn pre_window(ctx: &Ctx, view: &PlanView) -> ThreadOut {
     let mut out = ThreadOut::default();
     let mut local = [(0i64, 0i64); CLASSES];
     for blk in (sm.blocks - sm.pre_blocks)..sm.blocks {
-        let s = Step { size: ctx.sizes[blk as usize], new_blk: blk as u32, old_blk: NONE, op: MALLOC, ..Step::default() };
+        let s = Step {
+            size: ctx.sizes[blk as usize],
+            new_blk: blk as u32,
+            old_blk: NONE,
+            op: MALLOC,
+            ..Step::default()
+        };
         ctx.step(&s, &mut local, &mut out);
     }
     ctx.add(&mut local, 0);
@@ -280,7 +310,10 @@ fn fill(o: &mut EngineOut, sm: &plan::Summary, outs: &[ThreadOut], curve: &MmapV
             let mut d = [(0i64, 0i64); CLASSES];
             for (c, x) in d.iter_mut().enumerate() {
                 let i = (s * CLASSES + c) * 2;
-                *x = (curve.atomic(i).load(Ordering::Relaxed) as i64, curve.atomic(i + 1).load(Ordering::Relaxed) as i64);
+                *x = (
+                    curve.atomic(i).load(Ordering::Relaxed) as i64,
+                    curve.atomic(i + 1).load(Ordering::Relaxed) as i64,
+                );
             }
             d
         })

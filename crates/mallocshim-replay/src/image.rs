@@ -87,7 +87,8 @@ impl PlanView {
         let view = |o: u64| base.wrapping_add(o as usize);
         let off = view(size_of::<Summary>() as u64).cast::<u64>();
         let steps = view(size_of::<Summary>() as u64 + 8 * (summary.threads + 1)).cast::<Step>();
-        let sizes = view(size_of::<Summary>() as u64 + 8 * (summary.threads + 1) + 32 * summary.steps).cast::<u64>();
+        let sizes =
+            view(size_of::<Summary>() as u64 + 8 * (summary.threads + 1) + 32 * summary.steps).cast::<u64>();
         let v = PlanView { base, len, summary, off, steps, sizes };
         if need != len as u64 || size_of::<Step>() != 32 {
             return Err(bad("sizes do not match its summary"));
@@ -106,7 +107,10 @@ impl PlanView {
         unsafe {
             let a = *self.off.add(i) as usize;
             let b = *self.off.add(i + 1) as usize;
-            std::slice::from_raw_parts(self.steps.add(a), b.saturating_sub(a).min(self.summary.steps as usize - a))
+            std::slice::from_raw_parts(
+                self.steps.add(a),
+                b.saturating_sub(a).min((self.summary.steps as usize).saturating_sub(a)),
+            )
         }
     }
 

@@ -48,7 +48,10 @@ impl<T: Copy> MmapVec<T> {
             )
         };
         if p == libc::MAP_FAILED {
-            return Err(format!("cannot map {bytes} bytes for the replay: {}", std::io::Error::last_os_error()));
+            return Err(format!(
+                "cannot map {bytes} bytes for the replay: {}",
+                std::io::Error::last_os_error()
+            ));
         }
         MAPPED.fetch_add(bytes as u64, Ordering::Relaxed);
         Ok(MmapVec { ptr: p.cast(), len: 0, map_bytes: bytes })

@@ -159,7 +159,8 @@ const PRE_TAG: u32 = 1 << 31;
 /// Reads the whole trace (a truncated or corrupt file is one error, the reader's) and resolves it.
 pub fn build(path: &Path) -> Result<Plan, String> {
     let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut rd = TraceReader::new(std::io::BufReader::new(f)).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut rd =
+        TraceReader::new(std::io::BufReader::new(f)).map_err(|e| format!("{}: {e}", path.display()))?;
     let header = rd.header().clone();
     let mut b = Builder {
         threads: Vec::new(),
@@ -190,7 +191,15 @@ pub fn build(path: &Path) -> Result<Plan, String> {
         let e = e.map_err(|e| format!("{}: {e}", path.display()))?;
         events += 1;
         last_t = e.t_ns;
-        let mut step = Step { t_ns: e.t_ns, size: e.size, new_blk: NONE, old_blk: NONE, align: e.align, op: 0, _pad: [0; 3] };
+        let mut step = Step {
+            t_ns: e.t_ns,
+            size: e.size,
+            new_blk: NONE,
+            old_blk: NONE,
+            align: e.align,
+            op: 0,
+            _pad: [0; 3],
+        };
         step.op = match e.op {
             TraceOp::Malloc => MALLOC,
             TraceOp::Calloc => CALLOC,
@@ -236,10 +245,24 @@ pub fn build(path: &Path) -> Result<Plan, String> {
         b.threads[t].push(step);
     }
     let footer = rd.footer().cloned().unwrap_or_default();
-    finish(b, events, last_t.max(footer.window_ns), footer.dropped, header.backend, footer.ended.name().into())
+    finish(
+        b,
+        events,
+        last_t.max(footer.window_ns),
+        footer.dropped,
+        header.backend,
+        footer.ended.name().into(),
+    )
 }
 
-fn finish(mut b: Builder, events: u64, window_ns: u64, dropped: u64, backend: String, end: String) -> Result<Plan, String> {
+fn finish(
+    mut b: Builder,
+    events: u64,
+    window_ns: u64,
+    dropped: u64,
+    backend: String,
+    end: String,
+) -> Result<Plan, String> {
     let window_blocks = b.window_size.len() as u64;
     if window_blocks + b.pre_size.len() as u64 >= NONE as u64 || b.pre_size.len() as u64 >= PRE_TAG as u64 {
         return Err("trace has more blocks than the replay can address (2^31)".into());
@@ -301,7 +324,12 @@ pub fn curve(deltas: &[[(i64, i64); CLASSES]], window_ns: u64) -> Vec<LiveSecond
                 .filter(|&c| acc[c].0 != 0 || acc[c].1 != 0)
                 .map(|c| {
                     let (min_bytes, max_bytes) = class_range(c);
-                    ClassLive { min_bytes, max_bytes, blocks: acc[c].0.max(0) as u64, bytes: acc[c].1.max(0) as u64 }
+                    ClassLive {
+                        min_bytes,
+                        max_bytes,
+                        blocks: acc[c].0.max(0) as u64,
+                        bytes: acc[c].1.max(0) as u64,
+                    }
                 })
                 .collect();
             LiveSecond { second: s as u64, classes }

@@ -110,12 +110,15 @@ fn sym(name: &CStr) -> Option<*mut libc::c_void> {
 impl Shim {
     /// None when the process runs without the shim.
     pub fn find() -> Option<Shim> {
-        let (t, d, b) = (sym(c"mallocshim_trim")?, sym(c"mallocshim_dump")?, sym(c"mallocshim_backend_name")?);
+        let (t, d, b) =
+            (sym(c"mallocshim_trim")?, sym(c"mallocshim_dump")?, sym(c"mallocshim_backend_name")?);
         // SAFETY: the shim's exported functions have these C signatures (shim/include/mallocshim.h;
         // `trim` takes a `struct mallocshim_trim_result *`, passed NULL here).
         unsafe {
             Some(Shim {
-                trim: std::mem::transmute::<*mut libc::c_void, unsafe extern "C" fn(*mut u8) -> libc::c_int>(t),
+                trim: std::mem::transmute::<*mut libc::c_void, unsafe extern "C" fn(*mut u8) -> libc::c_int>(
+                    t,
+                ),
                 dump: std::mem::transmute::<*mut libc::c_void, extern "C" fn() -> libc::c_int>(d),
                 backend: std::mem::transmute::<*mut libc::c_void, extern "C" fn() -> *const libc::c_char>(b),
             })
