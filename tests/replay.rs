@@ -378,6 +378,7 @@ fn recorded_program_replays_its_live_heap_and_rss_under_every_backend() {
     for b in common::BACKENDS {
         let trace = d.join(format!("{b}.trace"));
         let (_, _, _, kept) = planted_program(b, Some(&trace));
+        // Live at the end: the kept blocks, the program's two 1.3 MB tables and the C++ runtime's.
         // The original run's figures: the same program without recording (the recorder's own
         // buffers are not the allocator's).
         let (base, peak, _, _) = planted_program(b, None);
@@ -394,7 +395,7 @@ fn recorded_program_replays_its_live_heap_and_rss_under_every_backend() {
         assert_eq!(e.errors.total(), 0, "{b}: {:?} (recorder dropped {})", e.errors, e.trace_dropped);
         assert_eq!(e.live_curve, a.trace_live_curve, "{b}: live heap per class at every second");
         assert!(
-            e.live_end_bytes >= kept && e.live_end_bytes <= kept + 2 * MIB,
+            e.live_end_bytes >= kept && e.live_end_bytes <= kept + 4 * MIB,
             "{b}: live {} kept {kept}",
             e.live_end_bytes
         );

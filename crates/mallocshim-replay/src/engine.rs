@@ -238,7 +238,7 @@ pub fn run(plan_path: &Path, recorded: bool) -> Result<EngineOut, String> {
             ctx.gate.store(ABORT, Ordering::Release);
         }
         o.baseline_rss_bytes = selfproc::rss_bytes();
-        o.replayer_bytes = mapped_bytes() + view.len() as u64;
+        o.replayer_bytes = mapped_bytes() + view.mapped_len() as u64;
         selfproc::reset_peak();
         let pre = pre_window(&ctx, &view);
         say("start\n");

@@ -121,7 +121,7 @@ impl PlanView {
     }
 
     /// Bytes mapped.
-    pub fn len(&self) -> usize {
+    pub fn mapped_len(&self) -> usize {
         self.len
     }
 }
