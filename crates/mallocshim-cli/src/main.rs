@@ -2,7 +2,8 @@
 //! allocators under it. Subcommands: `report` (one dump), `diff` (two dumps), `dump` (signal one
 //! process and wait for its dump), `trim`, `get`, `set` (the control channel), `top` (a live interval view), `heap` (heap profiles' top call
 //! sites and growth), `plot` (memlog CSVs), `diagnose` (a memlog's verdict),
-//! `compare` (the MariaDB comparison runner); the hidden `generate DIR` writes the man
+//! `compare` (the MariaDB comparison runner), `replay` (an allocation trace through each
+//! backend; the hidden `replay-engine` is its per-backend process); the hidden `generate DIR` writes the man
 //! pages and shell completions, the hidden `backends` prints the backend table for scripts. Every dump and memlog is read through the format crate
 //! (`mallocshim_format`); the command never links the shim (a cdylib exporting malloc).
 
@@ -17,6 +18,7 @@ mod man7;
 mod pfs;
 mod plot_cmd;
 mod record_cmd;
+mod replay;
 mod report;
 mod table;
 mod top;
@@ -67,6 +69,10 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0.., value_name = "ARGS")]
         args: Vec<std::ffi::OsString>,
     },
+    Replay(replay::Args),
+    /// One replay under the shim (started by `replay`).
+    #[command(hide = true)]
+    ReplayEngine(replay::EngineArgs),
     /// Write the man pages (man1/*.1) and shell completions (bash, zsh, fish) into DIR.
     /// The backend table, for scripts (hidden): name, package, library, dlopen, environment.
     #[command(hide = true)]
@@ -189,6 +195,8 @@ fn main() -> ExitCode {
         Cmd::Heap(a) => ("heap", heap::run(a)),
         Cmd::Plot(a) => ("plot", plot_cmd::run(a)),
         Cmd::Diagnose(a) => ("diagnose", diagnose::run(a)),
+        Cmd::Replay(a) => return finish("replay", replay::run(a)),
+        Cmd::ReplayEngine(a) => ("replay", replay::engine(a)),
         Cmd::Generate { dir } => ("generate", generate(dir)),
         Cmd::Backends(a) => ("backends", backends::run(a)),
     };

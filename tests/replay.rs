@@ -1,0 +1,416 @@
+//! `mallocshim replay`, black box: synthetic traces written with the format crate's writer (a
+//! phase of threads freeing each other's blocks, a phase of 80 MB transient heaps, pre-window
+//! blocks and their frees) replayed by the command under every backend and profiling setting:
+//! zero replay errors, the replay's live heap per size class at every second of the window
+//! equal to the curve computed here from the events written, RSS at least the live bytes and
+//! within reason. A truncated, corrupt or foreign file: one `mallocshim replay:` line, exit 2,
+//! no panic. An inconsistent trace (a double free): its errors counted, exit 1, no crash.
+
+mod common;
+
+use mallocshim_format::classes::{class_of, class_range, CLASSES};
+use mallocshim_format::trace::{
+    ClassLive, EndReason, Event, Footer, Header, Thread, TraceOp, TraceWriter, PRE_WINDOW,
+};
+use mallocshim_replay::answer::{Answer, ClassLive as Live, LiveSecond};
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+const MIB: u64 = 1 << 20;
+
+/// The events of a planted workload and what the test expects of them.
+struct Planted {
+    header: Header,
+    threads: u32,
+    events: Vec<Event>,
+}
+
+/// A small deterministic generator (xorshift), for sizes.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Phase 1 (0-1.5 s): 8 threads allocate 2,000 blocks each (16 B-64 KiB); phase 2 (1.5-2.5 s):
+/// each thread frees the blocks of the next thread (cross-thread frees), keeps 1 in 4; phase 3
+/// (2.5-4.5 s): thread 0 builds and frees an 80 MB heap (1 MiB blocks) three times, the others
+/// reallocate some of theirs. Pre-window: 300 blocks of 100 B and 20 of 40 KiB; 150 and 10 of
+/// them freed in the window.
+fn planted() -> Planted {
+    let threads = 8u32;
+    let mut rng = Rng(0x9e3779b97f4a7c15);
+    let mut ev: Vec<(u64, u32, TraceOp, u64, u64, u64)> = Vec::new(); // t, thread, op, size, new(1-based or 0), old
+    let mut next_id = 0u64;
+    let mut owned: Vec<Vec<(u64, u64)>> = vec![Vec::new(); threads as usize];
+    let per = 2000u64;
+    for i in 0..per {
+        for th in 0..threads {
+            let size = 16u64 << (rng.next() % 13);
+            let size = size - rng.next() % (size / 2);
+            next_id += 1;
+            let t = (i * threads as u64 + th as u64) * 1_500_000_000 / (per * threads as u64);
+            ev.push((t, th, if i % 5 == 0 { TraceOp::Calloc } else { TraceOp::Malloc }, size, next_id, 0));
+            owned[th as usize].push((next_id, size));
+        }
+    }
+    let mut pre_next = 0u64;
+    let mut pre_free = |t: u64, th: u32, size: u64, ev: &mut Vec<_>| {
+        pre_next += 1;
+        ev.push((t, th, TraceOp::Free, size, 0, PRE_WINDOW | pre_next));
+    };
+    for (k, th) in (0..threads).enumerate() {
+        let victim = ((th + 1) % threads) as usize;
+        let blocks: Vec<(u64, u64)> = owned[victim].clone();
+        let n = blocks.len() as u64;
+        for (j, &(id, _)) in blocks.iter().enumerate() {
+            if j % 4 == 0 {
+                continue;
+            }
+            let t =
+                1_500_000_000 + (j as u64 * threads as u64 + k as u64) * 1_000_000_000 / (n * threads as u64);
+            ev.push((t, th, TraceOp::Free, 0, 0, id));
+        }
+        owned[victim].retain(|&(id, _)| blocks.iter().position(|b| b.0 == id).unwrap() % 4 == 0);
+    }
+    for i in 0..160 {
+        let t = 1_500_000_000 + i * 6_000_000;
+        pre_free(t, (i % threads as u64) as u32, if i < 150 { 112 } else { 40 * 1024 + 16 }, &mut ev);
+    }
+    for round in 0..3u64 {
+        let base = 2_500_000_000 + round * 650_000_000;
+        let mut heap = Vec::new();
+        for j in 0..80u64 {
+            next_id += 1;
+            ev.push((base + j * 3_000_000, 0, TraceOp::Malloc, MIB, next_id, 0));
+            heap.push(next_id);
+        }
+        for (j, id) in heap.into_iter().enumerate() {
+            ev.push((base + 300_000_000 + j as u64 * 1_000_000, 0, TraceOp::Free, 0, 0, id));
+        }
+    }
+    for th in 1..threads {
+        let keep: Vec<(u64, u64)> = owned[th as usize].iter().take(100).copied().collect();
+        for (j, (id, size)) in keep.into_iter().enumerate() {
+            next_id += 1;
+            let t = 2_600_000_000 + (j as u64 * 8 + th as u64) * 1_000_000;
+            ev.push((t, th, TraceOp::Realloc, size * 2 + 1, next_id, id));
+        }
+    }
+    // Time order (stable: same-time events keep their order), then ids dense in that order.
+    ev.sort_by_key(|e| e.0);
+    let mut renum = std::collections::HashMap::new();
+    let mut n = 0u64;
+    let events = ev
+        .into_iter()
+        .map(|(t_ns, thread, op, size, new, old)| {
+            let id = if new != 0 {
+                n += 1;
+                renum.insert(new, n);
+                n
+            } else {
+                0
+            };
+            let old_size = if old & PRE_WINDOW != 0 { size } else { 0 };
+            let old_id = if old & PRE_WINDOW != 0 || old == 0 { old } else { renum[&old] };
+            let size = if op == TraceOp::Free { 0 } else { size };
+            Event { t_ns, thread, op, size, align: 0, id, old_id, old_size }
+        })
+        .collect();
+    let header = Header {
+        backend: "glibc".into(),
+        tick_ns: 1,
+        preexisting: vec![
+            ClassLive { class: class_of(100) as u8, count: 300, bytes: 300 * 100 },
+            ClassLive { class: class_of(40 * 1024) as u8, count: 20, bytes: 20 * 40 * 1024 },
+        ],
+        ..Header::default()
+    };
+    Planted { header, threads, events }
+}
+
+fn write_trace(p: &Planted, path: &Path) {
+    let f = std::fs::File::create(path).unwrap();
+    let mut w = TraceWriter::new(f, &p.header).unwrap();
+    let mut seen = vec![false; p.threads as usize];
+    for e in &p.events {
+        if !seen[e.thread as usize] {
+            seen[e.thread as usize] = true;
+            w.thread(&Thread { index: e.thread, tid: 1000 + e.thread, name: format!("t{}", e.thread) })
+                .unwrap();
+        }
+        w.write(e).unwrap();
+    }
+    let window_ns = p.events.last().map_or(0, |e| e.t_ns);
+    w.finish(&Footer { ended: EndReason::Seconds, window_ns, ..Footer::default() }).unwrap();
+}
+
+/// The live heap per second, computed here from the events (independently of the replayer):
+/// a pre-window free takes one block of the header's class of its usable size, of the class's
+/// mean size.
+fn expected_curve(p: &Planted) -> Vec<LiveSecond> {
+    let mut sizes = std::collections::HashMap::new();
+    let mut live = [(0i64, 0i64); CLASSES];
+    let mean =
+        |c: usize| p.header.preexisting.iter().find(|x| x.class as usize == c).map(|x| x.bytes / x.count);
+    for x in &p.header.preexisting {
+        live[x.class as usize] = (x.count as i64, x.bytes as i64);
+    }
+    let last = p.events.last().map_or(0, |e| e.t_ns);
+    let mut out = Vec::new();
+    let mut it = p.events.iter().peekable();
+    for s in 0..=last / 1_000_000_000 {
+        while let Some(e) = it.next_if(|e| e.t_ns < (s + 1) * 1_000_000_000) {
+            if e.old_id != 0 {
+                let sz = if e.old_id & PRE_WINDOW != 0 {
+                    mean(class_of(e.old_size as usize)).unwrap()
+                } else {
+                    sizes[&e.old_id]
+                };
+                live[class_of(sz as usize)].0 -= 1;
+                live[class_of(sz as usize)].1 -= sz as i64;
+            }
+            if e.id != 0 {
+                sizes.insert(e.id, e.size);
+                live[class_of(e.size as usize)].0 += 1;
+                live[class_of(e.size as usize)].1 += e.size as i64;
+            }
+        }
+        let classes = (0..CLASSES)
+            .filter(|&c| live[c] != (0, 0))
+            .map(|c| {
+                let (min_bytes, max_bytes) = class_range(c);
+                Live { min_bytes, max_bytes, blocks: live[c].0 as u64, bytes: live[c].1 as u64 }
+            })
+            .collect();
+        out.push(LiveSecond { second: s, classes });
+    }
+    out
+}
+
+fn dir(name: &str) -> PathBuf {
+    let d = common::work_dir().join(format!("replay-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn replay(trace: &Path, extra: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = common::plain(common::cli_bin());
+    c.env("MALLOCSHIM_LIB", common::shim()).arg("replay").arg(trace).args(extra);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+#[test]
+fn planted_trace_replays_exactly_under_every_backend_and_setting() {
+    for b in ["tcmalloc", "mimalloc"] {
+        common::require_file(common::direct_lib(b).unwrap());
+    }
+    let d = dir("planted");
+    let p = planted();
+    let trace = d.join("planted.trace");
+    write_trace(&p, &trace);
+    let want = expected_curve(&p);
+    let settings: [(&str, &[(&str, &str)]); 4] = [
+        ("profiling on", &[]),
+        ("MALLOCSHIM_PROFILE=off", &[("MALLOCSHIM_PROFILE", "off")]),
+        ("MALLOCSHIM_SAMPLE=1", &[("MALLOCSHIM_SAMPLE", "1")]),
+        ("MALLOCSHIM_PROF_SAMPLE_BYTES=1", &[("MALLOCSHIM_PROF_SAMPLE_BYTES", "1")]),
+    ];
+    for (i, (name, env)) in settings.iter().enumerate() {
+        let json = d.join(format!("answer{i}.json"));
+        let plot = d.join(format!("rss{i}.svg"));
+        let o = replay(&trace, &["--json", json.to_str().unwrap(), "--plot", plot.to_str().unwrap()], env);
+        assert!(o.status.success(), "{name}: {}", common::describe(&o));
+        let a: Answer = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(a.trace_live_curve, want, "{name}: the plan's curve against the events'");
+        assert_eq!(a.backends.len(), 4, "{name}");
+        let last = want.last().unwrap();
+        let live_end: u64 = last.classes.iter().map(|c| c.bytes).sum();
+        let blocks_end: u64 = last.classes.iter().map(|c| c.blocks).sum();
+        for b in &a.backends {
+            let e = &b.engine;
+            let what = format!("{name}, {}", e.backend);
+            assert_eq!(e.errors.total(), 0, "{what}: {:?}", e.errors);
+            assert_eq!(e.live_curve, want, "{what}: live heap per class per second");
+            assert_eq!((e.live_end_bytes, e.live_end_blocks), (live_end, blocks_end), "{what}");
+            assert_eq!(e.calls as usize, p.events.len(), "{what}: every event replayed once");
+            assert_eq!(e.threads, p.threads as u64, "{what}");
+            assert_eq!(e.pre_window_blocks, 320, "{what}: pre-window blocks from the header");
+            // RSS is real: the 80 MB heaps were written (peak at least 80 MiB over the baseline),
+            // and not absurd (under 3x the peak live bytes plus 64 MiB).
+            assert!(e.peak_live_bytes >= 80 * MIB, "{what}: peak live {}", e.peak_live_bytes);
+            assert!(b.net_peak_rss_bytes >= 80 * MIB, "{what}: net peak RSS {}", b.net_peak_rss_bytes);
+            assert!(
+                b.net_peak_rss_bytes < 3 * e.peak_live_bytes + 64 * MIB,
+                "{what}: net peak RSS {}",
+                b.net_peak_rss_bytes
+            );
+            assert!(e.trimmed_rss_bytes <= e.end_rss_bytes + 4 * MIB, "{what}: trim raised RSS");
+            assert!(e.replayer_bytes > 0 && e.baseline_rss_bytes > e.replayer_bytes / 2, "{what}");
+            assert!(!b.rss_samples.is_empty() && b.calls_per_s > 0.0, "{what}");
+            if !env.iter().any(|kv| kv.1 == "off") {
+                let allocs: u64 = b.latency.iter().filter(|r| r.op != "free").map(|r| r.calls).sum();
+                let want = p.events.iter().filter(|e| e.op.allocates()).count() as u64;
+                assert!(allocs >= want, "{what}: allocations in the shim's dumps: {allocs}, trace {want}");
+            }
+        }
+        let text = common::stdout(&o);
+        assert!(text.contains("verdict: on this window"), "{name}: {text}");
+        assert!(std::fs::read_to_string(&plot).unwrap().contains("<svg"), "{name}");
+    }
+}
+
+#[test]
+fn recorded_pace_follows_the_timestamps() {
+    let d = dir("paced");
+    let p = planted();
+    let trace = d.join("paced.trace");
+    write_trace(&p, &trace);
+    let json = d.join("answer.json");
+    let o = replay(
+        &trace,
+        &["--backends", "jemalloc", "--pace", "recorded", "--json", json.to_str().unwrap()],
+        &[],
+    );
+    assert!(o.status.success(), "{}", common::describe(&o));
+    let a: Answer = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let e = &a.backends[0].engine;
+    assert_eq!(e.errors.total(), 0);
+    assert!(e.wall_s >= e.window_s * 0.95, "recorded pace took {} s for a {} s window", e.wall_s, e.window_s);
+}
+
+/// One `mallocshim replay:` line on stderr, exit 2, no panic, nothing on stdout.
+fn assert_one_error(o: &Output, what: &str, want: &str) {
+    let err = common::stderr(o);
+    assert_eq!(o.status.code(), Some(2), "{what}: {}", common::describe(o));
+    assert_eq!(err.lines().count(), 1, "{what}: {err}");
+    assert!(err.starts_with("mallocshim replay: ") && err.contains(want), "{what}: {err}");
+    assert!(!err.contains("panicked") && common::stdout(o).is_empty(), "{what}: {}", common::describe(o));
+}
+
+#[test]
+fn truncated_corrupt_and_foreign_files_give_one_error() {
+    let d = dir("bad");
+    let p = planted();
+    let good = d.join("good.trace");
+    write_trace(&p, &good);
+    let bytes = std::fs::read(&good).unwrap();
+    for (name, data, want) in [
+        ("half", bytes[..bytes.len() / 2].to_vec(), "trace"),
+        ("header only", bytes[..40.min(bytes.len())].to_vec(), "trace"),
+        ("empty", Vec::new(), "trace"),
+        ("not a trace", b"{\"format\":\"mallocshim\"}\n".repeat(10), "not a mallocshim trace"),
+    ] {
+        let f = d.join(format!("{}.trace", name.replace(' ', "-")));
+        std::fs::write(&f, &data).unwrap();
+        assert_one_error(&replay(&f, &[], &[]), name, want);
+    }
+    for k in [20usize, bytes.len() / 3, bytes.len() - 10] {
+        let mut data = bytes.clone();
+        data[k] ^= 0x5a;
+        let f = d.join(format!("flip{k}.trace"));
+        std::fs::write(&f, &data).unwrap();
+        assert_one_error(&replay(&f, &["--backends", "glibc"], &[]), &format!("byte {k} flipped"), "trace");
+    }
+    assert_one_error(&replay(&d.join("missing.trace"), &[], &[]), "missing", "missing.trace");
+}
+
+#[test]
+fn inconsistent_trace_counts_errors_without_crashing() {
+    let d = dir("inconsistent");
+    let header = Header { backend: "glibc".into(), tick_ns: 1, ..Header::default() };
+    let ev = |t_ns, op, size, id, old_id| Event {
+        t_ns,
+        thread: ((t_ns + 1) % 2) as u32,
+        op,
+        size,
+        align: 0,
+        id,
+        old_id,
+        old_size: 0,
+    };
+    let events = [
+        ev(1, TraceOp::Malloc, 100, 1, 0),
+        ev(2, TraceOp::Free, 0, 0, 1),
+        ev(3, TraceOp::Free, 0, 0, 1), // a double free: the trace's own inconsistency
+        ev(4, TraceOp::Malloc, 200, 2, 0),
+    ];
+    let p = Planted { header, threads: 2, events: events.to_vec() };
+    let trace = d.join("double-free.trace");
+    write_trace(&p, &trace);
+    let json = d.join("answer.json");
+    let o = replay(&trace, &["--json", json.to_str().unwrap()], &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", common::describe(&o));
+    assert!(common::stderr(&o).contains("replay errors"), "{}", common::describe(&o));
+    let a: Answer = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for b in &a.backends {
+        assert_eq!(b.engine.errors.inconsistent, 1, "{}", b.engine.backend);
+        assert_eq!((b.engine.live_end_bytes, b.engine.calls), (200, 3), "{}", b.engine.backend);
+    }
+}
+
+/// Runs tests/c/replay_planted.cc under `backend` (recorded into `trace` when given) and
+/// returns its line's figures: (baseline, peak, end RSS, kept bytes).
+fn planted_program(backend: &str, trace: Option<&Path>) -> (u64, u64, u64, u64) {
+    let prog = common::cc("replay_planted.cc", "replay_planted", &["-O1"]);
+    let mut c = common::preloaded(&prog, backend);
+    if let Some(t) = trace {
+        c.env("MALLOCSHIM_RECORD", t);
+    }
+    let o = common::run_ok(c, &format!("replay_planted under {backend}"));
+    let out = common::stdout(&o);
+    let line = out.lines().find(|l| l.starts_with("baseline_rss=")).unwrap_or_else(|| panic!("{out}"));
+    let k = |key| common::kv(line, key).unwrap_or_else(|| panic!("{key} in {line}"));
+    (k("baseline_rss"), k("peak_rss"), k("end_rss"), k("kept_bytes"))
+}
+
+#[test]
+fn recorded_program_replays_its_live_heap_and_rss_under_every_backend() {
+    let d = dir("recorded");
+    for b in common::BACKENDS {
+        let trace = d.join(format!("{b}.trace"));
+        let (_, _, _, kept) = planted_program(b, Some(&trace));
+        // Live at the end: the kept blocks, the program's two 1.3 MB tables and the C++ runtime's.
+        // The original run's figures: the same program without recording (the recorder's own
+        // buffers are not the allocator's).
+        let (base, peak, _, _) = planted_program(b, None);
+        let orig = peak - base;
+        let json = d.join(format!("{b}.json"));
+        let o = replay(&trace, &["--backends", b, "--json", json.to_str().unwrap()], &[]);
+        assert!(o.status.success(), "{b}: {}", common::describe(&o));
+        let a: Answer = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let r = &a.backends[0];
+        let e = &r.engine;
+        assert_eq!(a.recorded_backend, b);
+        // Calls the recorder dropped (the footer's count: libraries' TSD destructors after a
+        // thread's slot was released) are not in the trace; the replay reproduces the trace.
+        assert_eq!(e.errors.total(), 0, "{b}: {:?} (recorder dropped {})", e.errors, e.trace_dropped);
+        assert_eq!(e.live_curve, a.trace_live_curve, "{b}: live heap per class at every second");
+        assert!(
+            e.live_end_bytes >= kept && e.live_end_bytes <= kept + 4 * MIB,
+            "{b}: live {} kept {kept}",
+            e.live_end_bytes
+        );
+        let dev = (r.net_peak_rss_bytes as f64 - orig as f64).abs() / orig as f64;
+        eprintln!(
+            "{b}: original net peak RSS {} MiB, replay {} MiB ({:+.1}%)",
+            orig / MIB,
+            r.net_peak_rss_bytes / MIB,
+            100.0 * (r.net_peak_rss_bytes as f64 / orig as f64 - 1.0)
+        );
+        assert!(
+            dev <= 0.15,
+            "{b}: net peak RSS original {orig}, replay {} ({:.0}% off)",
+            r.net_peak_rss_bytes,
+            dev * 100.0
+        );
+    }
+}
