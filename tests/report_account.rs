@@ -53,10 +53,14 @@ fn report_opens_with_the_account_and_agrees_with_it() {
         assert_eq!(sum, kv(&kvs, "rss_bytes"), "{b}: the account's parts must sum to RSS\n{kvs}");
         assert!(kv(&kvs, "allocator_free_bytes") >= 100 << 20, "{b}: ~180 MiB kept\n{kvs}");
         if b == "jemalloc" {
+            // Equal, except by what the account's cap took off jemalloc's resident (the parts
+            // must sum to RSS: stats.resident can exceed RSS less the file and shmem pages); in
+            // the full suite that cap was 1.9 MiB once, so the check is on the difference.
+            let capped = kv(&kvs, "backend_resident_bytes") - kv(&kvs, "allocator_resident_bytes");
             assert_eq!(
                 kv(&kvs, "backend_free_bytes"),
-                kv(&kvs, "allocator_free_bytes"),
-                "jemalloc's free must be the account's\n{kvs}"
+                kv(&kvs, "allocator_free_bytes") + capped,
+                "jemalloc's free must be the account's (plus the account's cap, {capped} B)\n{kvs}"
             );
         }
         eprintln!("{b}:\n{}", out.lines().take(11).collect::<Vec<_>>().join("\n"));
