@@ -16,35 +16,21 @@ use serde::{Deserialize, Serialize};
 /// Rows the shim's ring holds (one hour at the default 1 s period).
 pub const CAPACITY: usize = 3600;
 
-/// The columns the shim writes, in order: the memlog's, the calls per op, `measured`.
-pub const COLUMNS: [&str; 26] = [
-    "unix_ms",
-    "rss_bytes",
-    "vsz_bytes",
-    "backend_allocated_bytes",
-    "backend_resident_bytes",
-    "backend_free_bytes",
-    "trims",
-    "released_bytes",
-    "rss_anon_bytes",
-    "rss_file_bytes",
-    "rss_shmem_bytes",
-    "live_bytes",
-    "allocator_free_bytes",
-    "allocator_metadata_bytes",
-    "allocator_resident_bytes",
-    "non_heap_bytes",
-    "trims_periodic",
-    "trims_ceiling",
-    "trims_pressure",
-    "trims_api",
-    "calls_malloc",
-    "calls_calloc",
-    "calls_realloc",
-    "calls_free",
-    "calls_memalign",
-    "measured",
-];
+/// The columns after the memlog's: calls per op, then `measured`.
+const EXTRA: [&str; 6] =
+    ["calls_malloc", "calls_calloc", "calls_realloc", "calls_free", "calls_memalign", "measured"];
+
+/// The columns the shim writes, in order: the memlog's, the calls per op, `measured` (built
+/// from the memlog's list, so the two cannot drift apart).
+pub const COLUMNS: [&str; MEMLOG_COLUMNS.len() + EXTRA.len()] = {
+    let mut out = [""; MEMLOG_COLUMNS.len() + EXTRA.len()];
+    let mut i = 0;
+    while i < out.len() {
+        out[i] = if i < MEMLOG_COLUMNS.len() { MEMLOG_COLUMNS[i] } else { EXTRA[i - MEMLOG_COLUMNS.len()] };
+        i += 1;
+    }
+    out
+};
 
 /// The history section of a dump.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
