@@ -29,7 +29,9 @@
 //!   and, with 2 or more rounds, the spread of each config's counts;
 //! - `QI_PS_EVENTS` (default 8000) N for oltp_point_select, `QI_RO_EVENTS` (default 500) N for
 //!   oltp_read_only (16 queries per event);
-//! - `QI_OUT` (default `target/query-instr`): callgrind files, sysbench reports, error logs.
+//! - `QI_OUT` (default `target/query-instr`): callgrind files, sysbench reports, error logs;
+//! - `QI_SHIM` (default: this tree's release build): the `libmallocshim.so` to measure, e.g. the
+//!   parent commit's copied aside, for a before/after pair of runs.
 //!
 //! Output: Markdown on stdout and in `target/bench/query-instr.md`, every measurement in
 //! `target/bench/query-instr.csv`. Fails (non-zero exit, one clear message) when valgrind,
@@ -53,7 +55,9 @@ fn fail(msg: &str) -> ! {
 }
 
 fn main() {
-    let so = common::shim();
+    // `QI_SHIM=PATH`: measure that build of the shim (e.g. the parent commit's, copied aside)
+    // instead of building this tree's.
+    let so = std::env::var_os("QI_SHIM").map(PathBuf::from).unwrap_or_else(common::shim);
     let out_dir = common::target_dir().join("bench");
     std::fs::create_dir_all(&out_dir).expect("create target/bench");
 

@@ -13,6 +13,11 @@
 //!   malloc(1) kept, every byte sampled (`MALLOCSHIM_PROF_SAMPLE_BYTES=1`), read 60,000 B ±5%
 //!   (the gap was max(1, floor(Exp)) and read 78,164 B).
 //!
+//! - a module replaced at the same address (`tests/c/heap_cfi_swap.c`): libA learnt by the
+//!   unwinder (20,000 sampled pairs through it), dlclose'd, libB mapped at the same place with
+//!   other frame sizes: the stacks through libB read b_inner, b_outer, main (a rule or a module
+//!   identity kept from libA would read libB's frames at libA's offsets and lose the callers).
+//!
 //! On the code before this test (frame pointers only), the `-fomit-frame-pointer` build has
 //! every stack one frame deep: the chain and the split fail.
 
@@ -124,5 +129,33 @@ fn one_byte_blocks_weigh_what_they_hold() {
             (57_000.0..=63_000.0).contains(&tiny),
             "{what}: tiny_site reads {tiny} B (60,000 ± 5%); total {total}\n{top}"
         );
+    }
+}
+
+#[test]
+fn module_replaced_at_the_same_address() {
+    let flags = ["-shared", "-fPIC", "-O2", "-fomit-frame-pointer"];
+    let a = common::cc("heap_cfi_swap_lib.c", "libheap_cfi_swap_a.so", &flags);
+    let b_flags = [&flags[..], &["-DSIDE_B"]].concat();
+    common::cc("heap_cfi_swap_lib.c", "libheap_cfi_swap_b.so", &b_flags);
+    let bin = common::cc("heap_cfi_swap.c", "heap_cfi_swap", &["-O2", "-fomit-frame-pointer"]);
+    for (backend, setting, env) in common::matrix() {
+        let what = format!("heap_cfi_swap under {backend}, {setting}");
+        let mut e = vec![("MALLOCSHIM_PROF_SAMPLE_BYTES", "4096")];
+        e.extend_from_slice(env);
+        let p = common::profile_of(&bin, Some(&a), backend, &e, &what.replace([' ', ',', '='], "_"));
+        let traces = common::pprof(&p, &["-traces", "-sample_index=inuse_space"]);
+        if env.contains(&("MALLOCSHIM_PROFILE", "off")) {
+            assert!(traces.contains("0 samples taken"), "{what}: samples without profiling\n{traces}");
+            continue;
+        }
+        assert!(
+            has_chain(&traces, &["b_inner", "b_outer", "main"]),
+            "{what}: no trace b_inner, b_outer, main\n{traces}"
+        );
+        let top = common::pprof(&p, &["-top", "-cum", "-unit=B", "-sample_index=inuse_space"]);
+        let main = cum(&top, "main").unwrap_or_else(|| panic!("{what}: no main\n{top}"));
+        let outer = cum(&top, "b_outer").unwrap_or_else(|| panic!("{what}: no b_outer\n{top}"));
+        assert!(outer >= 0.95 * main, "{what}: b_outer holds {outer} B of main's {main} B\n{top}");
     }
 }

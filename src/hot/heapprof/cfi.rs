@@ -23,8 +23,17 @@
 //!   One registration at a time (try-lock: a sampler that finds it busy falls back to frame
 //!   pointers for that frame). Readers never wait: safe from a signal handler's nested malloc,
 //!   an exiting thread, and a forked child (the fork handler resets the counts).
-//! - Unwinding takes one of [`CACHES`] framehop caches (`MustNotAllocateDuringUnwind`: the CFI
-//!   evaluation stack is preallocated) by atomic swap; none free falls back to frame pointers.
+//! - Unwinding takes one of [`BANKS`] banks of [`BANK`] framehop caches
+//!   (`MustNotAllocateDuringUnwind`: the CFI evaluation stack is preallocated) by atomic swap;
+//!   none free falls back to frame pointers. A frame's rule is kept in the bank's cache
+//!   `(address / 509) % BANK` (framehop's cache holds 509 rules, direct-mapped by address
+//!   modulo 509), so a bank is one direct-mapped rule cache of `BANK × 509` entries: mariadbd's
+//!   sampled stacks overflowed a single cache (about one CFI evaluation, ~5,000 instructions, per
+//!   sample). Rules are keyed by the state's generation (framehop's), so a registration
+//!   invalidates them all.
+//! - Within one walk, a frame inside the module the previous frame was checked in needs no
+//!   lookup: its return address is live on this stack, so that module stays mapped (and the
+//!   same) for the whole walk. Nothing about modules is kept from one walk to the next.
 //!   Every stack read is bounds-checked against this thread's stack ([`walk`]'s `lo..hi`).
 
 use core::ffi::c_void;
@@ -35,11 +44,16 @@ use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, MustNotAllocateD
 
 type Policy = MustNotAllocateDuringUnwind;
 type Cache = CacheX86_64<Policy>;
+type Bank = [Cache; BANK];
 
 /// Unwind passes per sample (each may register one module first).
 const PASSES: usize = 4;
-/// Unwind caches shared by the sampling threads.
-const CACHES: usize = 4;
+/// Banks of unwind caches shared by the sampling threads (one per concurrent sampler).
+const BANKS: usize = 2;
+/// framehop caches per bank (each ~40 KiB, 12 KiB of them its 509 rules).
+const BANK: usize = 8;
+/// Rules one framehop 0.16 cache holds (its `CACHE_ENTRY_COUNT`, slot = address % 509).
+const RULES_PER_CACHE: u64 = 509;
 /// Most modules held (a dlopen loop at ever new addresses stops registering there).
 const MAX_MODULES: usize = 1024;
 /// Retired states waiting for their readers to leave.
@@ -61,13 +75,43 @@ type FindFn = unsafe extern "C" fn(*mut c_void, *mut DlFindObject) -> i32;
 /// `_dl_find_object`, or 0 when this glibc has none.
 static FIND: AtomicUsize = AtomicUsize::new(0);
 
-/// A module's identity as the loader reports it.
+/// A module's identity: where the loader reports it, and a mark of its function table.
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct Key {
     start: u64,
     end: u64,
     bias: u64,
     hdr: u64,
+    /// [`mark`] of its `.eh_frame_hdr`: a library dlopen'd where a dlclose'd one of the same
+    /// size was has the same four addresses above, but not the same functions.
+    mark: u64,
+}
+
+/// The FDE count and last table entry (the last function's start, its FDE's offset) of the
+/// mapped `.eh_frame_hdr` at `hdr`, or 0 when its encoding is not GNU ld's and lld's (such a
+/// module is never registered: see [`super::ehframe`]).
+///
+/// # Safety
+/// `hdr` is the loader's `.eh_frame_hdr` address of a module that stays mapped (a live return
+/// address into it), ending before `end`. The table is read as far as its own count says, as
+/// libgcc's unwinder does, and never at or past `end`.
+unsafe fn mark(hdr: u64, end: u64) -> u64 {
+    if hdr == 0 || hdr.saturating_add(12) > end {
+        return 0;
+    }
+    // SAFETY: the caller's; the header's 12 bytes, then one entry below `end`.
+    unsafe {
+        let h = hdr as *const u8;
+        if *h != 1 || *h.add(1) != 0x1b || *h.add(2) != 0x03 || *h.add(3) != 0x3b {
+            return 0;
+        }
+        let count = (h.add(8) as *const u32).read_unaligned() as u64;
+        let last = hdr + 12 + 8 * count.saturating_sub(1);
+        if count == 0 || last.saturating_add(8) > end {
+            return count;
+        }
+        (last as *const u64).read_unaligned().rotate_left(20) ^ count
+    }
 }
 
 struct State {
@@ -80,7 +124,7 @@ static STATE: AtomicPtr<State> = AtomicPtr::new(null_mut());
 static READERS: AtomicUsize = AtomicUsize::new(0);
 static WRITER: AtomicBool = AtomicBool::new(false);
 static GRAVES: [AtomicPtr<State>; GRAVE] = [const { AtomicPtr::new(null_mut()) }; GRAVE];
-static POOL: [AtomicPtr<Cache>; CACHES] = [const { AtomicPtr::new(null_mut()) }; CACHES];
+static POOL: [AtomicPtr<Bank>; BANKS] = [const { AtomicPtr::new(null_mut()) }; BANKS];
 static POOL_MADE: AtomicBool = AtomicBool::new(false);
 
 /// Initialisation (under the guard): finds `_dl_find_object`, unless
@@ -121,7 +165,8 @@ fn find(pc: u64) -> Option<Key> {
         }
         // `l_addr` is the first field of the public `struct link_map`.
         let bias = *(r.link_map as *const u64);
-        Some(Key { start: r.map_start as u64, end: r.map_end as u64, bias, hdr: r.eh_frame as u64 })
+        let (start, end, hdr) = (r.map_start as u64, r.map_end as u64, r.eh_frame as u64);
+        Some(Key { start, end, bias, hdr, mark: mark(hdr, end) })
     }
 }
 
@@ -186,23 +231,26 @@ fn one_pass<F: FnMut(u64) -> Result<u64, ()>>(
     out: &mut [usize; super::unwind::MAX_FRAMES],
     n0: usize,
 ) -> Pass {
-    let Some(cache) = take_cache() else { return Pass::NoCache };
+    let Some(bank) = take_bank() else { return Pass::NoCache };
     READERS.fetch_add(1, SeqCst);
     let st = STATE.load(SeqCst);
+    // SAFETY: a published state is freed only once no reader is inside (module doc).
+    let held = (!st.is_null()).then(|| unsafe { &*st });
     let mut n = n0;
     let mut pc = regs.ip();
+    // The module the last lookup found (and `held` holds with the loader's identity).
+    let mut same = 0..0u64;
     let r = loop {
         if n >= out.len() || pc == 0 {
             break Pass::Done(n);
         }
-        let here = find(pc - 1);
-        // SAFETY: a published state is freed only once no reader is inside (module doc).
-        let held = (!st.is_null()).then(|| unsafe { &*st });
-        if let Some(k) = here {
-            if !held.is_some_and(|s| {
-                s.known.binary_search_by_key(&k.start, |x| x.start).is_ok_and(|i| s.known[i] == k)
-            }) {
-                break Pass::Missing(k, n, pc as usize, regs.bp() as usize);
+        let look = pc - 1;
+        if !same.contains(&look) {
+            if let Some(k) = find(look) {
+                if !held.is_some_and(|s| holds(s, k)) {
+                    break Pass::Missing(k, n, pc as usize, regs.bp() as usize);
+                }
+                same = k.start..k.end;
             }
         }
         if !super::unwind::in_shim(pc as usize) {
@@ -211,28 +259,34 @@ fn one_pass<F: FnMut(u64) -> Result<u64, ()>>(
         }
         let Some(s) = held else { break Pass::Done(n) };
         let Some(addr) = FrameAddress::from_return_address(pc) else { break Pass::Done(n) };
-        // SAFETY: the cache pointer was taken from the pool by this thread alone.
-        match s.unwinder.unwind_frame(addr, &mut regs, unsafe { &mut *cache }, read) {
+        // SAFETY: the bank was taken from the pool by this thread alone.
+        let cache = unsafe { &mut (*bank)[(look / RULES_PER_CACHE % BANK as u64) as usize] };
+        match s.unwinder.unwind_frame(addr, &mut regs, cache, read) {
             Ok(Some(next)) => pc = next,
             _ => break Pass::Done(n),
         }
     };
     READERS.fetch_sub(1, SeqCst);
-    put_cache(cache);
+    put_bank(bank);
     r
 }
 
-fn take_cache() -> Option<*mut Cache> {
+/// True when the state holds the module `k` with the loader's identity.
+fn holds(s: &State, k: Key) -> bool {
+    s.known.binary_search_by_key(&k.start, |x| x.start).is_ok_and(|i| s.known[i] == k)
+}
+
+fn take_bank() -> Option<*mut Bank> {
     POOL.iter().map(|p| p.swap(null_mut(), Acquire)).find(|c| !c.is_null())
 }
 
-fn put_cache(c: *mut Cache) {
+fn put_bank(c: *mut Bank) {
     for p in &POOL {
         if p.compare_exchange(null_mut(), c, Release, Relaxed).is_ok() {
             return;
         }
     }
-    // SAFETY: a cache made by `Box::into_raw` in `register`, owned by this thread now.
+    // SAFETY: a bank made by `Box::into_raw` in `make_pool`, owned by this thread now.
     drop(unsafe { Box::from_raw(c) });
 }
 
@@ -244,8 +298,8 @@ fn make_pool() {
     }
     if !POOL_MADE.load(Relaxed) {
         let _g = crate::hot::tls::Reentry::enter();
-        for _ in 0..CACHES {
-            put_cache(Box::into_raw(Box::new(Cache::new_in())));
+        for _ in 0..BANKS {
+            put_bank(Box::into_raw(Box::new(core::array::from_fn(|_| Cache::new_in()))));
         }
         POOL_MADE.store(true, Release);
     }
