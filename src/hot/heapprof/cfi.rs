@@ -28,7 +28,7 @@
 //!   none free falls back to frame pointers. A frame's rule is kept in the bank's cache
 //!   `(address / 509) % BANK` (framehop's cache holds 509 rules, direct-mapped by address
 //!   modulo 509), so a bank is one direct-mapped rule cache of `BANK × 509` entries: mariadbd's
-//!   sampled stacks overflowed a single cache (about one CFI evaluation, ~5,000 instructions, per
+//!   sampled stacks overflowed a single cache (about one CFI evaluation, ~3,000+ instructions, per
 //!   sample). Rules are keyed by the state's generation (framehop's), so a registration
 //!   invalidates them all.
 //! - Within one walk, a frame inside the module the previous frame was checked in needs no
@@ -50,7 +50,8 @@ type Bank = [Cache; BANK];
 const PASSES: usize = 4;
 /// Banks of unwind caches shared by the sampling threads (one per concurrent sampler).
 const BANKS: usize = 2;
-/// framehop caches per bank (each ~40 KiB, 12 KiB of them its 509 rules).
+/// framehop caches per bank (each ~37 KiB by the types' sizes: 12 KiB of rules, the rest
+/// gimli's preallocated CFI evaluation rows).
 const BANK: usize = 8;
 /// Rules one framehop 0.16 cache holds (its `CACHE_ENTRY_COUNT`, slot = address % 509).
 const RULES_PER_CACHE: u64 = 509;
