@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
     about = "Replay an allocation trace through each backend: RSS, fragmentation, CPU and latency per backend",
     long_about = "Replays an allocation trace (MALLOCSHIM_RECORD=FILE, mallocshim record) in a fresh process \
                   per backend, under libmallocshim.so: one thread per recorded thread, each call in its \
-                  recorded order, every free after its allocation, every page of each block written once, \
-                  the pre-window heap allocated first. Per backend: peak RSS, RSS at the end and after a \
+                  recorded order, every free after its allocation, the threads' interleaving kept to within \
+                  1 ms of recorded time (--order), every page of each block written once, the pre-window \
+                  heap allocated first. Per backend: peak RSS, RSS at the end and after a \
                   trim (MiB, minus the replayer's baseline), RSS over live bytes, calls/s, CPU per call, \
                   p50/p99 latency per op and size class, replay errors (must be 0); then the verdict. \
                   See docs/replay.md.\n\n\
