@@ -270,6 +270,9 @@ pub fn run(plan_path: &Path, recorded: bool, ordered: bool) -> Result<EngineOut,
     let samples = MmapVec::<u64>::zeroed(MAX_SAMPLES * 3)?;
     let busy: Vec<usize> = (0..sm.threads as usize).filter(|&i| !view.thread(i).is_empty()).collect();
     let epochs = Epochs::new(&view, &busy, ordered)?;
+    // The recorded main thread runs on this one (the main arena, arena 0, the main heap); the
+    // others each on a thread of their own.
+    let on_main = busy.iter().copied().find(|&i| i as u64 == sm.main_thread);
     let ctx = Ctx {
         blocks: &blocks,
         sizes: view.block_sizes(),
@@ -299,6 +302,7 @@ pub fn run(plan_path: &Path, recorded: bool, ordered: bool) -> Result<EngineOut,
             .map_err(|e| format!("cannot start the sampler thread: {e}"))?;
         let hs: Vec<_> = busy
             .iter()
+            .filter(|&&i| Some(i) != on_main)
             .map(|&i| {
                 let (ctx, steps) = (&ctx, view.thread(i));
                 std::thread::Builder::new()
@@ -322,6 +326,9 @@ pub fn run(plan_path: &Path, recorded: bool, ordered: bool) -> Result<EngineOut,
             ctx.gate.store(GO, Ordering::Release);
         }
         let mut outs = vec![pre];
+        if let Some(i) = on_main {
+            outs.push(ctx.run_thread(view.thread(i)));
+        }
         let mut err = None;
         for h in hs {
             match h {
