@@ -125,8 +125,8 @@ pub fn run(a: &Args) -> Result<String, Fail> {
     for b in &a.backends {
         let dir = scratch.0.join(b);
         std::fs::create_dir(&dir).map_err(|e| fail(2, format!("{}: {e}", dir.display())))?;
-        let mut ans =
-            run_one(&shim, &plan_path, &dir, b, [&a.pace, &a.order]).map_err(|e| fail(2, format!("{b}: {e}")))?;
+        let mut ans = run_one(&shim, &plan_path, &dir, b, [&a.pace, &a.order])
+            .map_err(|e| fail(2, format!("{b}: {e}")))?;
         ans.engine.trace_end = plan.end_reason.clone();
         backends.push(ans);
     }
@@ -170,7 +170,13 @@ const CLEARED: [&str; 6] = [
 ];
 
 /// One engine process; `mode` is `[pace, order]`.
-fn run_one(shim: &Path, plan: &Path, dir: &Path, backend: &str, mode: [&str; 2]) -> Result<BackendAnswer, String> {
+fn run_one(
+    shim: &Path,
+    plan: &Path,
+    dir: &Path,
+    backend: &str,
+    mode: [&str; 2],
+) -> Result<BackendAnswer, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let mut cmd = Command::new(exe);
     cmd.arg("replay-engine").arg("--plan").arg(plan).args(["--pace", mode[0], "--order", mode[1]]);
