@@ -75,7 +75,28 @@ fn touch(p: *mut u8, size: usize) {
     unsafe { p.add(size - 1).write_volatile(1) };
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    fn new(
+        blocks: &'a MmapVec<u64>,
+        sizes: &'a [u64],
+        curve: &'a MmapVec<u64>,
+        recorded: bool,
+        epochs: Option<Epochs>,
+    ) -> Self {
+        Ctx {
+            blocks,
+            sizes,
+            curve,
+            start_ns: AtomicU64::new(0),
+            gate: AtomicU8::new(WAIT),
+            recorded,
+            epochs,
+            live: AtomicI64::new(0),
+            peak_live: AtomicU64::new(0),
+            finished: AtomicBool::new(false),
+        }
+    }
+
     fn add(&self, local: &mut [(i64, i64); CLASSES], sec: u64) {
         for (c, d) in local.iter_mut().enumerate() {
             if *d != (0, 0) {
@@ -273,25 +294,13 @@ pub fn run(plan_path: &Path, recorded: bool, ordered: bool) -> Result<EngineOut,
     // The recorded main thread runs on this one (the main arena, arena 0, the main heap); the
     // others each on a thread of their own.
     let on_main = busy.iter().copied().find(|&i| i as u64 == sm.main_thread);
-    let ctx = Ctx {
-        blocks: &blocks,
-        sizes: view.block_sizes(),
-        curve: &curve,
-        start_ns: AtomicU64::new(0),
-        gate: AtomicU8::new(WAIT),
-        recorded,
-        epochs,
-        live: AtomicI64::new(0),
-        peak_live: AtomicU64::new(0),
-        finished: AtomicBool::new(false),
-    };
+    let ctx = Ctx::new(&blocks, view.block_sizes(), &curve, recorded, epochs);
     shim.dump();
     shim.trim();
     let mut o = EngineOut {
         backend: shim.backend(),
         pace: if recorded { "recorded" } else { "fast" }.into(),
         order: if ordered { "recorded" } else { "threads" }.into(),
-        epoch_us: ctx.epochs.as_ref().map_or(0, |e| e.epoch_us()),
         ..Default::default()
     };
     let mut taken = 0;
@@ -348,6 +357,13 @@ pub fn run(plan_path: &Path, recorded: bool, ordered: bool) -> Result<EngineOut,
     shim.trim();
     o.trimmed_rss_bytes = selfproc::rss_bytes();
     fill(&mut o, &sm, &outs, &curve);
+    measured(&mut o, &ctx, &samples, taken);
+    Ok(o)
+}
+
+/// What the replay counted of itself: the epoch, its peak live bytes, the samples taken.
+fn measured(o: &mut EngineOut, ctx: &Ctx, samples: &MmapVec<u64>, taken: usize) {
+    o.epoch_us = ctx.epochs.as_ref().map_or(0, |e| e.epoch_us());
     o.replay_peak_live_bytes = ctx.peak_live.load(Ordering::Relaxed);
     o.live_samples = (0..taken)
         .map(|i| {
@@ -355,7 +371,6 @@ pub fn run(plan_path: &Path, recorded: bool, ordered: bool) -> Result<EngineOut,
             (v(0) as f64 / 1e9, v(1), v(2))
         })
         .collect();
-    Ok(o)
 }
 
 /// Allocates the pre-window blocks (the plan's last `pre_blocks` instances), pages written.
