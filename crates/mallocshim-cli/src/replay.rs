@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
     about = "Replay an allocation trace through each backend: RSS, fragmentation, CPU and latency per backend",
     long_about = "Replays an allocation trace (MALLOCSHIM_RECORD=FILE, mallocshim record) in a fresh process \
                   per backend, under libmallocshim.so: one thread per recorded thread, each call in its \
-                  recorded order, every free after its allocation, every page of each block written once, \
-                  the pre-window heap allocated first. Per backend: peak RSS, RSS at the end and after a \
+                  recorded order, every free after its allocation, the threads' interleaving kept to within \
+                  1 ms of recorded time (--order), every page of each block written once, the pre-window \
+                  heap allocated first. Per backend: peak RSS, RSS at the end and after a \
                   trim (MiB, minus the replayer's baseline), RSS over live bytes, calls/s, CPU per call, \
                   p50/p99 latency per op and size class, replay errors (must be 0); then the verdict. \
                   See docs/replay.md.\n\n\
@@ -45,6 +46,12 @@ pub struct Args {
     /// periodic trims behave as recorded).
     #[arg(long, value_parser = ["fast", "recorded"], default_value = "fast")]
     pub pace: String,
+    /// recorded: threads keep the recorded interleaving to within 1 ms of recorded time (no
+    /// call of a millisecond before every call of the earlier ones: phases apart in the
+    /// recording stay apart); threads: each thread keeps its own order only (every free after
+    /// its allocation), faster, but phases may overlap that did not.
+    #[arg(long, value_parser = ["recorded", "threads"], default_value = "recorded")]
+    pub order: String,
     /// Write the answer as JSON here (a new file).
     #[arg(long, value_name = "OUT.json")]
     pub json: Option<PathBuf>,
@@ -63,11 +70,13 @@ pub struct EngineArgs {
     pub plan: PathBuf,
     #[arg(long, value_parser = ["fast", "recorded"], default_value = "fast")]
     pub pace: String,
+    #[arg(long, value_parser = ["recorded", "threads"], default_value = "recorded")]
+    pub order: String,
 }
 
 /// The engine process: one JSON line on stdout, or one error line.
 pub fn engine(a: &EngineArgs) -> Result<String, String> {
-    let o = mallocshim_replay::engine::run(&a.plan, a.pace == "recorded")?;
+    let o = mallocshim_replay::engine::run(&a.plan, a.pace == "recorded", a.order == "recorded")?;
     serde_json::to_string(&o).map(|s| s + "\n").map_err(|e| e.to_string())
 }
 
@@ -116,8 +125,8 @@ pub fn run(a: &Args) -> Result<String, Fail> {
     for b in &a.backends {
         let dir = scratch.0.join(b);
         std::fs::create_dir(&dir).map_err(|e| fail(2, format!("{}: {e}", dir.display())))?;
-        let mut ans =
-            run_one(&shim, &plan_path, &dir, b, &a.pace).map_err(|e| fail(2, format!("{b}: {e}")))?;
+        let mut ans = run_one(&shim, &plan_path, &dir, b, [&a.pace, &a.order])
+            .map_err(|e| fail(2, format!("{b}: {e}")))?;
         ans.engine.trace_end = plan.end_reason.clone();
         backends.push(ans);
     }
@@ -160,10 +169,17 @@ const CLEARED: [&str; 6] = [
     "MALLOCSHIM_DUMP_KEEP",
 ];
 
-fn run_one(shim: &Path, plan: &Path, dir: &Path, backend: &str, pace: &str) -> Result<BackendAnswer, String> {
+/// One engine process; `mode` is `[pace, order]`.
+fn run_one(
+    shim: &Path,
+    plan: &Path,
+    dir: &Path,
+    backend: &str,
+    mode: [&str; 2],
+) -> Result<BackendAnswer, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let mut cmd = Command::new(exe);
-    cmd.arg("replay-engine").arg("--plan").arg(plan).args(["--pace", pace]);
+    cmd.arg("replay-engine").arg("--plan").arg(plan).args(["--pace", mode[0], "--order", mode[1]]);
     for k in CLEARED {
         cmd.env_remove(k);
     }
@@ -265,7 +281,8 @@ fn rss_panel(a: &Answer) -> Panel {
 fn render(a: &Answer, fmt: Format) -> String {
     let mut o = String::new();
     let b0 = a.backends.first().map(|b| &b.engine);
-    heading(fmt, &format!("Replay of {} ({} pace)", a.trace, a.pace), &mut o);
+    let order = a.backends.first().map_or("", |b| b.engine.order.as_str());
+    heading(fmt, &format!("Replay of {} ({} pace, {order} order)", a.trace, a.pace), &mut o);
     if let Some(e) = b0 {
         o += &format!(
             "{} events, {} threads, window {:.1} s (recorded under {}, ended: {}, {} calls dropped); \
@@ -292,6 +309,7 @@ fn render(a: &Answer, fmt: Format) -> String {
         ("end RSS MiB", Align::Right),
         ("trimmed MiB", Align::Right),
         ("live end MiB", Align::Right),
+        ("peak live MiB", Align::Right),
         ("peak RSS/live", Align::Right),
         ("end RSS/live", Align::Right),
         ("calls/s", Align::Right),
@@ -308,6 +326,7 @@ fn render(a: &Answer, fmt: Format) -> String {
             mib(b.net_end_rss_bytes),
             mib(b.net_trimmed_rss_bytes),
             mib(e.live_end_bytes),
+            mib(e.replay_peak_live_bytes),
             format!("{:.2}", b.peak_rss_per_live),
             format!("{:.2}", b.end_rss_per_live),
             format!("{:.0}", b.calls_per_s),

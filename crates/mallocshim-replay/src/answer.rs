@@ -60,6 +60,13 @@ pub struct EngineOut {
     pub backend: String,
     /// `fast` or `recorded`.
     pub pace: String,
+    /// `recorded`: threads keep the recorded interleaving to within one epoch of `epoch_us`
+    /// recorded µs (no step of an epoch before every step of the earlier ones); `threads`: each
+    /// thread keeps its own order only (and every free after its allocation).
+    #[serde(default)]
+    pub order: String,
+    #[serde(default)]
+    pub epoch_us: u64,
     /// Events in the trace, recorded threads, and the window's length (first to last event).
     pub events: u64,
     pub threads: u64,
@@ -87,6 +94,15 @@ pub struct EngineOut {
     pub live_end_blocks: u64,
     /// The most requested bytes live at once over the trace (its global order), from the plan.
     pub peak_live_bytes: u64,
+    /// The most requested bytes live at once in the replay as it ran (every thread's calls
+    /// counted as they returned, pre-window heap included): below `peak_live_bytes` when
+    /// phases that were apart in the recording overlapped in the replay.
+    #[serde(default)]
+    pub replay_peak_live_bytes: u64,
+    /// `[seconds since the replay started, live requested bytes, RSS bytes]` every 50 ms,
+    /// sampled inside the engine (RSS from /proc/self/statm, not net of the baseline).
+    #[serde(default)]
+    pub live_samples: Vec<(f64, u64, u64)>,
     pub errors: Errors,
     /// The trace footer's events dropped while recording and why the window ended.
     pub trace_dropped: u64,

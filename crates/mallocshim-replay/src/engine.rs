@@ -16,11 +16,12 @@
 use crate::answer::{EngineOut, Errors};
 use crate::image::PlanView;
 use crate::mem::{mapped_bytes, MmapVec};
+use crate::order::Epochs;
 use crate::plan::{self, Step, CALLOC, FREE, MALLOC, MEMALIGN, NONE, REALLOC};
 use crate::selfproc::{self, Shim};
 use mallocshim_format::classes::{class_of, CLASSES};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};
 
 /// The block table's mark of an allocation the backend refused.
 const FAILED: u64 = u64::MAX;
@@ -36,6 +37,14 @@ struct Ctx<'a> {
     /// The start gate: [`WAIT`] until the main thread says [`GO`] (or [`ABORT`]).
     gate: AtomicU8,
     recorded: bool,
+    /// The recorded interleaving between threads (`--order recorded`), or None.
+    epochs: Option<Epochs>,
+    /// Requested bytes live now over every thread, and the most at once (the replay's own
+    /// count as it runs, against the plan's `peak_live_bytes`).
+    live: AtomicI64,
+    peak_live: AtomicU64,
+    /// Set when every replay thread has returned (the sampler stops).
+    finished: AtomicBool,
 }
 
 const WAIT: u8 = 0;
@@ -66,7 +75,28 @@ fn touch(p: *mut u8, size: usize) {
     unsafe { p.add(size - 1).write_volatile(1) };
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    fn new(
+        blocks: &'a MmapVec<u64>,
+        sizes: &'a [u64],
+        curve: &'a MmapVec<u64>,
+        recorded: bool,
+        epochs: Option<Epochs>,
+    ) -> Self {
+        Ctx {
+            blocks,
+            sizes,
+            curve,
+            start_ns: AtomicU64::new(0),
+            gate: AtomicU8::new(WAIT),
+            recorded,
+            epochs,
+            live: AtomicI64::new(0),
+            peak_live: AtomicU64::new(0),
+            finished: AtomicBool::new(false),
+        }
+    }
+
     fn add(&self, local: &mut [(i64, i64); CLASSES], sec: u64) {
         for (c, d) in local.iter_mut().enumerate() {
             if *d != (0, 0) {
@@ -140,8 +170,10 @@ impl Ctx<'_> {
             }
         }
         .cast::<u8>();
+        let mut delta = 0i64;
         if let Some(_o) = old {
             let sz = self.sizes[s.old_blk as usize];
+            delta -= sz as i64;
             local[class_of(sz as usize)].0 -= 1;
             local[class_of(sz as usize)].1 -= sz as i64;
             out.live_blocks -= 1;
@@ -151,6 +183,7 @@ impl Ctx<'_> {
             touch(p, size);
             self.publish(s.new_blk, p, out);
             if !p.is_null() {
+                delta += size as i64;
                 local[class_of(size)].0 += 1;
                 local[class_of(size)].1 += size as i64;
                 out.live_blocks += 1;
@@ -160,6 +193,10 @@ impl Ctx<'_> {
                 // SAFETY: `o` is still ours (realloc failed).
                 unsafe { libc::free(o.cast()) };
             }
+        }
+        if delta != 0 {
+            let now = self.live.fetch_add(delta, Ordering::Relaxed) + delta;
+            self.peak_live.fetch_max(now.max(0) as u64, Ordering::Relaxed);
         }
     }
 
@@ -175,7 +212,21 @@ impl Ctx<'_> {
         let mut local = [(0i64, 0i64); CLASSES];
         let start = self.start_ns.load(Ordering::Acquire);
         let mut sec = 0;
+        let mut epoch = (u64::MAX, 0u64); // the epoch this thread is in, and its steps there
         for s in steps {
+            if let Some(g) = &self.epochs {
+                let e = g.of(s.t_ns);
+                if e != epoch.0 {
+                    if epoch.0 != u64::MAX {
+                        g.leave(epoch.0, epoch.1);
+                    }
+                    if !g.enter(e, WAIT_LIMIT_NS) {
+                        out.wait_timeout += 1;
+                    }
+                    epoch = (e, 0);
+                }
+                epoch.1 += 1;
+            }
             if self.recorded {
                 let target = start + s.t_ns;
                 if target > selfproc::now_ns() + 20_000 {
@@ -190,9 +241,38 @@ impl Ctx<'_> {
             self.step(s, &mut local, &mut out);
         }
         self.add(&mut local, sec);
+        if let (Some(g), true) = (&self.epochs, epoch.0 != u64::MAX) {
+            g.leave(epoch.0, epoch.1);
+        }
         out
     }
+
+    /// Every [`SAMPLE_NS`] from the start until the replay threads are done: seconds since the
+    /// start, live bytes (the replay's own count) and RSS, into `into` (3 values a sample).
+    fn sample(&self, into: &MmapVec<u64>) -> usize {
+        while self.gate.load(Ordering::Acquire) == WAIT {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        let start = self.start_ns.load(Ordering::Acquire);
+        let mut n = 0;
+        while self.gate.load(Ordering::Acquire) == GO && (n + 1) * 3 <= into.len() {
+            let t = selfproc::now_ns();
+            into.atomic(n * 3).store(t.saturating_sub(start), Ordering::Relaxed);
+            into.atomic(n * 3 + 1).store(self.live.load(Ordering::Relaxed).max(0) as u64, Ordering::Relaxed);
+            into.atomic(n * 3 + 2).store(selfproc::rss_bytes(), Ordering::Relaxed);
+            n += 1;
+            if self.finished.load(Ordering::Acquire) {
+                break;
+            }
+            selfproc::sleep_until(start + n as u64 * SAMPLE_NS);
+        }
+        n
+    }
 }
+
+/// The engine's live-bytes and RSS sampling period, and the most samples kept (about 2 hours).
+const SAMPLE_NS: u64 = 50_000_000;
+const MAX_SAMPLES: usize = 36_000;
 
 /// Writes `text` to fd 1 without std's buffered stdout (no allocation before the replay).
 fn say(text: &str) {
@@ -200,32 +280,38 @@ fn say(text: &str) {
     unsafe { libc::write(1, text.as_ptr().cast(), text.len()) };
 }
 
-/// Replays the plan image at `plan_path`; `recorded` sleeps to the recorded timestamps.
-pub fn run(plan_path: &Path, recorded: bool) -> Result<EngineOut, String> {
+/// Replays the plan image at `plan_path`; `recorded` sleeps to the recorded timestamps;
+/// `ordered` keeps the recorded interleaving between threads to within an epoch (`order.rs`).
+pub fn run(plan_path: &Path, recorded: bool, ordered: bool) -> Result<EngineOut, String> {
     let shim = Shim::find().ok_or("the replay engine runs without libmallocshim.so (LD_PRELOAD)")?;
     let view = PlanView::map(plan_path)?;
     let sm = *view.summary();
     let blocks = MmapVec::<u64>::zeroed(sm.blocks as usize)?;
     let curve = MmapVec::<u64>::zeroed(sm.seconds as usize * CLASSES * 2)?;
-    let ctx = Ctx {
-        blocks: &blocks,
-        sizes: view.block_sizes(),
-        curve: &curve,
-        start_ns: AtomicU64::new(0),
-        gate: AtomicU8::new(WAIT),
-        recorded,
-    };
+    let samples = MmapVec::<u64>::zeroed(MAX_SAMPLES * 3)?;
+    let busy: Vec<usize> = (0..sm.threads as usize).filter(|&i| !view.thread(i).is_empty()).collect();
+    let epochs = Epochs::new(&view, &busy, ordered)?;
+    // The recorded main thread runs on this one (the main arena, arena 0, the main heap); the
+    // others each on a thread of their own.
+    let on_main = busy.iter().copied().find(|&i| i as u64 == sm.main_thread);
+    let ctx = Ctx::new(&blocks, view.block_sizes(), &curve, recorded, epochs);
     shim.dump();
     shim.trim();
-    let busy: Vec<usize> = (0..sm.threads as usize).filter(|&i| !view.thread(i).is_empty()).collect();
     let mut o = EngineOut {
         backend: shim.backend(),
         pace: if recorded { "recorded" } else { "fast" }.into(),
+        order: if ordered { "recorded" } else { "threads" }.into(),
         ..Default::default()
     };
+    let mut taken = 0;
     let outs: Vec<ThreadOut> = std::thread::scope(|sc| {
+        let sampler = std::thread::Builder::new()
+            .stack_size(64 << 10)
+            .spawn_scoped(sc, || ctx.sample(&samples))
+            .map_err(|e| format!("cannot start the sampler thread: {e}"))?;
         let hs: Vec<_> = busy
             .iter()
+            .filter(|&&i| Some(i) != on_main)
             .map(|&i| {
                 let (ctx, steps) = (&ctx, view.thread(i));
                 std::thread::Builder::new()
@@ -249,6 +335,9 @@ pub fn run(plan_path: &Path, recorded: bool) -> Result<EngineOut, String> {
             ctx.gate.store(GO, Ordering::Release);
         }
         let mut outs = vec![pre];
+        if let Some(i) = on_main {
+            outs.push(ctx.run_thread(view.thread(i)));
+        }
         let mut err = None;
         for h in hs {
             match h {
@@ -258,6 +347,8 @@ pub fn run(plan_path: &Path, recorded: bool) -> Result<EngineOut, String> {
         }
         o.wall_s = (selfproc::now_ns() - t0) as f64 / 1e9;
         o.cpu_s = selfproc::cpu_s() - cpu0;
+        ctx.finished.store(true, Ordering::Release);
+        taken = sampler.join().unwrap_or(0);
         err.map_or(Ok(outs), Err)
     })?;
     o.end_rss_bytes = selfproc::rss_bytes();
@@ -266,7 +357,20 @@ pub fn run(plan_path: &Path, recorded: bool) -> Result<EngineOut, String> {
     shim.trim();
     o.trimmed_rss_bytes = selfproc::rss_bytes();
     fill(&mut o, &sm, &outs, &curve);
+    measured(&mut o, &ctx, &samples, taken);
     Ok(o)
+}
+
+/// What the replay counted of itself: the epoch, its peak live bytes, the samples taken.
+fn measured(o: &mut EngineOut, ctx: &Ctx, samples: &MmapVec<u64>, taken: usize) {
+    o.epoch_us = ctx.epochs.as_ref().map_or(0, |e| e.epoch_us());
+    o.replay_peak_live_bytes = ctx.peak_live.load(Ordering::Relaxed);
+    o.live_samples = (0..taken)
+        .map(|i| {
+            let v = |k| samples.atomic(i * 3 + k).load(Ordering::Relaxed);
+            (v(0) as f64 / 1e9, v(1), v(2))
+        })
+        .collect();
 }
 
 /// Allocates the pre-window blocks (the plan's last `pre_blocks` instances), pages written.

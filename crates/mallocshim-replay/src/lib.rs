@@ -20,6 +20,7 @@ pub mod answer;
 pub mod engine;
 mod image;
 mod mem;
+mod order;
 pub mod plan;
 mod selfproc;
 

@@ -66,6 +66,8 @@ pub struct Summary {
     pub peak_live_bytes: u64,
     pub inconsistent: u64,
     pub dropped: u64,
+    /// The recorded main thread's index, or [`NO_THREAD`].
+    pub main_thread: u64,
 }
 
 const MAGIC: u64 = u64::from_le_bytes(*b"MSHPLAN1");
@@ -245,15 +247,23 @@ pub fn build(path: &Path) -> Result<Plan, String> {
         b.threads[t].push(step);
     }
     let footer = rd.footer().cloned().unwrap_or_default();
-    finish(
+    // The recorded process's main thread (its tid is the pid): the engine replays it on its own
+    // main thread, which holds the main arena (glibc), arena 0 (jemalloc), the main heap.
+    let main = rd.threads().iter().find(|t| t.tid != 0 && t.tid == header.pid).map(|t| t.index as u64);
+    let mut plan = finish(
         b,
         events,
         last_t.max(footer.window_ns),
         footer.dropped,
         header.backend,
         footer.ended.name().into(),
-    )
+    )?;
+    plan.summary.main_thread = main.filter(|&m| m < plan.summary.threads).unwrap_or(NO_THREAD);
+    Ok(plan)
 }
+
+/// [`Summary::main_thread`] when the trace does not say which thread was the main one.
+pub const NO_THREAD: u64 = u64::MAX;
 
 fn finish(
     mut b: Builder,
@@ -295,6 +305,7 @@ fn finish(
             peak_live_bytes: b.peak,
             inconsistent: b.inconsistent,
             dropped,
+            main_thread: NO_THREAD,
         },
         threads: b.threads,
         block_size,
