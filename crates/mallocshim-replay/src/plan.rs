@@ -80,6 +80,9 @@ pub struct Plan {
     /// The recorded process's backend and why the window ended (trace header and footer).
     pub backend: String,
     pub end_reason: String,
+    /// The footer's calls whose order the recorder could not restore (taken as freed where the
+    /// address came back).
+    pub reordered: u64,
     /// The live heap per second as the trace has it (same rule as the engine's count).
     pub curve: Vec<LiveSecond>,
 }
@@ -245,14 +248,16 @@ pub fn build(path: &Path) -> Result<Plan, String> {
         b.threads[t].push(step);
     }
     let footer = rd.footer().cloned().unwrap_or_default();
-    finish(
+    let mut plan = finish(
         b,
         events,
         last_t.max(footer.window_ns),
         footer.dropped,
         header.backend,
         footer.ended.name().into(),
-    )
+    )?;
+    plan.reordered = footer.reordered;
+    Ok(plan)
 }
 
 fn finish(
@@ -300,6 +305,7 @@ fn finish(
         block_size,
         backend,
         end_reason: end,
+        reordered: 0,
         curve,
     })
 }
