@@ -92,6 +92,8 @@ fn record(inst: &Instance, lua: &Path, rw_s: u64, ft_s: u64, trace: &Path) -> (L
 
 #[test]
 fn mariadbd_window_replays_under_every_backend() {
+    // Built first: `mallocshim record` must start at once when the workload does.
+    let (shim, _) = (common::shim(), common::cli_bin());
     let t0 = Instant::now();
     let rw_s = common::env_u64("REC_MDB_RW_SECONDS", 30);
     let ft_s = common::env_u64("REC_MDB_FT_SECONDS", 10);
@@ -100,7 +102,7 @@ fn mariadbd_window_replays_under_every_backend() {
     std::fs::write(&lua, PHRASE_LUA).unwrap();
     let plain = inst.start(&Launch::plain()).unwrap_or_else(|e| panic!("plain mariadbd: {e}"));
     plain.sysbench_prepare().unwrap_or_else(|e| panic!("{e}"));
-    let mut s = Settings::new(common::shim());
+    let mut s = Settings::new(shim.clone());
     s.rows = common::env_u64("REC_MDB_FT_ROWS", 100_000);
     fulltext::load(&plain, &s).unwrap_or_else(|e| panic!("FULLTEXT load: {e}"));
     plain.shutdown().unwrap_or_else(|e| panic!("{e}"));
@@ -113,7 +115,7 @@ fn mariadbd_window_replays_under_every_backend() {
     let mut lives = vec![glibc];
     if common::env_u64("REC_MDB_LIVE", 1) == 1 {
         for b in BACKENDS.iter().filter(|b| **b != "glibc") {
-            let srv = inst.start(&Launch::shim(common::shim(), b)).unwrap_or_else(|e| panic!("{b}: {e}"));
+            let srv = inst.start(&Launch::shim(&shim, b)).unwrap_or_else(|e| panic!("{b}: {e}"));
             lives.push(workload(&srv, b, &lua, rw_s, ft_s));
             assert_eq!(srv.shutdown().unwrap_or_else(|e| panic!("{e}")).status, 0, "{b}: exit status");
         }
