@@ -10,6 +10,7 @@
 //! entry point checks the pid).
 
 pub mod drain;
+pub mod grow;
 
 use crate::base::{clock, diag};
 use crate::hot::{route, tls::Reentry, tracebuf};
