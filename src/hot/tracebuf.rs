@@ -16,11 +16,6 @@
 //! (`slots::claim`) when it has none. A thread's buffer is handed back at its exit by the slot's
 //! release (`slots`), marked ended; the drain frees it once read. Calls made after that (other
 //! libraries' TSD destructors) are counted in [`NO_BUFFER`], not recorded.
-//! Growing: a ring found full with a spare linked to it ([`Buf::next`], mapped and linked by
-//! the drain for a thread that dropped calls or filled half its ring) is swapped for the spare
-//! by its owner, out of line; the full one is handed to the drain like an exited thread's. A
-//! thread's capacity thus grows by whole rings, chained, up to the drain's bound; the append
-//! itself is unchanged until a ring is full.
 //! Times: a free's before the backend is called, an allocation's after it returned, so a block
 //! freed by one thread and reused by another orders free first. Must not import `cold`.
 
@@ -56,8 +51,6 @@ pub struct Entry {
 pub const FREE: u32 = 0;
 pub const OWNED: u32 = 1;
 pub const ENDED: u32 = 2;
-/// A spare linked behind a thread's ring, not yet taken over (the drain skips it).
-pub const SPARE: u32 = 3;
 
 /// One thread's ring, in its own mapping.
 #[repr(C, align(64))]
@@ -67,7 +60,7 @@ pub struct Buf {
     _pad: [u64; 7],
     /// Entries read (the drain's).
     pub tail: AtomicU64,
-    /// FREE, OWNED, ENDED, SPARE.
+    /// FREE, OWNED, ENDED.
     pub state: AtomicU32,
     /// Kernel thread id of the owner.
     pub tid: AtomicU32,
@@ -75,11 +68,8 @@ pub struct Buf {
     pub window: AtomicU64,
     /// Claim number (unique per claim in the process: the drain's thread key).
     pub claim: AtomicU64,
-    /// Calls not recorded because the ring was full (carried over to the next ring).
+    /// Calls not recorded because the ring was full.
     pub dropped: AtomicU64,
-    /// A spare ring the drain linked for this thread (`cold::record::grow`): the owner moves to
-    /// it when this one is full, instead of dropping the call. Null: none.
-    pub next: AtomicPtr<Buf>,
     entries: [UnsafeCell<Entry>; CAP],
 }
 
@@ -157,19 +147,13 @@ fn append(op: u8, align: usize, addr: usize, old: usize, size: usize, t: u64) {
                 return;
             }
         }
-        let mut b = &*b;
-        let mut h = b.head.load(Relaxed);
+        let b = &*b;
+        let h = b.head.load(Relaxed);
         if h.wrapping_sub(b.tail.load(Acquire)) >= CAP as u64 && !drained_inline(b, h) {
-            let s = (*st).slot; // claim() may have just set it
-            let n = if s.is_null() { ptr::null_mut() } else { next_ring(&*s, b) };
-            if n.is_null() {
-                if op != OLD_SIZE {
-                    b.dropped.store(b.dropped.load(Relaxed) + 1, Relaxed);
-                }
-                return;
+            if op != OLD_SIZE {
+                b.dropped.store(b.dropped.load(Relaxed) + 1, Relaxed);
             }
-            b = &*n;
-            h = b.head.load(Relaxed);
+            return;
         }
         let lg = if align > 1 { (usize::BITS - 1 - align.leading_zeros()).min(31) as u64 } else { 0 };
         let rel = t.wrapping_sub(T0.load(Relaxed)) & ((1 << 56) - 1);
@@ -181,27 +165,6 @@ fn append(op: u8, align: usize, addr: usize, old: usize, size: usize, t: u64) {
         });
         b.head.store(h + 1, Release);
     }
-}
-
-/// A full ring: the spare the drain linked to it, if any, becomes the thread's ring (its slot
-/// points to it; the full one is handed to the drain as ENDED, read to its end and freed);
-/// null when there is none. Only the owner takes a ring's spare (a swap), and only the drain
-/// links one (a compare-exchange from null), so each spare has one owner.
-#[cold]
-#[inline(never)]
-fn next_ring(s: &slots::Slot, b: &Buf) -> *mut Buf {
-    let n = b.next.swap(ptr::null_mut(), Acquire);
-    if !n.is_null() {
-        // SAFETY: a linked spare is a published buffer, set up by the drain for this thread's
-        // claim and window (state OWNED); it stays mapped.
-        unsafe {
-            (*n).dropped.store(b.dropped.load(Relaxed), Relaxed);
-            (*n).state.store(OWNED, Release);
-        }
-        s.trace.store(n, Release);
-        b.state.store(ENDED, Release);
-    }
-    n
 }
 
 /// A full ring in a process without the shim's thread: the registered drain empties it.
@@ -241,13 +204,9 @@ fn claim(st: *mut tls::ThreadState, w: u64) -> *mut Buf {
     };
     let old = s.trace.load(Relaxed);
     if !old.is_null() {
-        // A buffer of an earlier window, read to its end by that window's drain: free again,
-        // with the spares linked to it.
+        // A buffer of an earlier window, read to its end by that window's drain: free again.
         // SAFETY: mapped for the process's life.
-        unsafe {
-            free_spares(&*old);
-            (*old).state.store(FREE, Release);
-        }
+        unsafe { (*old).state.store(FREE, Release) };
     }
     let b = take_free();
     if b.is_null() {
@@ -260,7 +219,6 @@ fn claim(st: *mut tls::ThreadState, w: u64) -> *mut Buf {
         // SAFETY: gettid has no preconditions.
         r.tid.store(libc::gettid() as u32, Relaxed);
         r.dropped.store(0, Relaxed);
-        r.next.store(ptr::null_mut(), Relaxed);
         r.claim.store(CLAIMS.fetch_add(1, Relaxed) + 1, Relaxed);
         let h = r.head.load(Relaxed);
         r.tail.store(h, Relaxed);
@@ -270,20 +228,9 @@ fn claim(st: *mut tls::ThreadState, w: u64) -> *mut Buf {
     b
 }
 
-/// Frees the spares linked to `b` (taken off it first: nobody else can adopt them then).
-pub fn free_spares(b: &Buf) {
-    let mut n = b.next.swap(ptr::null_mut(), Acquire);
-    while !n.is_null() {
-        // SAFETY: linked spares are published buffers; they stay mapped.
-        let r = unsafe { &*n };
-        n = r.next.swap(ptr::null_mut(), Acquire);
-        r.state.store(FREE, Release);
-    }
-}
-
 /// A FREE buffer of the pool, marked OWNED; a new mapping when none is free; null when the
 /// pool is full or mmap fails.
-pub fn take_free() -> *mut Buf {
+fn take_free() -> *mut Buf {
     for cell in BUFS.iter() {
         let mut b = cell.load(Acquire);
         if b.is_null() {

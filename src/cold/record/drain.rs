@@ -8,7 +8,6 @@
 //! thread was descheduled between the clock and the store for longer) is written at the time of
 //! the last event written, and counted in the footer's `reordered`.
 
-use super::grow;
 use crate::hot::tracebuf::{self, Buf, Entry, ENDED, FREE};
 use mallocshim_format::trace::{Event, Thread, TraceError, TraceOp, TraceWriter, PRE_WINDOW};
 use std::collections::HashMap;
@@ -54,11 +53,8 @@ pub struct Drain {
     ns_per_tick: f64,
     /// Claim number of a ring → thread index.
     threads: HashMap<u64, u32>,
-    /// Calls dropped per thread index (a full ring), as last read (the most of its rings: a
-    /// ring taken over from a full one starts at that one's count).
+    /// Calls dropped per thread index (a full ring), as last read.
     pub dropped: Vec<u64>,
-    /// Per thread index: how many spare rings it is given (`grow`), 0 until it needs one.
-    spares: Vec<u32>,
     /// Per thread index: the block and usable size of its last [`tracebuf::OLD_SIZE`] entry
     /// (the block its next realloc takes).
     old_size: Vec<(u64, u64)>,
@@ -79,7 +75,6 @@ impl Drain {
             ns_per_tick: crate::base::clock::ns_per_tick(),
             threads: HashMap::new(),
             dropped: Vec::new(),
-            spares: Vec::new(),
             old_size: Vec::new(),
             pending: Vec::new(),
             seq: 0,
@@ -96,7 +91,7 @@ impl Drain {
     pub fn collect<W: Write>(&mut self, w: &mut TraceWriter<W>) -> Result<(), TraceError> {
         for b in tracebuf::buffers() {
             let state = b.state.load(Acquire);
-            if state == FREE || state == tracebuf::SPARE {
+            if state == FREE {
                 continue;
             }
             if b.window.load(Acquire) != self.window {
@@ -107,11 +102,8 @@ impl Drain {
                 continue;
             }
             let t = self.thread_of(b, w)?;
-            self.read_ring(b, t, state == ENDED);
+            self.read_ring(b, t);
             if state == ENDED {
-                // An exited thread's ring (its spares unused), or a full one its owner left
-                // for a spare (nothing linked any more).
-                tracebuf::free_spares(b);
                 b.state.store(FREE, Release);
             }
         }
@@ -129,12 +121,11 @@ impl Drain {
         w.thread(&Thread { index, tid, name: name.trim_end().to_string() })?;
         self.threads.insert(claim, index);
         self.dropped.push(0);
-        self.spares.push(0);
         self.old_size.push((0, 0));
         Ok(index)
     }
 
-    fn read_ring(&mut self, b: &Buf, thread: u32, ended: bool) {
+    fn read_ring(&mut self, b: &Buf, thread: u32) {
         let head = b.head.load(Acquire);
         let tail = b.tail.load(Relaxed);
         for i in tail..head {
@@ -149,15 +140,7 @@ impl Drain {
             self.seq += 1;
         }
         b.tail.store(head, Release);
-        let t = thread as usize;
-        let (before, after) = (self.dropped[t], b.dropped.load(Relaxed));
-        self.dropped[t] = before.max(after);
-        if !ended && grow::wants_more(head - tail, before, after) {
-            self.spares[t] = grow::doubled(self.spares[t]);
-        }
-        if !ended && self.spares[t] > 0 {
-            grow::provide(b, self.spares[t]);
-        }
+        self.dropped[thread as usize] = b.dropped.load(Relaxed);
     }
 
     /// Writes the pending calls older than [`HOLD_NS`] before `now_rel` ticks (all with

@@ -10,7 +10,6 @@
 //! entry point checks the pid).
 
 pub mod drain;
-pub mod grow;
 
 use crate::base::{clock, diag};
 use crate::hot::{route, tls::Reentry, tracebuf};
