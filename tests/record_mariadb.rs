@@ -17,7 +17,7 @@ mod common;
 
 use mallocshim_mariadb::fulltext::{self, Settings, PHRASE_LUA};
 use mallocshim_mariadb::{procfs, Instance, Launch, Options, Server, Sysbench, BACKENDS};
-use mallocshim_replay::answer::Answer;
+use mallocshim_replay::answer::{Answer, LiveSecond};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -55,6 +55,11 @@ fn workload(srv: &Server, backend: &'static str, lua: &Path, rw_s: u64, ft_s: u6
     let (rw, ft) = (rw.unwrap_or_else(|e| panic!("{e}")), ft.unwrap_or_else(|e| panic!("{e}")));
     assert!(rw.ok() && ft.ok(), "{backend}: sysbench failed: {rw:?} {ft:?}");
     Live { backend, rss_start, rss_peak: peak, rw_qps: rw.qps_text(), ft_qps: ft.qps_text() }
+}
+
+/// Live bytes per second of a live curve (all classes).
+fn total(c: &[LiveSecond]) -> Vec<u64> {
+    c.iter().map(|s| s.classes.iter().map(|k| k.bytes).sum()).collect()
 }
 
 fn cli(args: &[&str]) -> Output {
@@ -180,7 +185,19 @@ fn mariadbd_window_replays_under_every_backend() {
             f.dropped
         );
         assert_eq!(e.events, ev.len() as u64, "{}: every event of the trace planned", e.backend);
-        assert_eq!(e.live_curve, a.trace_live_curve, "{}: the live heap per class per second", e.backend);
+        if f.dropped == 0 {
+            assert_eq!(e.live_curve, a.trace_live_curve, "{}: the live heap per class per second", e.backend);
+        } else {
+            // Dropped calls (rings full under load) turn some frees into frees of pre-window
+            // blocks, served from the replay's pre-window heap (tests/replay.rs, same rule): the
+            // total live bytes per second are then within 10%.
+            let (x, y) = (total(&e.live_curve), total(&a.trace_live_curve));
+            assert_eq!(x.len(), y.len(), "{}: seconds of the live curve", e.backend);
+            for (i, (x, y)) in x.iter().zip(&y).enumerate() {
+                let d = (*x as f64 - *y as f64).abs() / (*y).max(1) as f64;
+                assert!(d <= 0.10, "{}: live bytes at second {i}: replay {x}, trace {y}", e.backend);
+            }
+        }
     }
     assert_eq!(a.trace_reordered, f.reordered, "the answer reports the footer's reordered calls");
     if f.dropped == 0 {
