@@ -237,9 +237,10 @@ fn main() {
             for w in &workloads {
                 for &t in &threads {
                     for b in &backends {
-                        if let (Some(off), Some(on)) =
-                            (get(b, off_mode, w, t).map(median_or_nan), get(b, on_mode, w, t).map(median_or_nan))
-                        {
+                        if let (Some(off), Some(on)) = (
+                            get(b, off_mode, w, t).map(median_or_nan),
+                            get(b, on_mode, w, t).map(median_or_nan),
+                        ) {
                             let r = on / off;
                             if worst.as_ref().is_none_or(|(x, _)| r > *x) {
                                 worst = Some((r, format!("{w} {t} threads {b}")));
