@@ -54,6 +54,7 @@ fn workload(srv: &Server, backend: &'static str, lua: &Path, rw_s: u64, ft_s: u6
     });
     let (rw, ft) = (rw.unwrap_or_else(|e| panic!("{e}")), ft.unwrap_or_else(|e| panic!("{e}")));
     assert!(rw.ok() && ft.ok(), "{backend}: sysbench failed: {rw:?} {ft:?}");
+    eprintln!("live {backend}: RSS at start {:.1} MiB, peak {:.1} MiB", mib(rss_start), mib(peak));
     Live { backend, rss_start, rss_peak: peak, rw_qps: rw.qps_text(), ft_qps: ft.qps_text() }
 }
 
@@ -156,6 +157,26 @@ fn mariadbd_window_replays_under_every_backend() {
         BACKENDS.to_vec(),
         "every backend replayed"
     );
+    // Both rankings first: printed even when an assertion below fails.
+    eprintln!("verdict: {}", a.verdict);
+    let replay: Vec<(&str, u64)> =
+        a.backends.iter().map(|b| (b.engine.backend.as_str(), b.net_peak_rss_bytes)).collect();
+    let peak: Vec<(&str, u64)> = lives.iter().map(|l| (l.backend, l.rss_peak)).collect();
+    let growth: Vec<(&str, u64)> =
+        lives.iter().map(|l| (l.backend, l.rss_peak.saturating_sub(l.rss_start))).collect();
+    for l in &lives {
+        eprintln!(
+            "live {}: RSS at start {:.1} MiB, peak {:.1} MiB; qps oltp_read_write {}, phrase searches {}",
+            l.backend,
+            mib(l.rss_start),
+            mib(l.rss_peak),
+            l.rw_qps,
+            l.ft_qps
+        );
+    }
+    eprintln!("ranking, replay net peak RSS (MiB): {}", ranking(&replay));
+    eprintln!("ranking, live peak RSS (MiB):        {}", ranking(&peak));
+    eprintln!("ranking, live peak - start (MiB):    {}", ranking(&growth));
     for b in &a.backends {
         let e = &b.engine;
         eprintln!(
@@ -212,25 +233,6 @@ fn mariadbd_window_replays_under_every_backend() {
     if f.dropped == 0 {
         assert!(o.status.success(), "mallocshim replay: {}", common::describe(&o));
     }
-    eprintln!("verdict: {}", a.verdict);
-    let replay: Vec<(&str, u64)> =
-        a.backends.iter().map(|b| (b.engine.backend.as_str(), b.net_peak_rss_bytes)).collect();
-    let peak: Vec<(&str, u64)> = lives.iter().map(|l| (l.backend, l.rss_peak)).collect();
-    let growth: Vec<(&str, u64)> =
-        lives.iter().map(|l| (l.backend, l.rss_peak.saturating_sub(l.rss_start))).collect();
-    for l in &lives {
-        eprintln!(
-            "live {}: RSS at start {:.1} MiB, peak {:.1} MiB; qps oltp_read_write {}, phrase searches {}",
-            l.backend,
-            mib(l.rss_start),
-            mib(l.rss_peak),
-            l.rw_qps,
-            l.ft_qps
-        );
-    }
-    eprintln!("ranking, replay net peak RSS (MiB): {}", ranking(&replay));
-    eprintln!("ranking, live peak RSS (MiB):        {}", ranking(&peak));
-    eprintln!("ranking, live peak - start (MiB):    {}", ranking(&growth));
     eprintln!(
         "runtime: preparation {prep_s:.0} s, live servers {live_s:.0} s, replay {replay_s:.0} s, total {:.0} s",
         t0.elapsed().as_secs_f64()
