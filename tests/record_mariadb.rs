@@ -53,7 +53,11 @@ fn workload(srv: &Server, backend: &'static str, lua: &Path, rw_s: u64, ft_s: u6
         (rw, ft, sampler.join().unwrap())
     });
     let (rw, ft) = (rw.unwrap_or_else(|e| panic!("{e}")), ft.unwrap_or_else(|e| panic!("{e}")));
-    assert!(rw.ok() && ft.ok(), "{backend}: sysbench failed: {rw:?} {ft:?}");
+    // oltp_read_write's ignored errors are InnoDB deadlocks between its own transactions
+    // (sysbench retries them): normal under concurrency; a fatal line or a reconnect is not.
+    let clean =
+        |r: &mallocshim_mariadb::SysbenchReport| r.exit == 0 && r.fatal_lines == 0 && r.reconnects == Some(0);
+    assert!(clean(&rw) && ft.ok(), "{backend}: sysbench failed: {rw:?} {ft:?}");
     eprintln!("live {backend}: RSS at start {:.1} MiB, peak {:.1} MiB", mib(rss_start), mib(peak));
     Live { backend, rss_start, rss_peak: peak, rw_qps: rw.qps_text(), ft_qps: ft.qps_text() }
 }
