@@ -348,6 +348,15 @@ fn record_command_through_the_control_channel() {
             t.2.iter().any(|e| e.old_id & PRE_WINDOW != 0 && e.old_size > 0),
             "{what}: no pre-window free"
         );
+        // A realloc of a block of before the window carries its usable size (the old code wrote
+        // 0: the ring's realloc entry has no room for it; now an entry of its own precedes it).
+        let pre_re: Vec<&Event> =
+            t.2.iter().filter(|e| e.op == TraceOp::Realloc && e.old_id & PRE_WINDOW != 0).collect();
+        assert!(!pre_re.is_empty(), "{what}: no realloc of a pre-window block");
+        assert!(
+            pre_re.iter().all(|e| e.old_size >= 16),
+            "{what}: pre-window realloc without its size: {pre_re:?}"
+        );
         assert!(t.2.len() > 10_000, "{what}: {} events", t.2.len());
         check_ids(&t.2, &what);
         assert!(st.status.success(), "{what}: {}", describe(&st));

@@ -150,7 +150,9 @@ fn append(op: u8, align: usize, addr: usize, old: usize, size: usize, t: u64) {
         let b = &*b;
         let h = b.head.load(Relaxed);
         if h.wrapping_sub(b.tail.load(Acquire)) >= CAP as u64 && !drained_inline(b, h) {
-            b.dropped.store(b.dropped.load(Relaxed) + 1, Relaxed);
+            if op != OLD_SIZE {
+                b.dropped.store(b.dropped.load(Relaxed) + 1, Relaxed);
+            }
             return;
         }
         let lg = if align > 1 { (usize::BITS - 1 - align.leading_zeros()).min(31) as u64 } else { 0 };
@@ -264,6 +266,8 @@ const CALLOC: u8 = 1;
 const REALLOC: u8 = 2;
 const FREE_OP: u8 = 3;
 const MEMALIGN: u8 = 4;
+/// Not a call: the usable size of the block the thread's next realloc takes (the drain's).
+pub const OLD_SIZE: u8 = 7;
 
 pub unsafe extern "C" fn malloc<B: Raw, const P: bool, const H: bool>(size: usize) -> *mut c_void {
     // SAFETY: forwarded contract.
@@ -283,6 +287,8 @@ pub unsafe extern "C" fn realloc<B: Raw, const P: bool, const H: bool>(
     p: *mut c_void,
     size: usize,
 ) -> *mut c_void {
+    // SAFETY: `p` is null or a live block (the caller's contract for realloc).
+    unsafe { old_size_traced::<B>(p) };
     // SAFETY: forwarded contract.
     let q = unsafe { record::realloc::<B, P, H>(p, size) };
     append(REALLOC, 0, q as usize, p as usize, size, clock::ticks());
@@ -294,10 +300,28 @@ pub unsafe extern "C" fn reallocarray<B: Raw, const P: bool, const H: bool>(
     n: usize,
     size: usize,
 ) -> *mut c_void {
+    // SAFETY: `p` is null or a live block (the caller's contract for reallocarray).
+    unsafe { old_size_traced::<B>(p) };
     // SAFETY: forwarded contract.
     let q = unsafe { record::reallocarray::<B, P, H>(p, n, size) };
     append(REALLOC, 0, q as usize, p as usize, n.saturating_mul(size), clock::ticks());
     q
+}
+
+/// A realloc's block: its usable size, in an entry of its own ([`OLD_SIZE`]) before the call,
+/// so that the drain can give a block the window did not see allocated its size (the
+/// realloc's entry has no room for it). Only in a window, outside the guard, for a non-null
+/// block; a dropped marker leaves the realloc without it (old size 0), as before.
+///
+/// # Safety
+/// `p` is null or a live block of this backend.
+#[inline(always)]
+unsafe fn old_size_traced<B: Raw>(p: *mut c_void) {
+    if !p.is_null() && !tls::guarded() && WINDOW.load(Relaxed) != 0 {
+        // SAFETY: `p` is a live block (the caller's contract).
+        let u = unsafe { c_contract::usable_size::<B>(p) };
+        append(OLD_SIZE, 0, 0, p as usize, u, clock::ticks());
+    }
 }
 
 /// A free: recorded (with the block's usable size, for a block the window did not see

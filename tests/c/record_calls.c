@@ -8,7 +8,7 @@
  *   fork    allocates, forks mid-window: the child allocates 1000 blocks of 8888 and exits;
  *           the parent waits, then 100 malloc(7777).
  *   churn N N short threads, each malloc(4321)/free, created and joined in waves of 16.
- *   busy MS allocates and frees for MS ms on 4 threads.
+ *   busy MS allocates and frees (and reallocs one block per 1000 calls) for MS ms on 4 threads.
  */
 #define _GNU_SOURCE
 #include <malloc.h>
@@ -74,7 +74,11 @@ static void *spin(void *arg) {
     double end = *(double *)arg;
     void *keep[64] = {0};
     unsigned i = 0;
+    void *held = NULL;
     while (now_ms() < end) {
+        /* One realloc per batch: the first in a window takes the block of the one before it. */
+        held = realloc(held, 3100 + i % 50);
+        sink = held;
         for (int k = 0; k < 1000; k++, i++) {
             free(keep[i % 64]);
             keep[i % 64] = malloc(16 + (i * 37) % 3000);
@@ -82,6 +86,7 @@ static void *spin(void *arg) {
         }
     }
     for (int k = 0; k < 64; k++) free(keep[k]);
+    free(held);
     return NULL;
 }
 

@@ -139,6 +139,7 @@ pub fn run(a: &Args) -> Result<String, Fail> {
         pace: a.pace.clone(),
         trace_live_curve: plan.curve.clone(),
         backends,
+        trace_reordered: plan.reordered,
         verdict,
     };
     if let Some(p) = &a.json {
@@ -285,7 +286,7 @@ fn render(a: &Answer, fmt: Format) -> String {
     heading(fmt, &format!("Replay of {} ({} pace, {order} order)", a.trace, a.pace), &mut o);
     if let Some(e) = b0 {
         o += &format!(
-            "{} events, {} threads, window {:.1} s (recorded under {}, ended: {}, {} calls dropped); \
+            "{} events, {} threads, window {:.1} s (recorded under {}, ended: {}, {} calls dropped, {} reordered); \
              pre-window heap {} blocks, {} MiB\n",
             e.events,
             e.threads,
@@ -293,6 +294,7 @@ fn render(a: &Answer, fmt: Format) -> String {
             a.recorded_backend,
             e.trace_end,
             e.trace_dropped,
+            a.trace_reordered,
             e.pre_window_blocks,
             mib(e.pre_window_bytes)
         );

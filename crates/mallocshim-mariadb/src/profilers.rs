@@ -25,15 +25,18 @@ pub const PROF_SAMPLE_BYTES: &str = "524288";
 /// Debian's library preloaded), `shim` (defaults), `routing` (`MALLOCSHIM_PROFILE=off`),
 /// `shim-heapprof` (defaults, `MALLOCSHIM_PROF_SAMPLE_BYTES=524288`), `shim-noheapprof` (the same
 /// with `0`), `shim-heapprof-fp` (as `shim-heapprof`, stacks by frame pointers only:
-/// `MALLOCSHIM_PROF_UNWIND=fp`, to price the CFI unwinding), `jeprof` (jemalloc only: Debian's libjemalloc2 preloaded with
+/// `MALLOCSHIM_PROF_UNWIND=fp`, to price the CFI unwinding), `shim-recording` (defaults, with a
+/// recording window open from start to exit: `MALLOCSHIM_RECORD=<dir>/trace.%p.mst`, budget 8G,
+/// to price the traced entry points; issue 24), `jeprof` (jemalloc only: Debian's libjemalloc2 preloaded with
 /// `MALLOC_CONF=prof:true,lg_prof_sample:19`), `heaptrack` (glibc only: heaptrack's preload).
-pub const MODES: [&str; 8] = [
+pub const MODES: [&str; 9] = [
     "direct",
     "shim",
     "routing",
     "shim-heapprof",
     "shim-noheapprof",
     "shim-heapprof-fp",
+    "shim-recording",
     "jeprof",
     "heaptrack",
 ];
@@ -101,6 +104,13 @@ pub fn start(shim: &Path, backend: &str, mode: &str, dir: &Path) -> Result<Start
             Launch::shim(shim, b)
                 .var("MALLOCSHIM_PROF_SAMPLE_BYTES", PROF_SAMPLE_BYTES)
                 .var("MALLOCSHIM_PROF_UNWIND", "fp"),
+            Some(shim_s),
+            None,
+        ),
+        ("shim-recording", b) => (
+            Launch::shim(shim, b)
+                .var("MALLOCSHIM_RECORD", dir.join("trace.%p.mst").display().to_string())
+                .var("MALLOCSHIM_RECORD_MAX_BYTES", "8G"),
             Some(shim_s),
             None,
         ),

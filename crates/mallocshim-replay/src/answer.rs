@@ -181,6 +181,10 @@ pub struct Answer {
     /// backend's `live_curve` must equal it.
     pub trace_live_curve: Vec<LiveSecond>,
     pub backends: Vec<BackendAnswer>,
+    /// The trace footer's reordered calls (recorded calls whose order the recorder could not
+    /// restore; see docs/trace-format.md). 0 in answers written before this field.
+    #[serde(default)]
+    pub trace_reordered: u64,
     /// One sentence: which backend keeps the least peak RSS, against the first backend, and at
     /// what CPU per call.
     pub verdict: String,

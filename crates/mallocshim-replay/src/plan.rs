@@ -82,6 +82,9 @@ pub struct Plan {
     /// The recorded process's backend and why the window ended (trace header and footer).
     pub backend: String,
     pub end_reason: String,
+    /// The footer's calls whose order the recorder could not restore (taken as freed where the
+    /// address came back).
+    pub reordered: u64,
     /// The live heap per second as the trace has it (same rule as the engine's count).
     pub curve: Vec<LiveSecond>,
 }
@@ -259,6 +262,7 @@ pub fn build(path: &Path) -> Result<Plan, String> {
         footer.ended.name().into(),
     )?;
     plan.summary.main_thread = main.filter(|&m| m < plan.summary.threads).unwrap_or(NO_THREAD);
+    plan.reordered = footer.reordered;
     Ok(plan)
 }
 
@@ -311,6 +315,7 @@ fn finish(
         block_size,
         backend,
         end_reason: end,
+        reordered: 0,
         curve,
     })
 }

@@ -55,6 +55,9 @@ pub struct Drain {
     threads: HashMap<u64, u32>,
     /// Calls dropped per thread index (a full ring), as last read.
     pub dropped: Vec<u64>,
+    /// Per thread index: the block and usable size of its last [`tracebuf::OLD_SIZE`] entry
+    /// (the block its next realloc takes).
+    old_size: Vec<(u64, u64)>,
     pending: Vec<Raw>,
     seq: u64,
     blocks: Blocks,
@@ -72,6 +75,7 @@ impl Drain {
             ns_per_tick: crate::base::clock::ns_per_tick(),
             threads: HashMap::new(),
             dropped: Vec::new(),
+            old_size: Vec::new(),
             pending: Vec::new(),
             seq: 0,
             blocks: Blocks::with_capacity_and_hasher(1 << 16, Default::default()),
@@ -117,6 +121,7 @@ impl Drain {
         w.thread(&Thread { index, tid, name: name.trim_end().to_string() })?;
         self.threads.insert(claim, index);
         self.dropped.push(0);
+        self.old_size.push((0, 0));
         Ok(index)
     }
 
@@ -164,6 +169,10 @@ impl Drain {
     }
 
     fn write_one<W: Write>(&mut self, w: &mut TraceWriter<W>, r: &Raw) -> Result<(), TraceError> {
+        if (r.e.w0 & 7) as u8 == tracebuf::OLD_SIZE {
+            self.old_size[r.thread as usize] = (r.e.old, r.e.size);
+            return Ok(());
+        }
         let mut t_ns = (r.rel as f64 * self.ns_per_tick) as u64;
         if t_ns < self.last_ns {
             self.reordered += 1;
@@ -182,8 +191,13 @@ impl Drain {
                 None => {
                     self.pre += 1;
                     ev.old_id = PRE_WINDOW | self.pre;
-                    // The ring carries a free's usable size; a realloc's old size is unknown.
-                    ev.old_size = if op == TraceOp::Free { r.e.size } else { 0 };
+                    // A free's entry carries the block's usable size; a realloc's came in the
+                    // thread's entry just before it (0 if that one was dropped).
+                    ev.old_size = match self.old_size[r.thread as usize] {
+                        _ if op == TraceOp::Free => r.e.size,
+                        (a, u) if a == r.e.old => u,
+                        _ => 0,
+                    };
                 }
             }
         }
