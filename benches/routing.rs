@@ -54,6 +54,9 @@
 //! Output: the Markdown tables on stdout, also written to `target/bench/routing.md`; the last,
 //! "Heap profiles on vs off, per unsampled pair", gives per backend the pair64 1-thread ns and
 //! instructions per pair of the three heap-profile rows and what on adds against off.
+//!
+//! Long because: the configurations, the interleaved runner, callgrind and the result tables of
+//! one bench; the C program is apart.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
