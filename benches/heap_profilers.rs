@@ -28,6 +28,9 @@
 //! `target/bench/heap-profilers.csv`. Fails (non-zero exit, one clear message) when a tool is
 //! missing, a sysbench run of part 1 has errors, a server lacks the expected allocator or
 //! profiler, a profiler wrote nothing, or a mariadbd does not stop cleanly; in part 2 the same.
+//!
+//! Long because: one bench of two parts (mariadbd under four heap profilers, then the same on a
+//! stress program) that share the servers' set-up and the table.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -145,6 +148,9 @@ fn wall_clock(shim: &Path, configs: &[(String, String)], out: &Path) -> Vec<QpsR
     runs
 }
 
+// Long because: one report written top to bottom from both parts' figures, its closures (`name`,
+// `med`, `round_over`, `spread`) shared by every section; the bench runs mariadbd for tens of
+// minutes, so its split waits for a change that can run it (issue 20, left in session 12).
 fn main() {
     let so = common::shim().canonicalize().expect("the shim's path");
     let out_dir = common::target_dir().join("bench");

@@ -94,6 +94,8 @@ fn once(r: &Run, bins: &[PathBuf], scale: u64, iter: u64) -> (f64, f64) {
     s
 }
 
+// Long because: one bench run read top to bottom: settings, rounds of interleaved configurations,
+// then the table.
 fn main() {
     let rounds = common::env_u64("MALLOCSHIM_BENCH_ROUNDS", 7).max(1) as usize;
     let scale = common::env_u64("MALLOCSHIM_BENCH_SCALE", 10);

@@ -54,6 +54,9 @@
 //! Output: the Markdown tables on stdout, also written to `target/bench/routing.md`; the last,
 //! "Heap profiles on vs off, per unsampled pair", gives per backend the pair64 1-thread ns and
 //! instructions per pair of the three heap-profile rows and what on adds against off.
+//!
+//! Long because: the configurations, the interleaved runner, callgrind and the result tables of
+//! one bench; the C program is apart.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -404,40 +407,21 @@ fn callgrind(r: &Runner, cfgs: &[Config], out_dir: &Path) -> Option<(String, Vec
     Some((md, per_pair))
 }
 
-fn main() {
-    // `cargo bench` passes `--bench`; accept and ignore libtest-style arguments.
-    let t_start = Instant::now();
-    let rounds = env_u64("MALLOCSHIM_BENCH_ROUNDS", 7).max(1) as usize;
-    let target_ms = env_u64("MALLOCSHIM_BENCH_TARGET_MS", 300).max(10);
-    let fixed_iters =
-        std::env::var("MALLOCSHIM_BENCH_ITERS").ok().map(|_| env_u64("MALLOCSHIM_BENCH_ITERS", 0));
-    let pin = env_u64("MALLOCSHIM_BENCH_PIN", 1) != 0;
-    let want_callgrind = env_u64("MALLOCSHIM_BENCH_CALLGRIND", 1) != 0;
+/// ns per pair, by (workload index, threads), then by configuration: one sample per round.
+type Samples = BTreeMap<(usize, u32), Vec<Vec<f64>>>;
+/// Iterations per thread, by (workload index, threads).
+type Iters = BTreeMap<(usize, u32), u64>;
+/// pair64, 1 thread: (median, min, max) of the per-round heap on-minus-off differences, by
+/// configuration.
+type Added = BTreeMap<usize, (f64, f64, f64)>;
 
-    let load_before = loadavg();
-    let out_dir = target_dir().join("bench");
-    std::fs::create_dir_all(&out_dir).expect("create target/bench");
-    let shim = build_shim(false);
-    let floor = (env_u64("MALLOCSHIM_BENCH_FLOOR", 1) != 0).then(|| build_shim(true));
-    let bench = build_microbench(&out_dir);
-    let cfgs = configs(&shim, floor.as_deref());
-
-    let taskset = if pin { have("taskset") } else { None };
-    // Pin 1-thread runs to the last CPU this process may use (2-thread runs are left free).
-    let pin_cpu = taskset.as_ref().and_then(|_| {
-        let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-        (n >= 2).then(|| (n - 1) as u32)
-    });
-    let runner = Runner { bench, taskset, pin_cpu };
-
-    validate(&runner, &cfgs);
-
-    // Calibrate iterations per (workload, threads): one probe per configuration, sized from
-    // the slowest so that no run exceeds ~target_ms.
-    let mut iters: BTreeMap<(usize, u32), u64> = BTreeMap::new();
+/// Iterations per (workload, threads): `fixed`, else one probe per configuration, sized from the
+/// slowest so that no run exceeds about `target_ms`.
+fn calibrate(runner: &Runner, cfgs: &[Config], fixed: Option<u64>, target_ms: u64) -> Iters {
+    let mut iters = Iters::new();
     for (wi, w) in WORKLOADS.iter().enumerate() {
         for &t in &THREADS {
-            let n = match fixed_iters {
+            let n = match fixed {
                 Some(n) => n,
                 None => {
                     let probe = 200_000;
@@ -450,8 +434,14 @@ fn main() {
         }
     }
 
+    iters
+}
+
+/// The interleaved rounds: round r runs every configuration of every group once, in an order
+/// rotated by r.
+fn measure(runner: &Runner, cfgs: &[Config], iters: &Iters, rounds: usize, t_start: Instant) -> Samples {
     // samples[(workload, threads)][config] = ns per pair, one per round
-    let mut samples: BTreeMap<(usize, u32), Vec<Vec<f64>>> = BTreeMap::new();
+    let mut samples = Samples::new();
     for r in 0..rounds {
         for (wi, w) in WORKLOADS.iter().enumerate() {
             for &t in &THREADS {
@@ -466,7 +456,11 @@ fn main() {
         eprintln!("round {}/{rounds} done ({:.0} s)", r + 1, t_start.elapsed().as_secs_f64());
     }
 
-    let mut md = String::new();
+    samples
+}
+
+/// The report's title, host and load lines.
+fn header(md: &mut String, rounds: usize, pin_cpu: Option<u32>, load_before: &str) {
     writeln!(md, "# mallocshim routing cost\n").unwrap();
     let host = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -480,7 +474,7 @@ fn main() {
         md,
         "{rounds} interleaved rounds, median ns per malloc/free pair; {} CPU(s) ({host}); 1-thread runs {}.",
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
-        match runner.pin_cpu {
+        match pin_cpu {
             Some(c) => format!("pinned to CPU {c}"),
             None => "not pinned".into(),
         }
@@ -497,6 +491,11 @@ fn main() {
         .unwrap();
     writeln!(md, "| workload | threads | iters/thread | configuration | median ns/pair | min..max | ratio vs direct | ns/call added | ratio vs routing |").unwrap();
     writeln!(md, "|---|---:|---:|---|---:|---:|---:|---:|---:|").unwrap();
+}
+
+/// The main table (median ns per pair, spread, ratios against direct and routing only) and the
+/// goals' verdicts.
+fn ratio_table(md: &mut String, cfgs: &[Config], samples: &Samples, iters: &Iters) {
     let mut verdicts = Vec::new();
     for (wi, w) in WORKLOADS.iter().enumerate() {
         for &t in &THREADS {
@@ -566,8 +565,11 @@ fn main() {
     for v in &verdicts {
         writeln!(md, "- {v}").unwrap();
     }
+}
 
-    // Heap profiles on against off, same backend, same run.
+/// Heap profiles on against off per group, as medians of the per-round differences; returns
+/// pair64 1-thread's for the summary.
+fn heap_table(md: &mut String, cfgs: &[Config], samples: &Samples) -> Added {
     writeln!(
         md,
         "\nHeap profiles on against off (`MALLOCSHIM_PROF_SAMPLE_BYTES=0`, the entry table without them), same backend: \
@@ -576,7 +578,7 @@ fn main() {
     .unwrap();
     let mut heap_verdicts = Vec::new();
     // pair64, 1 thread: (median, min, max) of the per-round differences, by configuration.
-    let mut added: BTreeMap<usize, (f64, f64, f64)> = BTreeMap::new();
+    let mut added = Added::new();
     writeln!(md, "| workload | threads | configuration | ns/pair added (median) | min..max over rounds |")
         .unwrap();
     writeln!(md, "|---|---:|---|---:|---:|").unwrap();
@@ -610,19 +612,19 @@ fn main() {
         writeln!(md, "- {v}").unwrap();
     }
 
-    let mut instr = None;
-    if want_callgrind {
-        match callgrind(&runner, &cfgs, &out_dir) {
-            Some((cg, per_pair)) => {
-                md.push_str(&cg);
-                instr = Some(per_pair);
-            }
-            None => writeln!(md, "\n(callgrind skipped: valgrind not installed)").unwrap(),
-        }
-    }
+    added
+}
 
-    // The summary of issue 14, per backend: pair64, 1 thread, both measures of the same run.
-    let pair1 = &samples[&(0, 1)];
+/// The issue-14 summary per backend: pair64, 1 thread, ns and instructions per pair of the three
+/// heap-profile rows.
+fn heap_summary(
+    md: &mut String,
+    cfgs: &[Config],
+    pair1: &[Vec<f64>],
+    added: &Added,
+    instr: Option<&[f64]>,
+    rounds: usize,
+) {
     writeln!(
         md,
         "\n## Heap profiles on vs off, per unsampled pair\n\npair64, 1 thread, per backend: median ns per pair over \
@@ -673,6 +675,55 @@ fn main() {
         )
         .unwrap();
     }
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; accept and ignore libtest-style arguments.
+    let t_start = Instant::now();
+    let rounds = env_u64("MALLOCSHIM_BENCH_ROUNDS", 7).max(1) as usize;
+    let target_ms = env_u64("MALLOCSHIM_BENCH_TARGET_MS", 300).max(10);
+    let fixed_iters =
+        std::env::var("MALLOCSHIM_BENCH_ITERS").ok().map(|_| env_u64("MALLOCSHIM_BENCH_ITERS", 0));
+    let pin = env_u64("MALLOCSHIM_BENCH_PIN", 1) != 0;
+    let want_callgrind = env_u64("MALLOCSHIM_BENCH_CALLGRIND", 1) != 0;
+
+    let load_before = loadavg();
+    let out_dir = target_dir().join("bench");
+    std::fs::create_dir_all(&out_dir).expect("create target/bench");
+    let shim = build_shim(false);
+    let floor = (env_u64("MALLOCSHIM_BENCH_FLOOR", 1) != 0).then(|| build_shim(true));
+    let bench = build_microbench(&out_dir);
+    let cfgs = configs(&shim, floor.as_deref());
+
+    let taskset = if pin { have("taskset") } else { None };
+    // Pin 1-thread runs to the last CPU this process may use (2-thread runs are left free).
+    let pin_cpu = taskset.as_ref().and_then(|_| {
+        let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        (n >= 2).then(|| (n - 1) as u32)
+    });
+    let runner = Runner { bench, taskset, pin_cpu };
+
+    validate(&runner, &cfgs);
+
+    let iters = calibrate(&runner, &cfgs, fixed_iters, target_ms);
+    let samples = measure(&runner, &cfgs, &iters, rounds, t_start);
+    let mut md = String::new();
+    header(&mut md, rounds, runner.pin_cpu, &load_before);
+    ratio_table(&mut md, &cfgs, &samples, &iters);
+    let added = heap_table(&mut md, &cfgs, &samples);
+    let mut instr = None;
+    if want_callgrind {
+        match callgrind(&runner, &cfgs, &out_dir) {
+            Some((cg, per_pair)) => {
+                md.push_str(&cg);
+                instr = Some(per_pair);
+            }
+            None => writeln!(md, "\n(callgrind skipped: valgrind not installed)").unwrap(),
+        }
+    }
+
+    // The summary of issue 14, per backend: pair64, 1 thread, both measures of the same run.
+    heap_summary(&mut md, &cfgs, &samples[&(0, 1)], &added, instr.as_deref(), rounds);
 
     print!("{md}");
     let path = out_dir.join("routing.md");

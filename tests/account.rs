@@ -10,6 +10,9 @@
 //! /proc/PID/status falls under the ceiling within 2 s of the frees, with periodic trims off, and
 //! the dump counts the trims as `ceiling`. A real mariadbd (scripts/account-mariadb.sh) gives the
 //! same account and names its threads by routine under every backend.
+//!
+//! Long because: one test binary per feature: its cases share the C programs and the readings of
+//! /proc above them.
 
 mod common;
 
@@ -68,6 +71,9 @@ fn check_sum(m: &Value, ctx: &str) -> f64 {
     ratio
 }
 
+// Long because: one program's run read top to bottom (memlog, dump, the account's six parts against
+// /proc), each assertion next to the reading it checks; split, every part would take the run's
+// dozen readings.
 fn run_account(backend: &str, setting: &str) {
     let prog = cc("account.c", "account", &["-rdynamic"]);
     let dir = fresh_dir(&format!("{backend}-{setting}"));
@@ -239,6 +245,8 @@ fn vm_rss(pid: u32) -> Option<u64> {
         .map(|k| k * 1024)
 }
 
+// Long because: one scenario (fragment, trim above the ceiling, read back) whose assertions follow
+// the program's phases in order; split, each phase would take the run's files and readings.
 fn ceiling(backend: &str, setting: &str) {
     const CEILING: u64 = 128 << 20;
     let prog = cc("fragment.c", "account_fragment", &[]);

@@ -3,6 +3,9 @@
 //! PNGs are parsed back and checked against each other; Ctrl-C in the middle (no server left,
 //! finished cells kept); bad flags (one-line error, exit 2, nothing started); --help.
 //! Needs mariadbd and sysbench: fails when they are missing.
+//!
+//! Long because: one test binary per feature: its cases share the tool checks and the scratch runs
+//! above them.
 
 mod common;
 use common::median_or_nan;
@@ -127,6 +130,9 @@ fn require_tools() {
     }
 }
 
+// Long because: one `mallocshim compare` run (minutes of mariadbd) checked from every output it
+// writes, CSV, report.md and plots against each other; split, each check would rerun or pass the
+// run around.
 #[test]
 fn short_run_csv_report_and_plots_agree() {
     require_tools();
@@ -291,6 +297,8 @@ fn short_run_csv_report_and_plots_agree() {
     assert!(procs_mentioning(&workdir.to_string_lossy()).is_empty(), "a process of the run survives");
 }
 
+// Long because: one interrupted run, its SIGINT timed against the cells it has finished, then what
+// is left on disk and in /proc; the order is the test.
 #[test]
 fn ctrl_c_stops_the_server_and_keeps_finished_cells() {
     require_tools();

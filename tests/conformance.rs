@@ -155,6 +155,8 @@ fn markdown(cols: &[Column], glibc_version: &str) -> String {
     s
 }
 
+// Long because: the matrix (backend x setting x case) and its failure table in one place, so a
+// failing cell prints beside every other cell.
 #[test]
 fn conformance_matrix() {
     let prog = program();

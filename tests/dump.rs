@@ -8,6 +8,9 @@
 //! Every test runs under each backend. Parses with `serde_json` and `hdrhistogram`, which are the
 //! package's own [dependencies] (integration tests may use them; keep them in [dev-dependencies]
 //! if they ever leave [dependencies]).
+//!
+//! Long because: one test binary per feature: its eight numbered parts share the programs and the
+//! format checkers.
 
 mod common;
 
@@ -534,6 +537,8 @@ fn libc_eio() -> u64 {
 // ---------------------------------------------------------------------------------------------
 // 8. Planted symlinks are neither followed nor replaced; dumps are 0600.
 
+// Long because: one planted directory per backend, each kind of planted link next to the assertion
+// that it was not followed.
 #[test]
 fn planted_symlinks_not_followed_files_0600() {
     let bin = prog("dump_misc");
@@ -623,6 +628,8 @@ fn planted_symlinks_not_followed_files_0600() {
 /// Checks Prometheus text exposition: every sample line parses, belongs to a declared family,
 /// and each histogram's buckets are cumulative with `+Inf` equal to `_count`. Returns the
 /// number of histogram series.
+// Long because: one pass over the exposition text, the parser and its checks (families, labels,
+// cumulative buckets) sharing the same maps.
 fn check_prom(text: &str, what: &str) -> usize {
     let mut types: BTreeMap<String, String> = BTreeMap::new();
     // (family, labels without le) -> [(le, value)], count, sum present

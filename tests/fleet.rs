@@ -10,6 +10,8 @@
 //! returns at least one finite value; `promtool check metrics` accepts both files. Everything runs
 //! on loopback; every process started here is killed by a Drop guard. A missing program or the
 //! missing `prometheus` user is a failure, never a skip.
+//!
+//! Long because: one test binary per feature: its cases share the server and scrape helpers.
 
 mod common;
 
@@ -242,6 +244,8 @@ fn sysbench_ok(mut p: Proc, log: &Path) {
     assert!(text.contains("queries:"), "no sysbench report:\n{text}");
 }
 
+// Long because: one scenario across processes (two mariadbd, node_exporter, prometheus, a restart),
+// each step's scrape checked where it happens.
 #[test]
 fn prometheus_node_exporter_two_servers_across_a_restart() {
     let prometheus = common::require("prometheus");

@@ -14,7 +14,7 @@
 mod common;
 
 use mallocshim_format::pprof::Profile;
-use mallocshim_mariadb::{dumps, fulltext, DumpWaiter, ErrorLog, Instance, Launch, Options, Sysbench};
+use mallocshim_mariadb::{dumps, fulltext, DumpWaiter, Instance, Launch, Options, Sysbench};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -80,22 +80,12 @@ fn check(backend: &str) {
     let sb = srv.sysbench(&Sysbench::new("oltp_read_only", 8).time(10)).unwrap_or_else(|e| panic!("{e}"));
     let mid = waiter.wait().unwrap_or_else(|e| panic!("{backend}: no dump under load: {e}"));
     let base = srv.dump_now(&dir, Duration::from_secs(10)).unwrap_or_else(|e| panic!("{e}"));
-    srv.sql(
-        "SET SESSION max_heap_table_size = 512*1024*1024, max_recursive_iterations = 1000000; \
-         CREATE DATABASE IF NOT EXISTS heapgrow; \
-         CREATE TABLE heapgrow.t (id INT, v VARCHAR(255)) ENGINE=MEMORY; \
-         INSERT INTO heapgrow.t WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s \
-         WHERE n < 200000) SELECT n, REPEAT('x', 200) FROM s",
-    )
-    .unwrap_or_else(|e| panic!("{backend}: the MEMORY table load: {e}"));
+    common::mariadb::load_memory_table(&srv, backend);
     let late = srv.dump_now(&dir, Duration::from_secs(10)).unwrap_or_else(|e| panic!("{e}"));
-    let stopped = srv.shutdown().unwrap_or_else(|e| panic!("{e}"));
-    let log = ErrorLog::read(&stopped.errlog);
-    let what = format!("mariadbd heap profiles under {backend}: sysbench {sb:?}, exit {}", stopped.status);
+    let what = format!("mariadbd heap profiles under {backend}: sysbench {sb:?}");
+    common::mariadb::stop_cleanly(srv, &what);
     assert_eq!(sb.exit, 0, "{what}");
     assert_eq!(sb.errors, 0, "{what}: query errors");
-    assert_eq!(stopped.status, 0, "{what}: no clean shutdown");
-    assert!(log.crash_lines().is_empty(), "{what}: crash report {:?}", log.crash_lines());
 
     let all: Vec<PathBuf> = dumps(&dir, pid, "pb.gz").into_iter().map(|(_, p)| p).collect();
     assert!(all.len() >= 3, "{what}: the three dumps' profiles expected, found {all:?}");
@@ -235,14 +225,11 @@ fn fulltext_search_growth() {
         .unwrap_or_else(|e| panic!("{e}"));
     let mid = waiter.wait().unwrap_or_else(|e| panic!("{backend}: no dump under the searches: {e}"));
     let after = srv.dump_now(&dir, Duration::from_secs(10)).unwrap_or_else(|e| panic!("{e}"));
-    let stopped = srv.shutdown().unwrap_or_else(|e| panic!("{e}"));
-    let log = ErrorLog::read(&stopped.errlog);
-    let what = format!("FULLTEXT under {backend}: sysbench {sb:?}, exit {}", stopped.status);
+    let what = format!("FULLTEXT under {backend}: sysbench {sb:?}");
+    common::mariadb::stop_cleanly(srv, &what);
     assert_eq!(sb.exit, 0, "{what}");
     assert_eq!(sb.errors, 0, "{what}: query errors");
     assert!(sb.queries.unwrap_or(0) > 0, "{what}: no search ran");
-    assert_eq!(stopped.status, 0, "{what}: no clean shutdown");
-    assert!(log.crash_lines().is_empty(), "{what}: crash report {:?}", log.crash_lines());
 
     let (base, mid, after) =
         (pprof_of(&dir, pid, &base.0), pprof_of(&dir, pid, &mid.0), pprof_of(&dir, pid, &after.0));

@@ -21,7 +21,7 @@
 
 mod common;
 
-use mallocshim_mariadb::{dumps, ErrorLog, Instance, Launch, Options, Sysbench, JEMALLOC_LIB};
+use mallocshim_mariadb::{dumps, Instance, Launch, Options, Sysbench, JEMALLOC_LIB};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -36,21 +36,11 @@ fn workload(launch: &Launch, what: &str, then: impl FnOnce(&mallocshim_mariadb::
     let srv = inst.start(launch).unwrap_or_else(|e| panic!("{what}: mariadbd did not start: {e}"));
     srv.sysbench_prepare().unwrap_or_else(|e| panic!("{e}"));
     let a = srv.sysbench(&Sysbench::new("oltp_read_only", 8).time(8)).unwrap_or_else(|e| panic!("{e}"));
-    srv.sql(
-        "SET SESSION max_heap_table_size = 512*1024*1024, max_recursive_iterations = 1000000; \
-         CREATE DATABASE IF NOT EXISTS heapgrow; \
-         CREATE TABLE heapgrow.t (id INT, v VARCHAR(255)) ENGINE=MEMORY; \
-         INSERT INTO heapgrow.t WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s \
-         WHERE n < 200000) SELECT n, REPEAT('x', 200) FROM s",
-    )
-    .unwrap_or_else(|e| panic!("{what}: the MEMORY table load: {e}"));
+    common::mariadb::load_memory_table(&srv, what);
     let b = srv.sysbench(&Sysbench::new("oltp_read_only", 8).time(4)).unwrap_or_else(|e| panic!("{e}"));
     then(&srv);
-    let stopped = srv.shutdown().unwrap_or_else(|e| panic!("{e}"));
-    let log = ErrorLog::read(&stopped.errlog);
+    common::mariadb::stop_cleanly(srv, what);
     assert_eq!((a.exit, a.errors, b.exit, b.errors), (0, 0, 0, 0), "{what}: sysbench {a:?} {b:?}");
-    assert_eq!(stopped.status, 0, "{what}: no clean shutdown");
-    assert!(log.crash_lines().is_empty(), "{what}: crash report {:?}", log.crash_lines());
 }
 
 /// The shim's heap profile of one run (its dump after the workload).

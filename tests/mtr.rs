@@ -134,6 +134,8 @@ fn check_common(r: &Run, fts_tests: &[String]) {
     assert!(r.num("procs_seen") > 0, "{c}: no mariadbd of this run seen in /proc\n{rep}");
 }
 
+// Long because: one mysql-test-run per backend and the comparison of their results, in the order
+// they run.
 #[test]
 fn mtr_subset_same_results_under_each_backend() {
     for prog in ["bash", "perl", "flock", "mariadbd"] {

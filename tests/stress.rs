@@ -36,6 +36,8 @@
 //! shim bug, which the baseline difference above would hide): `exit_summary_equals_final_dump`
 //! checks, with signals off, that nothing is recorded between the exit dump and the summary line
 //! written right after it, and fails while that bug is there.
+//!
+//! Long because: one test binary per feature: its cases share the stressed runner and its checks.
 
 mod common;
 
@@ -227,6 +229,8 @@ struct Checked {
 }
 
 /// Everything asserted of a single run (before the comparison with the baseline).
+// Long because: every assertion of one stressed run (exit, signals, counters, dumps, leftovers) in
+// order over the same outputs; the returned `Checked` is what the comparison needs.
 fn check(run: Run, backend: &str) -> Checked {
     let w = &run.what;
     let all = format!("status {:?}\n--- stdout\n{}\n--- stderr\n{}", run.status, run.stdout, run.stderr);
@@ -344,6 +348,8 @@ fn check(run: Run, backend: &str) -> Checked {
 
 /// One program under every backend: the baseline (work 0) and the real run (work 1), both under
 /// signals; every assertion of `check`, then the exact comparison.
+// Long because: baseline and real run per backend, then the exact comparison and the failure table
+// over all backends.
 fn stress(prog: &str) {
     let mut report = Vec::new();
     for b in BACKENDS {

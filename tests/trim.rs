@@ -8,6 +8,9 @@
 //! `trim` object and the Prometheus counters, the memlog CSV (`MALLOCSHIM_MEMLOG`), a forked child
 //! that keeps allocating (trimmed by its own worker), and the C API `mallocshim_trim()`.
 //! The real-server check is `tests/trim_mariadb.rs`; durations and qps cost are in benches/trim.rs.
+//!
+//! Long because: one test binary per feature: its cases share the trim programs and the readings of
+//! /proc.
 
 mod common;
 

@@ -6,6 +6,9 @@
 //! configuration as arguments (library path, [`Release`] mode); they never read it.
 //! Backend calls take already-validated arguments: C semantics (errno, overflow, alignment,
 //! realloc edge cases) live in `csem`, never here.
+//!
+//! Long because: the backend table's macro (`backend_list!`), the dispatch it generates and the
+//! `Raw` trait are one unit; the per-backend code is already in its own files.
 
 pub mod atfork;
 mod dl;

@@ -41,7 +41,7 @@ impl Strings {
 }
 
 /// Builds the profile from the live set's copy (exposed for tests of the structure).
-// Long (166 lines) for a reason: one pass fills profile.proto's six interlinked tables (strings,
+// Long because: one pass fills profile.proto's six interlinked tables (strings,
 // mappings, functions, locations, samples, labels) whose ids refer to each other; split, every
 // helper would take all six plus the id maps. What is separable (Strings) is.
 pub fn build(heap_table: bool) -> Profile {

@@ -4,6 +4,9 @@
 //! default kept; an unknown `MALLOCSHIM_*` variable gives one line too. Path-valued variables are
 //! ignored in secure-execution processes (AT_SECURE), as `secure_getenv` would.
 //! Must not allocate: it runs before any backend exists.
+//!
+//! Long because: the option table, one row per `MALLOCSHIM_*` option, with the parsers and printers
+//! its rows name; it is read before any backend exists, so it cannot use a parsing crate.
 
 use crate::backend::{Backend, Release};
 use crate::base::diag::LineBuf;

@@ -21,6 +21,9 @@
 //! written by the next sampled call (through `mailbox::write_pending`, the writer the cold path
 //! registered: a whole dump, which allocates and writes files), because no other thread exists
 //! to write it.
+//!
+//! Long because: the recording step of every entry (fast path, slow path, big and failed calls, the
+//! heap sample) is one monomorphised family that the compiler must see whole to inline.
 
 use crate::backend::Raw;
 use crate::base::classes::{bucket_of, class_of, Op, CLASSES};

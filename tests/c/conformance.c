@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "mallocshim.h"
+#include "opaque.h"
 
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
@@ -63,18 +64,6 @@ static char detail[400];
         }                                                                 \
     } while (0)
 
-/* Hides values from the optimizer so nothing is folded at compile time. */
-static size_t opq(size_t x)
-{
-    __asm__ volatile("" : "+r"(x));
-    return x;
-}
-
-static void *opqp(void *x)
-{
-    __asm__ volatile("" : "+r"(x));
-    return x;
-}
 
 static void fill(void *p, size_t n, unsigned seed)
 {

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "opaque.h"
 
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
@@ -47,18 +48,6 @@ static const char *volatile phase = "startup";
         }                                                                        \
     } while (0)
 
-/* Hides a value from the optimizer so no size is known at compile time. */
-static size_t opq(size_t x)
-{
-    __asm__ volatile("" : "+r"(x));
-    return x;
-}
-
-static void *opqp(void *x)
-{
-    __asm__ volatile("" : "+r"(x));
-    return x;
-}
 
 #define IS_ALIGNED(p, a) ((((uintptr_t)(p)) & ((uintptr_t)(a) - 1)) == 0)
 

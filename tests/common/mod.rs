@@ -4,6 +4,7 @@
 //! A missing tool (gcc, mariadbd, sysbench, tcmalloc) is a failure, never a skip.
 #![allow(dead_code)]
 
+pub mod mariadb;
 pub mod storm;
 
 use std::path::{Path, PathBuf};

@@ -177,6 +177,17 @@ pub fn render(
     ps: Option<&crate::pfs::PsThreads>,
 ) -> String {
     let mut o = String::new();
+    header_lines(&mut o, v);
+    why_lines(&mut o, v, dumps, sites);
+    for k in &v.also {
+        let _ = writeln!(o, "also: {}", k.name());
+    }
+    dump_lines(&mut o, dumps, ps);
+    o
+}
+
+/// The verdict's first lines: its name, the window, the three trends and the thresholds.
+fn header_lines(o: &mut String, v: &Verdict) {
     let l = &v.last;
     let _ = writeln!(o, "verdict: {}", v.kind.name());
     let _ = writeln!(
@@ -212,34 +223,12 @@ pub fn render(
         verdict::RETAINED_FRAC * 100.0,
         mibu(verdict::RETAINED_MIN_BYTES)
     );
+}
+
+/// Why the verdict, and what to set or do about it.
+fn why_lines(o: &mut String, v: &Verdict, dumps: &[Dump], sites: Option<&[(String, i64, i64)]>) {
     match v.kind {
-        Kind::Retained => {
-            let free = l.allocator_free_bytes.unwrap_or(0);
-            // Ceiling: what RSS would be after a trim, plus a quarter, in whole MiB.
-            let after = l.rss_bytes.saturating_sub(free);
-            let ceiling_mib = (after + after / 4).div_ceil(1 << 20).max(1);
-            let _ = writeln!(
-                o,
-                "why: live bytes did not grow while the allocator keeps {} resident that the program does not use",
-                mibu(free)
-            );
-            // The memlog does not name its backend; a dump of the same process does.
-            let backend = dumps.first().map(|d| d.backend.as_str());
-            let bound = match backend {
-                Some("glibc") | None => "",
-                Some(_) => ", at most: pages that still hold a live block stay",
-            };
-            let _ = writeln!(o, "a trim would return now: {} (allocator_free_bytes{bound})", mibu(free));
-            let swap = match backend {
-                Some("glibc") => ", or MALLOCSHIM_BACKEND=jemalloc (a backend that purges on its own)",
-                None => ", or under glibc MALLOCSHIM_BACKEND=jemalloc (a backend that purges on its own)",
-                Some(_) => "",
-            };
-            let _ = writeln!(
-                o,
-                "what to set: MALLOCSHIM_TRIM_INTERVAL_MS=1000 (periodic trim), or MALLOCSHIM_TRIM_ABOVE_RSS={ceiling_mib}M (trim above an RSS ceiling){swap}"
-            );
-        }
+        Kind::Retained => retained_lines(o, &v.last, dumps),
         Kind::LiveHeapGrowth => {
             let _ = writeln!(
                 o,
@@ -249,7 +238,7 @@ pub fn render(
             );
             let _ = writeln!(o, "what to do: find the holder (a trim cannot return live memory); give two dumps to name the size classes and threads, two heap profiles to name the call sites");
             if let Some(rows) = sites {
-                site_lines(&mut o, rows);
+                site_lines(o, rows);
             }
         }
         Kind::OutsideMalloc => {
@@ -265,20 +254,49 @@ pub fn render(
             let _ = writeln!(o, "why: no growth above the threshold and no large allocator-free memory");
         }
     }
-    for k in &v.also {
-        let _ = writeln!(o, "also: {}", k.name());
-    }
+}
+
+/// The retained verdict's why, what a trim returns and what to set.
+fn retained_lines(o: &mut String, l: &memlog::MemRow, dumps: &[Dump]) {
+    let free = l.allocator_free_bytes.unwrap_or(0);
+    // Ceiling: what RSS would be after a trim, plus a quarter, in whole MiB.
+    let after = l.rss_bytes.saturating_sub(free);
+    let ceiling_mib = (after + after / 4).div_ceil(1 << 20).max(1);
+    let _ = writeln!(
+        o,
+        "why: live bytes did not grow while the allocator keeps {} resident that the program does not use",
+        mibu(free)
+    );
+    // The memlog does not name its backend; a dump of the same process does.
+    let backend = dumps.first().map(|d| d.backend.as_str());
+    let bound = match backend {
+        Some("glibc") | None => "",
+        Some(_) => ", at most: pages that still hold a live block stay",
+    };
+    let _ = writeln!(o, "a trim would return now: {} (allocator_free_bytes{bound})", mibu(free));
+    let swap = match backend {
+        Some("glibc") => ", or MALLOCSHIM_BACKEND=jemalloc (a backend that purges on its own)",
+        None => ", or under glibc MALLOCSHIM_BACKEND=jemalloc (a backend that purges on its own)",
+        Some(_) => "",
+    };
+    let _ = writeln!(
+        o,
+        "what to set: MALLOCSHIM_TRIM_INTERVAL_MS=1000 (periodic trim), or MALLOCSHIM_TRIM_ABOVE_RSS={ceiling_mib}M (trim above an RSS ceiling){swap}"
+    );
+}
+
+/// What grew between the first and the last dump, by size class and by thread.
+fn dump_lines(o: &mut String, dumps: &[Dump], ps: Option<&crate::pfs::PsThreads>) {
     if let (Some(a), Some(b)) = (dumps.first(), dumps.last()) {
         if dumps.len() >= 2 {
             let _ = writeln!(o, "dumps: pid {} at {} ms -> at {} ms", b.pid, a.unix_time_ms, b.unix_time_ms);
-            growth_lines(&mut o, "size classes", &verdict::class_growth(a, b));
+            growth_lines(o, "size classes", &verdict::class_growth(a, b));
             let what = if ps.is_some() {
                 "thread roles (performance_schema names)"
             } else {
                 "thread start routines"
             };
-            growth_lines(&mut o, what, &verdict::thread_growth(a, b, ps));
+            growth_lines(o, what, &verdict::thread_growth(a, b, ps));
         }
     }
-    o
 }

@@ -192,9 +192,15 @@ fn tables(a: &Dump, pa: &Path, b: &Dump, pb: &Path, labels: (String, String), fm
     t.render(fmt, &mut o);
 
     o.push('\n');
-    heading(fmt, "memory (MiB)", &mut o);
+    memory_table(a, b, (&la, &lb), fmt, &mut o);
+    o
+}
+
+/// Memory of A and B side by side, in MiB, with B/A.
+fn memory_table(a: &Dump, b: &Dump, (la, lb): (&str, &str), fmt: Format, o: &mut String) {
+    heading(fmt, "memory (MiB)", o);
     let mut t =
-        Table::new(&[("", Align::Left), (&la, Align::Right), (&lb, Align::Right), ("B/A", Align::Right)]);
+        Table::new(&[("", Align::Left), (la, Align::Right), (lb, Align::Right), ("B/A", Align::Right)]);
     let (ma, mb) = (&a.memory, &b.memory);
     for (name, x, y) in [
         ("rss", ma.rss_bytes, mb.rss_bytes),
@@ -205,8 +211,7 @@ fn tables(a: &Dump, pa: &Path, b: &Dump, pb: &Path, labels: (String, String), fm
     ] {
         t.row(vec![name.into(), mib(x), mib(y), ratio(Some((1, x)), Some((1, y)))]);
     }
-    t.render(fmt, &mut o);
-    o
+    t.render(fmt, o);
 }
 
 #[cfg(test)]

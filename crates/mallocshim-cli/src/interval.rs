@@ -128,7 +128,8 @@ pub fn interval(a: &Dump, b: &Dump) -> Interval {
     }
 }
 
-fn rate(n: u64, s: f64) -> String {
+/// `n` per second over `s` seconds, whole; `-` for an empty interval.
+pub fn rate(n: u64, s: f64) -> String {
     if s > 0.0 {
         format!("{:.0}", n as f64 / s)
     } else {
@@ -137,7 +138,23 @@ fn rate(n: u64, s: f64) -> String {
 }
 
 fn ns(v: Option<u64>) -> String {
-    v.map(|x| x.to_string()).unwrap_or_else(|| "-".into())
+    v.map_or("-".into(), |v| v.to_string())
+}
+
+/// A size-class row's cells over `s` seconds: op, size, the calls when `with_calls`, calls/s,
+/// sampled, p50 and p99 in ns (`mallocshim top` leaves the count out).
+pub fn class_row(op: &str, size: String, r: &Row, s: f64, with_calls: bool) -> Vec<String> {
+    let mut row = vec![op.to_string(), size];
+    if with_calls {
+        row.push(r.calls.to_string());
+    }
+    row.extend([rate(r.calls, s), r.sampled.to_string(), ns(r.p50_ns), ns(r.p99_ns)]);
+    row
+}
+
+/// A thread row's cells over `s` seconds: tid, thread name, op, calls/s, p50 and p99 in ns.
+pub fn thread_row(tid: u32, name: String, op: &str, r: &Row, s: f64) -> Vec<String> {
+    vec![tid.to_string(), name, op.to_string(), rate(r.calls, s), ns(r.p50_ns), ns(r.p99_ns)]
 }
 
 /// The interval's tables: by op and size class, by thread (at most `max_threads` rows), memory.
@@ -153,15 +170,7 @@ pub fn render(iv: &Interval, fmt: Format, max_threads: usize, o: &mut String) {
         ("p99", Align::Right),
     ]);
     for (((_, op), min, max), r) in &iv.classes {
-        t.row(vec![
-            op.clone(),
-            range_label(*min, *max),
-            r.calls.to_string(),
-            rate(r.calls, s),
-            r.sampled.to_string(),
-            ns(r.p50_ns),
-            ns(r.p99_ns),
-        ]);
+        t.row(class_row(op, range_label(*min, *max), r, s, true));
     }
     heading(fmt, &format!("interval of {s:.3}s: calls and latency (ns) by op and size class"), o);
     t.render(fmt, o);
@@ -175,7 +184,7 @@ pub fn render(iv: &Interval, fmt: Format, max_threads: usize, o: &mut String) {
         ("p99", Align::Right),
     ]);
     for (tid, name, op, r) in iv.threads.iter().take(max_threads) {
-        t.row(vec![tid.to_string(), name.clone(), op.clone(), rate(r.calls, s), ns(r.p50_ns), ns(r.p99_ns)]);
+        t.row(thread_row(*tid, name.clone(), op, r, s));
     }
     heading(fmt, "interval by thread (live threads, busiest first)", o);
     t.render(fmt, o);

@@ -160,26 +160,13 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
-            use clap::error::ErrorKind;
-            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-                let _ = e.print();
-                return ExitCode::SUCCESS;
-            }
-            if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-                let _ = e.print();
-                return ExitCode::from(2);
-            }
             // One line, prefixed with the subcommand given (if any).
             let sub = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
-            let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or("bad arguments").trim_start_matches("error: ");
-            match sub {
-                Some(s) if Cli::command().find_subcommand(&s).is_some() => {
-                    eprintln!("mallocshim {s}: {first} (see mallocshim {s} --help)")
-                }
-                _ => eprintln!("mallocshim: {first} (see mallocshim --help)"),
-            }
-            return ExitCode::from(2);
+            let prefix = match sub {
+                Some(s) if Cli::command().find_subcommand(&s).is_some() => format!("mallocshim {s}"),
+                _ => "mallocshim".to_string(),
+            };
+            return mallocshim_cli::bad_args::exit(&e, &prefix);
         }
     };
     let (name, res) = match &cli.cmd {

@@ -150,10 +150,21 @@ fn tables(d: &Dump, path: &Path, top: usize, fmt: Format, ps: Option<&PsThreads>
         Format::Text => o.push_str(&format!("{title}\n\n")),
         Format::Markdown => o.push_str(&format!("## {title}\n\n")),
     }
-
     account_table(d, fmt, &mut o);
     o.push('\n');
-    heading(fmt, "calls by op and size class (latencies in ns, from sampled calls)", &mut o);
+    class_table(d, fmt, &mut o);
+    if top > 0 {
+        thread_table(d, top, fmt, ps, &mut o);
+    }
+    o.push('\n');
+    own_stats_table(d, fmt, &mut o);
+    live_class_table(d, fmt, &mut o);
+    o
+}
+
+/// Calls by op and size class with their sampled latencies, then the totals line.
+fn class_table(d: &Dump, fmt: Format, o: &mut String) {
+    heading(fmt, "calls by op and size class (latencies in ns, from sampled calls)", o);
     let mut t = Table::new(&[
         ("op", Align::Left),
         ("size", Align::Right),
@@ -176,80 +187,85 @@ fn tables(d: &Dump, path: &Path, top: usize, fmt: Format, ps: Option<&PsThreads>
             pct(r.sampled, r.max_ns),
         ]);
     }
-    t.render(fmt, &mut o);
+    t.render(fmt, o);
 
     let mut tot: Vec<(&String, &Total)> = d.totals.iter().collect();
     tot.sort_by(|a, b| op_rank(a.0).cmp(&op_rank(b.0)));
     let parts: Vec<String> =
         tot.iter().map(|(op, t)| format!("{op} {} calls {} MiB", t.count, mib(t.bytes))).collect();
     o.push_str(&format!("\ntotals: {}\n", if parts.is_empty() { "-".to_string() } else { parts.join(", ") }));
+}
 
-    if top > 0 {
-        let mut ts: Vec<(u64, &ThreadRow)> = d.threads.iter().map(|t| (t.calls(), t)).collect();
-        ts.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.tid.cmp(&b.1.tid)));
-        o.push('\n');
-        heading(fmt, &format!("top {} of {} threads by calls (ns)", top.min(ts.len()), ts.len()), &mut o);
-        let mut cols = vec![("tid", Align::Right), ("name", Align::Left), ("routine", Align::Left)];
-        if ps.is_some() {
-            cols.push(("performance_schema", Align::Left));
-        }
-        cols.extend([
-            ("state", Align::Left),
-            ("calls", Align::Right),
-            ("malloc p50", Align::Right),
-            ("malloc p99", Align::Right),
-            ("free p50", Align::Right),
-            ("free p99", Align::Right),
-        ]);
-        let mut t = Table::new(&cols);
-        for (calls, th) in ts.into_iter().take(top) {
-            let m = th.ops.get("malloc");
-            let f = th.ops.get("free");
-            let mut row = vec![
-                th.tid.to_string(),
-                if th.name.is_empty() { "-".into() } else { th.name.clone() },
-                th.start_routine.clone().filter(|r| !r.is_empty()).unwrap_or_else(|| "-".into()),
-            ];
-            if let Some(ps) = ps {
-                let live = th.state == mallocshim_format::dump::STATE_LIVE;
-                row.push(ps.get(&th.tid).filter(|_| live).map_or_else(|| "-".into(), |p| p.label()));
-            }
-            row.extend([
-                th.state.clone(),
-                calls.to_string(),
-                opt(m.map(|x| pct(x.sampled, x.p50_ns))),
-                opt(m.map(|x| pct(x.sampled, x.p99_ns))),
-                opt(f.map(|x| pct(x.sampled, x.p50_ns))),
-                opt(f.map(|x| pct(x.sampled, x.p99_ns))),
-            ]);
-            t.row(row);
-        }
-        t.render(fmt, &mut o);
-    }
-
+/// The `top` threads by calls, with their malloc and free latencies.
+fn thread_table(d: &Dump, top: usize, fmt: Format, ps: Option<&PsThreads>, o: &mut String) {
+    let mut ts: Vec<(u64, &ThreadRow)> = d.threads.iter().map(|t| (t.calls(), t)).collect();
+    ts.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.tid.cmp(&b.1.tid)));
     o.push('\n');
-    heading(fmt, &format!("{}'s own statistics (MiB; the account above is what to read)", d.backend), &mut o);
+    heading(fmt, &format!("top {} of {} threads by calls (ns)", top.min(ts.len()), ts.len()), o);
+    let mut cols = vec![("tid", Align::Right), ("name", Align::Left), ("routine", Align::Left)];
+    if ps.is_some() {
+        cols.push(("performance_schema", Align::Left));
+    }
+    cols.extend([
+        ("state", Align::Left),
+        ("calls", Align::Right),
+        ("malloc p50", Align::Right),
+        ("malloc p99", Align::Right),
+        ("free p50", Align::Right),
+        ("free p99", Align::Right),
+    ]);
+    let mut t = Table::new(&cols);
+    for (calls, th) in ts.into_iter().take(top) {
+        let m = th.ops.get("malloc");
+        let f = th.ops.get("free");
+        let mut row = vec![
+            th.tid.to_string(),
+            if th.name.is_empty() { "-".into() } else { th.name.clone() },
+            th.start_routine.clone().filter(|r| !r.is_empty()).unwrap_or_else(|| "-".into()),
+        ];
+        if let Some(ps) = ps {
+            let live = th.state == mallocshim_format::dump::STATE_LIVE;
+            row.push(ps.get(&th.tid).filter(|_| live).map_or_else(|| "-".into(), |p| p.label()));
+        }
+        row.extend([
+            th.state.clone(),
+            calls.to_string(),
+            opt(m.map(|x| pct(x.sampled, x.p50_ns))),
+            opt(m.map(|x| pct(x.sampled, x.p99_ns))),
+            opt(f.map(|x| pct(x.sampled, x.p50_ns))),
+            opt(f.map(|x| pct(x.sampled, x.p99_ns))),
+        ]);
+        t.row(row);
+    }
+    t.render(fmt, o);
+}
+
+/// The backend's own statistics (the account above is what to read).
+fn own_stats_table(d: &Dump, fmt: Format, o: &mut String) {
+    heading(fmt, &format!("{}'s own statistics (MiB; the account above is what to read)", d.backend), o);
     let m = &d.memory;
     let mut t = Table::new(&[("", Align::Left), ("MiB", Align::Right)]);
     t.row(vec!["vsz".into(), mib(m.vsz_bytes)]);
     t.row(vec![format!("{} allocated", d.backend), mib(m.backend_allocated_bytes)]);
     t.row(vec![format!("{} resident", d.backend), mib(m.backend_resident_bytes)]);
     t.row(vec![format!("{} free", d.backend), mib(m.backend_free_bytes)]);
-    t.render(fmt, &mut o);
+    t.render(fmt, o);
     if let Some(note) = own_stats_note(&d.backend) {
         let _ = writeln!(o, "({note})");
     }
+}
 
+/// Live bytes by size class, when the dump has the heap profile's estimate.
+fn live_class_table(d: &Dump, fmt: Format, o: &mut String) {
     if !d.live_by_class.is_empty() {
         o.push('\n');
-        heading(fmt, "live bytes by size class (heap-profile estimate, MiB)", &mut o);
+        heading(fmt, "live bytes by size class (heap-profile estimate, MiB)", o);
         let mut t = Table::new(&[("size class", Align::Left), ("live MiB", Align::Right)]);
         for c in &d.live_by_class {
             t.row(vec![range_label(c.min_bytes, c.max_bytes), mib(c.live_bytes)]);
         }
-        t.render(fmt, &mut o);
+        t.render(fmt, o);
     }
-    o
 }
 
 /// The RSS account first (docs/memory-account.md): where the resident memory is, each part a

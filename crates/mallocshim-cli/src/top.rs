@@ -8,7 +8,7 @@
 //! triggered, unless --keep.
 
 use crate::dump_cmd::{dump, Fail};
-use crate::interval::{interval, Interval, Row};
+use crate::interval::{class_row, interval, rate, thread_row, Interval, Row};
 use crate::table::{describe, mib, Align, Format, Table};
 use mallocshim_format::Dump;
 use std::io::IsTerminal;
@@ -155,18 +155,6 @@ impl Drop for Raw {
     }
 }
 
-fn rate(n: u64, s: f64) -> String {
-    if s > 0.0 {
-        format!("{:.0}", n as f64 / s)
-    } else {
-        "-".into()
-    }
-}
-
-fn ns(v: Option<u64>) -> String {
-    v.map_or("-".into(), |v| v.to_string())
-}
-
 fn size_label(min: u64, max: Option<u64>) -> String {
     let h = |b: u64| match b {
         b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}M", b >> 20),
@@ -205,14 +193,7 @@ fn view(cur: &Dump, iv: &Interval, rows: usize, cols: usize, max_threads: usize,
         ("p99 ns", Align::Right),
     ]);
     for (((_, op), min, max), r) in classes.iter().take(c_n) {
-        t.row(vec![
-            op.clone(),
-            size_label(*min, *max),
-            rate(r.calls, s),
-            r.sampled.to_string(),
-            ns(r.p50_ns),
-            ns(r.p99_ns),
-        ]);
+        t.row(class_row(op, size_label(*min, *max), r, s, false));
     }
     head.push_str("by op and size class, busiest first\n");
     t.render(Format::Text, &mut head);
@@ -228,7 +209,7 @@ fn view(cur: &Dump, iv: &Interval, rows: usize, cols: usize, max_threads: usize,
     ]);
     for (tid, name, op, r) in threads.iter().take(t_n) {
         let name: String = name.chars().take(24).collect();
-        t.row(vec![tid.to_string(), name, op.clone(), rate(r.calls, s), ns(r.p50_ns), ns(r.p99_ns)]);
+        t.row(thread_row(*tid, name, op, r, s));
     }
     head.push_str("by live thread, busiest first\n");
     t.render(Format::Text, &mut head);

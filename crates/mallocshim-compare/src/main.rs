@@ -7,7 +7,7 @@
 mod compare;
 
 use clap::Parser;
-use mallocshim_cli::{plot, secure_write, shim_lib};
+use mallocshim_cli::{bad_args, plot, secure_write, shim_lib};
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -20,17 +20,7 @@ struct Cli {
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
-        Err(e) => {
-            use clap::error::ErrorKind;
-            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-                let _ = e.print();
-                return ExitCode::SUCCESS;
-            }
-            let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or("bad arguments").trim_start_matches("error: ");
-            eprintln!("mallocshim compare: {first} (see mallocshim compare --help)");
-            return ExitCode::from(2);
-        }
+        Err(e) => return bad_args::exit(&e, "mallocshim compare"),
     };
     compare::main(cli.args)
 }

@@ -6,6 +6,9 @@
 //! [`VERSION`] before the fields, so a foreign file or another version gets a clear error.
 //! Unknown fields are ignored; objects and fields added after the first version are
 //! `#[serde(default)]`, so a dump of an older shim still reads.
+//!
+//! Long because: the dump's serde types, one per JSON object, and their unit tests (a third of the
+//! file).
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -456,6 +459,7 @@ pub fn newest_dump(dir: &Path, pid: u32, ext: &str) -> std::io::Result<Option<Pa
 mod tests {
     use super::*;
 
+    // Long because: a literal dump for the unit tests, one field a line.
     fn sample() -> Dump {
         let mut totals = BTreeMap::new();
         totals.insert("malloc".to_string(), Total { count: 3, bytes: 200 << 20, failed: 1 });

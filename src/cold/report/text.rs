@@ -8,7 +8,7 @@ use core::fmt::Write;
 
 /// The text dump: a header, the table per op and size class, memory and the RSS account, the
 /// busiest threads.
-// Long (95 lines): one table written top to bottom, each section a few `writeln!`s; split, each
+// Long because: one table written top to bottom, each section a few `writeln!`s; split, each
 // part would only move a heading away from its rows.
 pub fn render(s: &Snapshot) -> String {
     let mut o = String::new();

@@ -30,6 +30,8 @@ fn unbias(objs: f64, bytes: f64, rate: f64) -> (i64, i64) {
 }
 
 /// The profile of a jemalloc heap file.
+// Long because: one line-oriented pass over jemalloc's heap file (header, stacks, counts, maps),
+// each section's state needed by the next.
 pub fn parse(text: &str) -> Result<Profile, String> {
     let rate: f64 = text
         .lines()

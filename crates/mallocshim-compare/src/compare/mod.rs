@@ -9,6 +9,9 @@
 //! them, from mallocshim-cli's library, plot (charts, shared with `mallocshim plot`) and secure_write (every file
 //! it writes: new, 0600, never through a symlink). It never links the shim: the shim is a cdylib
 //! exporting malloc.
+//!
+//! Long because: the comparison runner's phases (prepare, cells, stop, memlogs) share its run
+//! state; `results` and `cli` are already apart.
 
 pub mod cli;
 mod measure;

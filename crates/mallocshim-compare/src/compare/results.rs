@@ -2,6 +2,8 @@
 //! report.md (medians over rounds, ratios against glibc, shim overhead against direct preload,
 //! CPU per query, peak/final RSS, malloc/free latency per size class) and the plots
 //! (qps_<workload>.png, rss.png, latency.png). Also the lua script that runs an SQL file.
+//!
+//! Long because: report.md's writer (`write_report`, see there) and the CSV it reads back.
 
 use super::cli::Plan;
 use super::measure::read_dump;
@@ -190,9 +192,9 @@ fn mib(b: f64) -> String {
     format!("{:.1}", b / (1u64 << 20) as f64)
 }
 
-// Long (354 lines, 8 arguments): left whole in this change because compare/results.rs is being
-// reworked in parallel (median); it writes report.md top to bottom, one section after another,
-// and is the next to split (a Report struct of the eight inputs, one function per section).
+// Long because: it writes report.md top to bottom from eight inputs, one section after another.
+// The split (a Report struct of the eight inputs, one function per section) is the next step;
+// only tests/compare.rs's mariadbd runs check this output, so it waits for a change that runs them.
 #[allow(clippy::too_many_arguments)]
 pub fn write_report(
     out: &Path,

@@ -15,6 +15,9 @@
 //! realloc of a block allocated before the window names a pre-window id ([`PRE_WINDOW`] | n,
 //! dense from 1 in order of first use) and carries the block's usable size.
 //! Owns nothing else; no global state, no I/O but through the `Read`/`Write` it is given.
+//!
+//! Long because: the trace format's types with their writer and reader, which must agree record by
+//! record.
 
 mod codec;
 mod error;
