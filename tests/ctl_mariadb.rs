@@ -9,7 +9,7 @@
 mod common;
 
 use mallocshim_mariadb::fulltext::{self, Settings};
-use mallocshim_mariadb::{procfs, Instance, Launch, Options};
+use mallocshim_mariadb::{procfs, Instance, Launch, Options, Server, Sysbench};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::process::Command;
@@ -34,6 +34,46 @@ fn json(sock: &std::path::Path) -> serde_json::Value {
     serde_json::from_str(r.strip_prefix("ok\n").unwrap_or_else(|| panic!("json reply: {r}"))).unwrap()
 }
 
+/// The documented bounds (docs/fleet.md) of the textfile's series on a mariadbd after sysbench.
+const SERIES_ON_MAX: usize = 2500;
+const SERIES_OFF_MAX: usize = 400;
+
+/// Series (sample lines) of a textfile.
+fn series(text: &str) -> usize {
+    text.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).count()
+}
+
+/// Runs sysbench oltp_read_only, turns the textfile on (`set`, 1 s interval) and counts its
+/// series with the histograms on, then off.
+fn series_per_setting(srv: &Server<'_>, p: &str, dir: &std::path::Path) -> (usize, usize) {
+    srv.sysbench_prepare().unwrap_or_else(|e| panic!("{e}"));
+    let sb = srv.sysbench(&Sysbench::new("oltp_read_only", 4).time(8)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(sb.errors, 0, "sysbench: {}", sb.output.display());
+    std::fs::create_dir_all(dir).unwrap();
+    for kv in ["PROM_INTERVAL_S=1".to_string(), format!("PROM_TEXTFILE_DIR={}", dir.display())] {
+        let o = cli(&["set", p, &kv]);
+        assert!(o.status.success(), "set {kv}: {}", common::describe(&o));
+    }
+    let file = dir.join(format!("mallocshim_{p}.prom"));
+    let read = || std::fs::read_to_string(&file).unwrap_or_default();
+    let wait = |want_hist: bool| {
+        let t0 = std::time::Instant::now();
+        loop {
+            let t = read();
+            if t.contains("mallocshim_rss_bytes") && t.contains("_latency_seconds_bucket") == want_hist {
+                return t;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(10), "textfile {} (histograms {want_hist}): {t:.300}", file.display());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let on = series(&wait(true));
+    let o = cli(&["set", p, "PROM_HISTOGRAMS=off"]);
+    assert!(o.status.success(), "set PROM_HISTOGRAMS=off: {}", common::describe(&o));
+    let off = series(&wait(false));
+    (on, off)
+}
+
 #[test]
 fn trim_set_and_malformed_on_mariadbd_after_fulltext_load() {
     let inst = Instance::create(Options::default()).unwrap_or_else(|e| panic!("{e}"));
@@ -53,6 +93,7 @@ fn trim_set_and_malformed_on_mariadbd_after_fulltext_load() {
     let sock = ctl.join(format!("{pid}.sock"));
     let mem = &json(&sock)["memory"];
     let free = mem["allocator_free_bytes"].as_u64().unwrap();
+    let trimmable = mem["allocator_trimmable_bytes"].as_u64().expect("glibc: allocator_trimmable_bytes");
     let before = procfs::vm_rss(pid).unwrap();
     let o = cli(&["trim", &p]);
     assert!(o.status.success(), "trim: {}", common::describe(&o));
@@ -61,9 +102,10 @@ fn trim_set_and_malformed_on_mariadbd_after_fulltext_load() {
     let mem_after = &json(&sock)["memory"];
     eprintln!("account before trim: {mem}\naccount after trim: {mem_after}");
     eprintln!(
-        "mariadbd FULLTEXT ({} rows, load {load_s:.0} s, index {index_s:.0} s): allocator_free {:.1} MiB, RSS {:.1} -> {:.1} MiB (released {:.1} MiB); mallocshim trim: {}",
+        "mariadbd FULLTEXT ({} rows, load {load_s:.0} s, index {index_s:.0} s): allocator_free {:.1} MiB, trimmable {:.1} MiB, RSS {:.1} -> {:.1} MiB (released {:.1} MiB); mallocshim trim: {}",
         s.rows,
         free as f64 / 1048576.0,
+        trimmable as f64 / 1048576.0,
         before as f64 / 1048576.0,
         after as f64 / 1048576.0,
         released as f64 / 1048576.0,
@@ -121,6 +163,11 @@ fn trim_set_and_malformed_on_mariadbd_after_fulltext_load() {
     }
     assert_eq!(errors, 0, "queries failed after the malformed requests");
     assert!(cli(&["get", &p]).status.success(), "still serving after a killed client");
+
+    // The textfile's series per MALLOCSHIM_PROM_HISTOGRAMS setting after sysbench (docs/fleet.md).
+    let (on, off) = series_per_setting(&srv, &p, &inst.dir().join("prom"));
+    eprintln!("textfile series after sysbench oltp_read_only: PROM_HISTOGRAMS=on {on}, off {off}");
+    assert!(off < on && on <= SERIES_ON_MAX && off <= SERIES_OFF_MAX, "series: on {on}, off {off}");
     let st = srv.shutdown().unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(st.status, 0, "mariadbd's exit status");
     assert!(!sock.exists(), "the socket is removed at exit");

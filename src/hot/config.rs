@@ -186,7 +186,7 @@ pub static OPTIONS: [Opt; 31] = [
     opt("MALLOCSHIM_PROM_TEXTFILE_DIR", "off", path!(prom_textfile_dir, "off"), "write DIR/mallocshim_<instance>.prom for node_exporter's textfile collector every PROM_INTERVAL_S").live(),
     opt("MALLOCSHIM_PROM_INTERVAL_S", "15", number!(prom_interval_s, 1, 86400, "a whole number of seconds from 1 to 86400"), "seconds between rewrites of the textfile (1 to 86400)").live(),
     opt("MALLOCSHIM_PROM_FILE_MODE", "0644", other!(parse_file_mode, |c, out| { let _ = core::fmt::Write::write_fmt(out, format_args!("{:04o}", c.prom_file_mode)); }), "permission bits of the textfile, octal, at most 0666 (0644: node_exporter's user can read it)"),
-    opt("MALLOCSHIM_PROM_HISTOGRAMS", "on", switch!(prom_histograms, "off", "on"), "off leaves the per-op and size-class latency histograms out of the textfile (fewer series)"),
+    opt("MALLOCSHIM_PROM_HISTOGRAMS", "on", switch!(prom_histograms, "off", "on"), "off leaves the per-op and size-class latency histograms out of the textfile (fewer series)").live(),
     opt("MALLOCSHIM_INSTANCE", "the pid", other!(parse_instance, show_instance), "value of the instance label and name of the textfile: letters, digits, . _ - (1 to 64)"),
     opt("MALLOCSHIM_CTL_DIR", "auto", path!(ctl_dir, "auto"), "directory of the control channel's socket, made 0700 by the shim: auto = /run/mallocshim for root, else /tmp/mallocshim-<uid>"),
     opt("MALLOCSHIM_RECORD", "off", path!(record, "off"), "record every allocator call from start into this trace file (%p = pid; docs/record.md)"),

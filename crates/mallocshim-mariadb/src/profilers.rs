@@ -25,15 +25,17 @@ pub const PROF_SAMPLE_BYTES: &str = "524288";
 /// Debian's library preloaded), `shim` (defaults), `routing` (`MALLOCSHIM_PROFILE=off`),
 /// `shim-heapprof` (defaults, `MALLOCSHIM_PROF_SAMPLE_BYTES=524288`), `shim-noheapprof` (the same
 /// with `0`), `shim-heapprof-fp` (as `shim-heapprof`, stacks by frame pointers only:
-/// `MALLOCSHIM_PROF_UNWIND=fp`, to price the CFI unwinding), `jeprof` (jemalloc only: Debian's libjemalloc2 preloaded with
+/// `MALLOCSHIM_PROF_UNWIND=fp`, to price the CFI unwinding), `shim-nohistory` (defaults with the
+/// memory history off, `MALLOCSHIM_HISTORY_MS=0`, to price the ring against `shim`), `jeprof` (jemalloc only: Debian's libjemalloc2 preloaded with
 /// `MALLOC_CONF=prof:true,lg_prof_sample:19`), `heaptrack` (glibc only: heaptrack's preload).
-pub const MODES: [&str; 8] = [
+pub const MODES: [&str; 9] = [
     "direct",
     "shim",
     "routing",
     "shim-heapprof",
     "shim-noheapprof",
     "shim-heapprof-fp",
+    "shim-nohistory",
     "jeprof",
     "heaptrack",
 ];
@@ -104,6 +106,7 @@ pub fn start(shim: &Path, backend: &str, mode: &str, dir: &Path) -> Result<Start
             Some(shim_s),
             None,
         ),
+        ("shim-nohistory", b) => (Launch::shim(shim, b).var("MALLOCSHIM_HISTORY_MS", "0"), Some(shim_s), None),
         ("shim-noheapprof", b) => {
             (Launch::shim(shim, b).var("MALLOCSHIM_PROF_SAMPLE_BYTES", "0"), Some(shim_s), None)
         }
