@@ -15,7 +15,7 @@
 pub struct TrimEstimate {
     /// Whole pages inside free chunks of the bins (expected count at the chunks' page
     /// alignment: `size - 48 - page` per chunk of at least that), plus the main arena's top
-    /// chunk less one page: what `malloc_trim(0)` gives back if all of it is resident.
+    /// chunk down to a page boundary, less 33 bytes (`systrim`): what `malloc_trim(0)` gives back if all of it is resident.
     pub releasable: u64,
     /// Free bytes the trim keeps: the parts of free chunks outside whole pages, the fast chunks,
     /// and the top chunks of the arenas other than the main one.
@@ -74,7 +74,8 @@ pub fn estimate(xml: &str, page: u64) -> Option<TrimEstimate> {
             // `<size>` lines include the fast bins; `rest` is the top chunk plus the other bins.
             let top = rest.saturating_sub(bins.saturating_sub(fast));
             let (top_released, top_kept) = if heap == Some(0) {
-                let r = top.saturating_sub(page) / page * page;
+                // systrim: ALIGN_DOWN(top - MINSIZE - 1, page), MINSIZE 32 on 64-bit.
+                let r = top.saturating_sub(33) / page * page;
                 (r, top - r)
             } else {
                 (0, top)

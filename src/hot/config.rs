@@ -171,7 +171,7 @@ pub static OPTIONS: [Opt; 31] = [
     opt("MALLOCSHIM_DUMP_AT_EXIT", "0", switch!(dump_at_exit, "0", "1"), "1 writes one dump when the process exits"),
     opt("MALLOCSHIM_DUMP_MIN_INTERVAL_MS", "1000", number!(dump_min_interval_ms, 0, 86400000), "signal-requested dumps: at most one per N ms; a request inside the interval is answered at its end (0 = no limit)").live(),
     opt("MALLOCSHIM_DUMP_KEEP", "100", number!(dump_keep, 0, 1000000), "keep this process's newest N dumps in the dump directory, removing its older ones (0 = keep all)").live(),
-    opt("MALLOCSHIM_DUMP_DIR", "$TMPDIR or /tmp", path!(dump_dir, "$TMPDIR or /tmp"), "directory for mallocshim.<pid>.<seq>.<ext> dump files"),
+    opt("MALLOCSHIM_DUMP_DIR", "$TMPDIR or /tmp", path!(dump_dir, "$TMPDIR or /tmp"), "directory for mallocshim.<pid>.<seq>.<ext> dump files; a relative one or one inside the datadir (the working directory) is refused with one line, then $TMPDIR, else /tmp"),
     opt("MALLOCSHIM_DUMP_FORMATS", formats::DEFAULT, other!(parse_formats, show_formats), formats::OPTION_DOC).live(),
     opt("MALLOCSHIM_TRIM_INTERVAL_MS", "10000", number!(trim_interval_ms, 0, 86400000), "give free memory back to the OS every N ms (glibc malloc_trim, jemalloc purge, tcmalloc release, mimalloc mi_collect); 0 = off").live(),
     opt("MALLOCSHIM_TRIM_MIN_BYTES", "67108864", number!(trim_min_bytes, 0, 9223372036854775807), "skip a periodic trim while the backend holds fewer free bytes than this").live(),
