@@ -89,8 +89,10 @@ pub fn estimate(xml: &str, page: u64) -> Option<TrimEstimate> {
     seen.then_some(e)
 }
 
-/// Reads `malloc_info(0, ...)` into memory and estimates from it; None when it fails.
+/// Reads glibc's own `malloc_info(0, ...)` (found by dlsym, not the shim's export) into memory
+/// and estimates from it; None when it is missing or fails.
 pub fn read(page: u64) -> Option<TrimEstimate> {
+    let info = super::glibc::real().malloc_info?;
     let mut buf: *mut libc::c_char = core::ptr::null_mut();
     let mut len: libc::size_t = 0;
     // SAFETY: open_memstream writes the buffer's pointer and length through valid pointers.
@@ -98,8 +100,9 @@ pub fn read(page: u64) -> Option<TrimEstimate> {
     if fp.is_null() {
         return None;
     }
-    // SAFETY: `fp` is an open stream; malloc_info writes to it and fclose flushes it into `buf`.
-    let ok = unsafe { libc::malloc_info(0, fp) } == 0;
+    // SAFETY: `fp` is an open stream; glibc's malloc_info (dlsym'd for this exact signature)
+    // writes to it and fclose flushes it into `buf`.
+    let ok = unsafe { info(0, fp) } == 0;
     // SAFETY: as above; after fclose `buf`/`len` hold the text (NUL-terminated).
     let closed = unsafe { libc::fclose(fp) } == 0;
     if buf.is_null() {
