@@ -66,7 +66,11 @@ fn series_per_setting(srv: &Server<'_>, p: &str, dir: &std::path::Path) -> (usiz
             if t.contains("mallocshim_rss_bytes") && t.contains("_latency_seconds_bucket") == want_hist {
                 return t;
             }
-            assert!(t0.elapsed() < Duration::from_secs(10), "textfile {} (histograms {want_hist}): {t:.300}", file.display());
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "textfile {} (histograms {want_hist}): {t:.300}",
+                file.display()
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     };
@@ -128,7 +132,10 @@ fn trim_set_and_malformed_on_mariadbd_after_fulltext_load() {
         "trim released {released} bytes of the {trimmable} the account said a trim returns"
     );
     let trimmable_after = mem_after["allocator_trimmable_bytes"].as_u64().unwrap();
-    assert!(trimmable_after <= trimmable / 10, "after the trim the account still says {trimmable_after} trimmable");
+    assert!(
+        trimmable_after <= trimmable / 10,
+        "after the trim the account still says {trimmable_after} trimmable"
+    );
     let out = common::stdout(&o);
     assert!(out.contains("a trim could return") && out.contains("other arenas' top chunks"), "{out}");
 

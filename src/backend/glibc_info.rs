@@ -110,7 +110,8 @@ pub fn read(page: u64) -> Option<TrimEstimate> {
     }
     // SAFETY: `buf` holds `len` bytes written by the stream.
     let bytes = unsafe { core::slice::from_raw_parts(buf as *const u8, len) };
-    let out = if ok && closed { core::str::from_utf8(bytes).ok().and_then(|s| estimate(s, page)) } else { None };
+    let out =
+        if ok && closed { core::str::from_utf8(bytes).ok().and_then(|s| estimate(s, page)) } else { None };
     // SAFETY: the stream's buffer was allocated by malloc and is ours to free.
     unsafe { libc::free(buf.cast()) };
     out

@@ -128,7 +128,9 @@ pub fn measure_with_trim() -> (Memory, Option<backend::glibc_info::TrimEstimate>
         backend_free_bytes: m.free,
         // What the free bytes less those a trim keeps (resident: they share pages with live
         // blocks) leave, at most the whole pages the free chunks hold.
-        allocator_trimmable_bytes: f.trim.map(|t| t.releasable.min(a.allocator_free_bytes.saturating_sub(t.kept))),
+        allocator_trimmable_bytes: f
+            .trim
+            .map(|t| t.releasable.min(a.allocator_free_bytes.saturating_sub(t.kept))),
         ..a
     };
     (m, f.trim)

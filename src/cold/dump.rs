@@ -165,10 +165,16 @@ pub fn dir() -> PathBuf {
     if let Some((r, why)) = refused {
         if !DIR_REFUSED.swap(true, Ordering::Relaxed) {
             let why = match why {
-                Refused::Relative => "is relative (it would follow the working directory, mariadbd's datadir)",
+                Refused::Relative => {
+                    "is relative (it would follow the working directory, mariadbd's datadir)"
+                }
                 Refused::InDatadir => "is inside the datadir (the working directory)",
             };
-            crate::base::diag::warn!("dump directory {} {why}: dumps go to {}", r.display(), chosen.display());
+            crate::base::diag::warn!(
+                "dump directory {} {why}: dumps go to {}",
+                r.display(),
+                chosen.display()
+            );
         }
     }
     chosen

@@ -241,7 +241,8 @@ pub fn render(
                     );
                 }
                 None => {
-                    let _ = writeln!(o, "a trim would return now: {} (allocator_free_bytes{bound})", mibu(free));
+                    let _ =
+                        writeln!(o, "a trim would return now: {} (allocator_free_bytes{bound})", mibu(free));
                 }
             }
             let swap = match backend {

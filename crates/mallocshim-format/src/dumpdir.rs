@@ -66,7 +66,10 @@ mod tests {
         std::fs::create_dir_all(dd.join("mysql")).unwrap();
         std::fs::write(dd.join("aria_log_control"), b"").unwrap();
         let p = |s: &str| PathBuf::from(s);
-        assert_eq!(choose([Some(Path::new("dumps")), None], Some(&dd)), (p(FALLBACK), Some((p("dumps"), Refused::Relative))));
+        assert_eq!(
+            choose([Some(Path::new("dumps")), None], Some(&dd)),
+            (p(FALLBACK), Some((p("dumps"), Refused::Relative)))
+        );
         let inner = dd.join("x");
         let (d, r) = choose([Some(&inner), Some(&base)], Some(&dd));
         assert_eq!((d, r), (base.clone(), Some((inner.clone(), Refused::InDatadir))));

@@ -106,7 +106,9 @@ pub fn start(shim: &Path, backend: &str, mode: &str, dir: &Path) -> Result<Start
             Some(shim_s),
             None,
         ),
-        ("shim-nohistory", b) => (Launch::shim(shim, b).var("MALLOCSHIM_HISTORY_MS", "0"), Some(shim_s), None),
+        ("shim-nohistory", b) => {
+            (Launch::shim(shim, b).var("MALLOCSHIM_HISTORY_MS", "0"), Some(shim_s), None)
+        }
         ("shim-noheapprof", b) => {
             (Launch::shim(shim, b).var("MALLOCSHIM_PROF_SAMPLE_BYTES", "0"), Some(shim_s), None)
         }
