@@ -205,6 +205,19 @@ fn set_takes_effect() {
         assert!(lines >= 2, "{backend}: memlog header and a line: {lines}");
         let tf = prom.join(format!("mallocshim_{}.prom", t.pid));
         assert!(tf.exists(), "{backend}: textfile {} appeared", tf.display());
+        // Moved, then turned off: the file left behind is removed each time.
+        let prom2 = base.join("prom2");
+        std::fs::create_dir_all(&prom2).unwrap();
+        assert!(t.set(&format!("PROM_TEXTFILE_DIR={}", prom2.display())).status.success());
+        assert!(!tf.exists(), "{backend}: the textfile stayed in the old directory");
+        let tf2 = prom2.join(tf.file_name().unwrap());
+        let t0 = std::time::Instant::now();
+        while !tf2.exists() && t0.elapsed() < Duration::from_secs(3) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(tf2.exists(), "{backend}: textfile {} appeared", tf2.display());
+        assert!(t.set("PROM_TEXTFILE_DIR=off").status.success());
+        assert!(!tf2.exists(), "{backend}: the textfile stayed after PROM_TEXTFILE_DIR=off");
         assert!(t.set("PROF_SAMPLE_BYTES=1").status.success());
         assert!(t.set("DUMP_FORMATS=json,pprof").status.success());
         let o = t.cli(&["dump"]);

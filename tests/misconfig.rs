@@ -226,3 +226,50 @@ fn secure_execution_writes_no_dump() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A relative `MALLOCSHIM_DUMP_DIR` (it would follow the working directory: mariadbd's is its
+/// datadir) and a dump directory inside the datadir (the working directory, when it holds
+/// `mysql/` and `aria_log_control`) are passed over: one `mallocshim:` line, and the exit dump
+/// goes to `TMPDIR`. The old shim wrote both into the datadir. Under every backend.
+#[test]
+fn relative_or_datadir_dump_dir_is_refused() {
+    let bin = cc("wait_stdin.c", "wait_stdin", &[]);
+    for backend in BACKENDS {
+        let base = work_dir().join(format!("dumpdir-{backend}"));
+        let _ = std::fs::remove_dir_all(&base);
+        let (data, tmp) = (base.join("data"), base.join("tmp"));
+        for d in [data.join("mysql"), data.join("rel"), data.join("dumps"), tmp.clone()] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(data.join("aria_log_control"), b"").unwrap();
+        for (dump_dir, said) in [
+            ("rel".to_string(), "is relative"),
+            (data.join("dumps").display().to_string(), "inside the datadir"),
+        ] {
+            let mut c = preloaded(&bin, backend);
+            c.current_dir(&data)
+                .env("MALLOCSHIM_DUMP_DIR", &dump_dir)
+                .env("TMPDIR", &tmp)
+                .env("MALLOCSHIM_DUMP_AT_EXIT", "1");
+            let o = run_ok(c, &format!("{backend}: MALLOCSHIM_DUMP_DIR={dump_dir}"));
+            let lines = shim_lines(&o);
+            assert_eq!(lines.len(), 1, "{backend} {dump_dir}: {}", describe(&o));
+            assert!(
+                lines[0].contains(said) && lines[0].contains(&tmp.display().to_string()),
+                "{backend}: {lines:?}"
+            );
+            let out = stdout(&o);
+            let pid = out.lines().next().and_then(|l| l.strip_prefix("pid=")).expect(&out).to_string();
+            let json = tmp.join(format!("mallocshim.{pid}.0.json"));
+            assert!(json.exists(), "{backend} {dump_dir}: no exit dump {}", json.display());
+            for d in [data.join("rel"), data.join("dumps"), data.clone()] {
+                let n = std::fs::read_dir(&d)
+                    .unwrap()
+                    .flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("mallocshim."))
+                    .count();
+                assert_eq!(n, 0, "{backend} {dump_dir}: a dump was written in {}", d.display());
+            }
+        }
+    }
+}

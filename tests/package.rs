@@ -89,6 +89,9 @@ fn check_files(deb: &Path) {
         "/usr/include/mallocshim.h",
         "/usr/share/man/man1/mallocshim.1.gz",
         "/usr/share/man/man1/mallocshim-report.1.gz",
+        "/usr/share/man/man7/mallocshim.7.gz",
+        "/usr/share/doc/mallocshim/docs/control.md.gz",
+        "/usr/share/doc/mallocshim/docs/memory-account.md.gz",
         "/usr/share/bash-completion/completions/mallocshim",
         "/usr/share/zsh/vendor-completions/_mallocshim",
         "/usr/share/fish/vendor_completions.d/mallocshim.fish",
@@ -104,6 +107,21 @@ fn check_files(deb: &Path) {
     assert!(stripped(BIN), "{BIN} is not stripped");
     let man = run(Command::new("gzip").args(["-dc", "/usr/share/man/man1/mallocshim.1.gz"]));
     assert!(man.starts_with(".ie") || man.contains(".TH"), "the man page is not roff: {man:.200}");
+    let man7 = run(Command::new("gzip").args(["-dc", "/usr/share/man/man7/mallocshim.7.gz"]));
+    assert!(man7.contains("MALLOCSHIM_DUMP_DIR"), "mallocshim(7) does not list the variables: {man7:.200}");
+    // The installed README's links to the docs resolve on the installed system (.md.gz beside it).
+    let readme = run(Command::new("gzip").args(["-dc", "/usr/share/doc/mallocshim/README.md.gz"]));
+    let links: Vec<&str> = readme
+        .split("](")
+        .skip(1)
+        .filter_map(|r| r.split([')', '#']).next())
+        .filter(|l| l.ends_with(".md.gz"))
+        .collect();
+    assert!(!links.is_empty(), "the installed README links to no .md.gz");
+    for l in links {
+        let p = Path::new("/usr/share/doc/mallocshim").join(l);
+        assert!(p.is_file(), "the installed README links to {l}, not installed");
+    }
     let v = run(Command::new(BIN).arg("--version"));
     assert!(v.starts_with("mallocshim "), "mallocshim --version: {v}");
     // The dashboard is JSON, the drop-in preloads the installed shim.

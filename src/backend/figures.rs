@@ -18,6 +18,9 @@ pub struct AccountFigures {
     pub resident: u64,
     /// The allocator's own bookkeeping, where the backend reports it.
     pub metadata: Option<u64>,
+    /// What a release call can give back and what it keeps, where the backend says (glibc:
+    /// `malloc_info`, see `glibc_info`); None elsewhere.
+    pub trim: Option<super::glibc_info::TrimEstimate>,
 }
 
 /// One word of this process's memory through process_vm_readv(2): None when unreadable.

@@ -199,6 +199,7 @@ pub(super) unsafe fn version(out: &mut crate::base::diag::LineBuf) {
 /// resident, the pages of the main heap and the arena heaps found resident by mincore(2), plus
 /// the mmapped chunks (`hblkhd`: mapped on demand, so resident); no metadata figure (inside the
 /// arenas). One mallinfo2 (it walks every free chunk) gives `stats` too, as [`mem_stats`] does.
+/// What `malloc_trim(0)` can give back: `malloc_info`'s free chunks (`glibc_info`).
 pub(super) fn account() -> super::AccountFigures {
     let mi = mallinfo2();
     let hblkhd = mi.hblkhd as u64;
@@ -212,6 +213,8 @@ pub(super) fn account() -> super::AccountFigures {
         live: Some(stats.allocated),
         resident: heap_resident() + hblkhd,
         metadata: None,
+        // SAFETY: sysconf has no preconditions.
+        trim: super::glibc_info::read(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64),
     }
 }
 

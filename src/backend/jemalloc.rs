@@ -188,7 +188,13 @@ pub(super) fn account() -> super::AccountFigures {
     let stats = unsafe { mem_stats() };
     // stats.metadata as of the `epoch` refresh that mem_stats just made.
     let md = tikv_jemalloc_ctl::stats::metadata::read().map(|v| v as u64).unwrap_or(0);
-    super::AccountFigures { stats, live: Some(stats.allocated), resident: stats.resident, metadata: Some(md) }
+    super::AccountFigures {
+        stats,
+        live: Some(stats.allocated),
+        resident: stats.resident,
+        metadata: Some(md),
+        trim: None,
+    }
 }
 
 /// `mallctl("arena.4096.purge", NULL, NULL, NULL, 0)`, or `.decay` for [`Release::Decay`]

@@ -314,7 +314,13 @@ pub(super) fn account() -> super::AccountFigures {
     // SAFETY: the backend is loaded (the account is measured only once the shim is ready).
     let stats = unsafe { mem_stats() };
     let resident = segment_cookie().map(|(at, key)| segments_resident(at, key)).filter(|&r| r > 0);
-    super::AccountFigures { stats, live: None, resident: resident.unwrap_or(stats.resident), metadata: None }
+    super::AccountFigures {
+        stats,
+        live: None,
+        resident: resident.unwrap_or(stats.resident),
+        metadata: None,
+        trim: None,
+    }
 }
 
 /// Most 32 MiB-aligned addresses probed for a segment per measurement.

@@ -14,6 +14,7 @@ pub mod atfork;
 mod dl;
 mod figures;
 pub mod glibc;
+pub mod glibc_info;
 pub mod jemalloc;
 pub mod mimalloc;
 pub mod tcmalloc;

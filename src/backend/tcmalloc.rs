@@ -180,6 +180,7 @@ pub(super) fn account() -> super::AccountFigures {
         live: Some(stats.allocated),
         resident: phys.max(stats.resident),
         metadata: Some(phys.saturating_sub(stats.resident)),
+        trim: None,
     }
 }
 

@@ -109,6 +109,11 @@ pub fn status() -> (u64, u64, u64, u64, u64) {
 /// figures first (each backend's sources are in its own file: `backend::<name>::account`), then
 /// residency, then /proc/self/status last, so that RSS is read closest to the residency.
 pub fn measure() -> Memory {
+    measure_with_trim().0
+}
+
+/// [`measure`], with the backend's estimate of what a trim gives back and keeps (glibc only).
+pub fn measure_with_trim() -> (Memory, Option<backend::glibc_info::TrimEstimate>) {
     let f = backend::account_figures();
     // A backend that counts no live bytes (mimalloc): the shim's figure (its counts or the heap
     // profile's estimate, see `shim_live`), capped at what the allocator holds resident so its
@@ -116,12 +121,19 @@ pub fn measure() -> Memory {
     let live = f.live.or_else(|| shim_live(f.resident));
     let (rss, anon, file, shmem) = status_rss();
     let m: MemStats = f.stats;
-    Memory {
+    let a = compose(live, f.resident, f.metadata, rss, anon, file, shmem);
+    let m = Memory {
         backend_allocated_bytes: m.allocated,
         backend_resident_bytes: m.resident,
         backend_free_bytes: m.free,
-        ..compose(live, f.resident, f.metadata, rss, anon, file, shmem)
-    }
+        // What the free bytes less those a trim keeps (resident: they share pages with live
+        // blocks) leave, at most the whole pages the free chunks hold.
+        allocator_trimmable_bytes: f
+            .trim
+            .map(|t| t.releasable.min(a.allocator_free_bytes.saturating_sub(t.kept))),
+        ..a
+    };
+    (m, f.trim)
 }
 
 /// Builds the account from raw figures (pure). `live` None: the backend has no live figure,

@@ -145,18 +145,39 @@ pub fn finish_at_exit() {
     }
 }
 
-/// The dump directory: the variable, else `$TMPDIR` (not in secure-execution), else `/tmp`.
+/// A refused dump directory was reported (one line for the life of the process).
+static DIR_REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// The dump directory: the variable, else `$TMPDIR` (not in secure-execution), else `/tmp`;
+/// a relative one, or one inside the datadir (the working directory, when it is a MariaDB or
+/// MySQL datadir: mysqld chdirs there at start), is passed over with one `mallocshim:` line
+/// (`mallocshim_format::dumpdir`, shared with the command that looks for the files). Decided at
+/// each call (the working directory changes after start): a getcwd and a few stats.
 pub fn dir() -> PathBuf {
+    use mallocshim_format::dumpdir::{choose, Refused};
     let d = config::cstr_bytes(&config::get().dump_dir);
-    if !d.is_empty() {
-        return PathBuf::from(OsString::from_vec(d.to_vec()));
-    }
+    let d = (!d.is_empty()).then(|| PathBuf::from(OsString::from_vec(d.to_vec())));
     // SAFETY: getauxval has no preconditions.
     let secure = unsafe { libc::getauxval(libc::AT_SECURE) } != 0;
-    match std::env::var_os("TMPDIR") {
-        Some(t) if !secure && !t.is_empty() => PathBuf::from(t),
-        _ => PathBuf::from("/tmp"),
+    let tmp = std::env::var_os("TMPDIR").filter(|_| !secure).map(PathBuf::from);
+    let cwd = std::env::current_dir().ok();
+    let (chosen, refused) = choose([d.as_deref(), tmp.as_deref()], cwd.as_deref());
+    if let Some((r, why)) = refused {
+        if !DIR_REFUSED.swap(true, Ordering::Relaxed) {
+            let why = match why {
+                Refused::Relative => {
+                    "is relative (it would follow the working directory, mariadbd's datadir)"
+                }
+                Refused::InDatadir => "is inside the datadir (the working directory)",
+            };
+            crate::base::diag::warn!(
+                "dump directory {} {why}: dumps go to {}",
+                r.display(),
+                chosen.display()
+            );
+        }
     }
+    chosen
 }
 
 /// Why a dump was not written (whole).

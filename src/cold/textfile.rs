@@ -30,6 +30,9 @@ static CLOSED: AtomicBool = AtomicBool::new(false);
 static OWNER: AtomicU32 = AtomicU32::new(0);
 /// A failed write was reported (once).
 static WARNED: AtomicBool = AtomicBool::new(false);
+/// The file this process last published: removed when `set` turns the textfile off or moves
+/// it ([`retarget`]), and at exit.
+static WRITTEN: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
 
 /// True when a textfile directory is configured.
 pub fn active() -> bool {
@@ -124,7 +127,13 @@ pub fn write() {
         OWNER.store(std::process::id(), Relaxed);
         let body = format!("{OWNER_LINE}{}\n{}", std::process::id(), render());
         let (dst, tmp) = paths();
-        if let Err(e) = publish(&dst, &tmp, body.as_bytes()) {
+        let r = publish(&dst, &tmp, body.as_bytes());
+        if r.is_ok() {
+            if let Ok(mut w) = WRITTEN.lock() {
+                *w = Some(dst.clone());
+            }
+        }
+        if let Err(e) = r {
             if !WARNED.swap(true, Relaxed) {
                 crate::base::diag::warn!(
                     "cannot write the Prometheus textfile {}: {} (reported once; retried every interval)",
@@ -143,7 +152,7 @@ fn render() -> String {
     let snap = crate::cold::report::snapshot();
     let inst = instance();
     let mut o = with_label(
-        &crate::cold::report::prom::render_with(&snap, crate::hot::config::get().prom_histograms),
+        &crate::cold::report::prom::render_with(&snap, crate::hot::config::current().prom_histograms),
         "instance",
         &inst,
     );
@@ -255,6 +264,35 @@ fn publish(dst: &std::path::Path, tmp: &std::path::Path, body: &[u8]) -> std::io
     Ok(())
 }
 
+/// After `set MALLOCSHIM_PROM_TEXTFILE_DIR=...` (the control channel, on the shim's thread):
+/// removes the file this process last wrote when it is no longer where the textfile goes (turned
+/// off, or another directory), so a collector stops seeing its series there. Only a file that
+/// still names this process (its owner line). A moved file is written at once in its new place.
+pub fn retarget() {
+    let _g = Reentry::enter();
+    if CLOSED.load(Acquire) || BUSY.swap(true, AcqRel) {
+        return;
+    }
+    let want = active().then(|| paths().0);
+    let mut moved = false;
+    if let Ok(mut w) = WRITTEN.lock() {
+        if let Some(old) = w.take() {
+            if Some(&old) == want.as_ref() {
+                *w = Some(old);
+            } else {
+                moved = true;
+                if owner_of(&old) == Some(std::process::id()) {
+                    let _ = std::fs::remove_file(&old);
+                }
+            }
+        }
+    }
+    BUSY.store(false, Release);
+    if moved && want.is_some() {
+        write();
+    }
+}
+
 /// At a clean exit: stop writing, wait (at most 2 s) for a write in progress, then remove this
 /// process's file and any temporary file it left.
 pub fn remove_at_exit() {
@@ -271,8 +309,12 @@ pub fn remove_at_exit() {
     if OWNER.load(Relaxed) != std::process::id() {
         return;
     }
-    let (dst, tmp) = paths();
+    let (mut dst, tmp) = paths();
     let _ = std::fs::remove_file(&tmp);
+    // The file last written (the directory may have changed since), without waiting on a lock.
+    if let Some(w) = WRITTEN.try_lock().ok().and_then(|w| w.clone()) {
+        dst = w;
+    }
     // Only a file this process wrote last: never another live process's.
     if owner_of(&dst) == Some(std::process::id()) {
         let _ = std::fs::remove_file(&dst);

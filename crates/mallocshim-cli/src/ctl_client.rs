@@ -71,17 +71,43 @@ pub fn connect(pid: u32, wait: Duration) -> Result<Option<UnixStream>, Fail> {
     };
     let deadline = Instant::now() + wait;
     wait_caught(pid, sig, deadline, wait.as_secs_f64())?;
+    Ok(match attach_wait(pid, sig, &paths, deadline, &|| Ok(false))? {
+        Attached::Socket(s) => Some(s),
+        Attached::Answered | Attached::Timeout => None,
+    })
+}
+
+/// How an attach ended: the socket opened, `answered` said the process answered another way,
+/// or the wait ran out.
+enum Attached {
+    Socket(UnixStream),
+    Answered,
+    Timeout,
+}
+
+/// Sends the attach signal every [`RESEND`] until one of `paths` accepts a connection,
+/// `answered()` is true (checked after each connect attempt), or `until` passes.
+fn attach_wait(
+    pid: u32,
+    sig: i32,
+    paths: &[PathBuf],
+    until: Instant,
+    answered: &dyn Fn() -> Result<bool, Fail>,
+) -> Result<Attached, Fail> {
     let mut next = Instant::now();
     loop {
         if Instant::now() >= next {
             attach(pid, sig)?;
             next += RESEND;
         }
-        if let Some(s) = connect_now(&paths) {
-            return Ok(Some(s));
+        if let Some(s) = connect_now(paths) {
+            return Ok(Attached::Socket(s));
         }
-        if Instant::now() >= deadline {
-            return Ok(None);
+        if answered()? {
+            return Ok(Attached::Answered);
+        }
+        if Instant::now() >= until {
+            return Ok(Attached::Timeout);
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -107,22 +133,10 @@ pub fn dump_through_channel(
         return files(s);
     }
     let until = deadline.min(Instant::now() + Duration::from_millis(ATTACH_WAIT_MS));
-    let mut next = Instant::now();
-    loop {
-        if Instant::now() >= next {
-            attach(pid, sig)?;
-            next += RESEND;
-        }
-        if let Some(s) = connect_now(&paths) {
-            return files(s);
-        }
-        if answered()? {
-            return Ok(Channel::Answered);
-        }
-        if Instant::now() >= until {
-            return Ok(Channel::None);
-        }
-        std::thread::sleep(Duration::from_millis(10));
+    match attach_wait(pid, sig, &paths, until, answered)? {
+        Attached::Socket(s) => files(s),
+        Attached::Answered => Ok(Channel::Answered),
+        Attached::Timeout => Ok(Channel::None),
     }
 }
 
@@ -200,14 +214,25 @@ pub fn trim(a: &TrimArgs) -> Result<String, Fail> {
     let kv = |k: &str| -> u64 {
         body.lines().find_map(|l| l.strip_prefix(k)?.strip_prefix('=')?.parse().ok()).unwrap_or(0)
     };
-    Ok(format!(
+    let mut o = format!(
         "RSS {} -> {}: released {} in {} ms (the backend held {} free before)\n",
         mib(kv("rss_before_bytes")),
         mib(kv("rss_after_bytes")),
         mib(kv("released_bytes")),
         kv("duration_us") / 1000,
         mib(kv("backend_free_before_bytes"))
-    ))
+    );
+    if body.lines().any(|l| l.starts_with("trimmable_before_bytes=")) {
+        o += &format!(
+            "of the account's {} allocator free, a trim could return {} (whole pages inside free chunks); \
+             {} stays (free space sharing pages with live blocks, small chunks, {} in other arenas' top chunks)\n",
+            mib(kv("allocator_free_before_bytes")),
+            mib(kv("trimmable_before_bytes")),
+            mib(kv("free_kept_bytes")),
+            mib(kv("arena_tops_kept_bytes"))
+        );
+    }
+    Ok(o)
 }
 
 /// `mallocshim get PID`.

@@ -259,8 +259,10 @@ fn why_lines(o: &mut String, v: &Verdict, dumps: &[Dump], sites: Option<&[(Strin
 /// The retained verdict's why, what a trim returns and what to set.
 fn retained_lines(o: &mut String, l: &memlog::MemRow, dumps: &[Dump]) {
     let free = l.allocator_free_bytes.unwrap_or(0);
+    // glibc's estimate of what a trim gives back, from the last dump when it has one.
+    let trimmable = dumps.last().and_then(|d| d.memory.allocator_trimmable_bytes);
     // Ceiling: what RSS would be after a trim, plus a quarter, in whole MiB.
-    let after = l.rss_bytes.saturating_sub(free);
+    let after = l.rss_bytes.saturating_sub(trimmable.unwrap_or(free));
     let ceiling_mib = (after + after / 4).div_ceil(1 << 20).max(1);
     let _ = writeln!(
         o,
@@ -273,7 +275,19 @@ fn retained_lines(o: &mut String, l: &memlog::MemRow, dumps: &[Dump]) {
         Some("glibc") | None => "",
         Some(_) => ", at most: pages that still hold a live block stay",
     };
-    let _ = writeln!(o, "a trim would return now: {} (allocator_free_bytes{bound})", mibu(free));
+    match trimmable {
+        Some(t) => {
+            let _ = writeln!(
+                o,
+                "a trim would return now: {} (allocator_trimmable_bytes: whole pages inside free chunks; the other {} of allocator free shares pages with live blocks or sits where glibc's trim does not reach)",
+                mibu(t),
+                mibu(free.saturating_sub(t))
+            );
+        }
+        None => {
+            let _ = writeln!(o, "a trim would return now: {} (allocator_free_bytes{bound})", mibu(free));
+        }
+    }
     let swap = match backend {
         Some("glibc") => ", or MALLOCSHIM_BACKEND=jemalloc (a backend that purges on its own)",
         None => ", or under glibc MALLOCSHIM_BACKEND=jemalloc (a backend that purges on its own)",

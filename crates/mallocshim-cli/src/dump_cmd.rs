@@ -61,18 +61,13 @@ fn fail(code: u8, msg: String) -> Fail {
     Fail { code, msg }
 }
 
-/// The process's dump directory, as the shim chooses it; relative to the process's cwd.
+/// The process's dump directory, as the shim chooses it (`mallocshim_format::dumpdir`: a
+/// relative directory or one inside the process's datadir, its cwd, is passed over).
 pub fn dump_dir(pid: u32) -> PathBuf {
-    let d = environ_var(pid, "MALLOCSHIM_DUMP_DIR")
-        .or_else(|| environ_var(pid, "TMPDIR"))
-        .unwrap_or_else(|| "/tmp".into());
-    let d = PathBuf::from(d);
-    if d.is_relative() {
-        if let Some(cwd) = mallocshim_proc::cwd(pid) {
-            return cwd.join(d);
-        }
-    }
-    d
+    let (dd, tmp) = (environ_var(pid, "MALLOCSHIM_DUMP_DIR"), environ_var(pid, "TMPDIR"));
+    let cwd = mallocshim_proc::cwd(pid);
+    let (dd, tmp) = (dd.map(PathBuf::from), tmp.map(PathBuf::from));
+    mallocshim_format::dumpdir::choose([dd.as_deref(), tmp.as_deref()], cwd.as_deref()).0
 }
 
 /// Checks that `pid` exists and is under the shim: libmallocshim mapped, or (a process still

@@ -214,6 +214,12 @@ pub struct Memory {
     pub allocator_resident_bytes: u64,
     /// Anonymous resident memory outside the allocator (buffer pool, stacks, other mmaps).
     pub non_heap_bytes: u64,
+    /// Of `allocator_free_bytes`, what the backend's release call can give back now (whole
+    /// resident pages inside free chunks): glibc only, estimated from `malloc_info(3)` as
+    /// `min(whole pages inside free chunks + the main arena's top, allocator_free - the free
+    /// bytes a trim keeps)`; null under the other backends and in older dumps
+    /// (docs/memory-account.md).
+    pub allocator_trimmable_bytes: Option<u64>,
 }
 
 /// Trims (`MALLOCSHIM_TRIM_*`, `mallocshim_trim()`).

@@ -16,7 +16,8 @@
 //! - [`stats`]: the median every report, test and bench takes;
 //! - [`trace`]: the allocation trace of `MALLOCSHIM_RECORD` / `mallocshim record` (zstd,
 //!   versioned by its own [`trace::VERSION`]), written by the shim and read by `mallocshim replay`;
-//! - [`ctl`]: the control channel's protocol constants (attach signal value, socket path, framing).
+//! - [`ctl`]: the control channel's protocol constants (attach signal value, socket path, framing);
+//! - [`dumpdir`]: where a process's dumps go (a relative directory or one in the datadir refused).
 //!
 //! Compatibility: fields may be added to every object (a reader ignores what it does not know;
 //! fields a newer writer adds are `#[serde(default)]` here, so older dumps still read); the
@@ -31,6 +32,7 @@ pub mod backends;
 pub mod classes;
 pub mod ctl;
 pub mod dump;
+pub mod dumpdir;
 pub mod formats;
 pub mod history;
 pub mod memlog;

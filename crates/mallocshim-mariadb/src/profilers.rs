@@ -27,9 +27,11 @@ pub const PROF_SAMPLE_BYTES: &str = "524288";
 /// with `0`), `shim-heapprof-fp` (as `shim-heapprof`, stacks by frame pointers only:
 /// `MALLOCSHIM_PROF_UNWIND=fp`, to price the CFI unwinding), `shim-recording` (defaults, with a
 /// recording window open from start to exit: `MALLOCSHIM_RECORD=<dir>/trace.%p.mst`, budget 8G,
-/// to price the traced entry points; issue 24), `jeprof` (jemalloc only: Debian's libjemalloc2 preloaded with
+/// to price the traced entry points; issue 24), `shim-nohistory` (defaults with the memory
+/// history off, `MALLOCSHIM_HISTORY_MS=0`, to price the ring against `shim`), `jeprof` (jemalloc
+/// only: Debian's libjemalloc2 preloaded with
 /// `MALLOC_CONF=prof:true,lg_prof_sample:19`), `heaptrack` (glibc only: heaptrack's preload).
-pub const MODES: [&str; 9] = [
+pub const MODES: [&str; 10] = [
     "direct",
     "shim",
     "routing",
@@ -37,6 +39,7 @@ pub const MODES: [&str; 9] = [
     "shim-noheapprof",
     "shim-heapprof-fp",
     "shim-recording",
+    "shim-nohistory",
     "jeprof",
     "heaptrack",
 ];
@@ -114,6 +117,9 @@ pub fn start(shim: &Path, backend: &str, mode: &str, dir: &Path) -> Result<Start
             Some(shim_s),
             None,
         ),
+        ("shim-nohistory", b) => {
+            (Launch::shim(shim, b).var("MALLOCSHIM_HISTORY_MS", "0"), Some(shim_s), None)
+        }
         ("shim-noheapprof", b) => {
             (Launch::shim(shim, b).var("MALLOCSHIM_PROF_SAMPLE_BYTES", "0"), Some(shim_s), None)
         }

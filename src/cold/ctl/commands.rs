@@ -30,7 +30,7 @@ const fn cmd(
 #[rustfmt::skip]
 pub static COMMANDS: &[Command] = &[
     cmd("help", "", "this list: name, arguments, what it does", help),
-    cmd("trim", "", "the backend's release call now; key=value lines: rss_before_bytes, rss_after_bytes, released_bytes, backend_free_before_bytes, duration_us", trim),
+    cmd("trim", "", "the backend's release call now; key=value lines: rss_before_bytes, rss_after_bytes, released_bytes, backend_free_before_bytes, duration_us, allocator_free_before_bytes, and under glibc trimmable_before_bytes, free_in_whole_pages_bytes, free_kept_bytes, arena_tops_kept_bytes", trim),
     cmd("get", "[json]", "the options in effect: name, value, source (env, default, set), settable at run time (yes/no); tab-separated, or a JSON array", get),
     cmd("set", "NAME=VALUE", "change a run-time option (NAME with or without MALLOCSHIM_); replies NAME=VALUE (was OLD)", set),
     cmd("dump", "", "write a dump now (every format of MALLOCSHIM_DUMP_FORMATS); one file path per line", dump),
@@ -67,15 +67,25 @@ fn help(args: &str) -> Result<String, String> {
 
 fn trim(args: &str) -> Result<String, String> {
     no_args(args)?;
+    let (m, est) = crate::cold::account::measure_with_trim();
     let o = crate::cold::trim::run(crate::cold::trim::Reason::Api);
-    Ok(format!(
-        "rss_before_bytes={}\nrss_after_bytes={}\nreleased_bytes={}\nbackend_free_before_bytes={}\nduration_us={}\n",
+    let mut r = format!(
+        "rss_before_bytes={}\nrss_after_bytes={}\nreleased_bytes={}\nbackend_free_before_bytes={}\nduration_us={}\nallocator_free_before_bytes={}\n",
         o.rss_before,
         o.rss_after,
         o.released,
         o.free_before,
-        o.duration_ns / 1000
-    ))
+        o.duration_ns / 1000,
+        m.allocator_free_bytes
+    );
+    if let (Some(t), Some(e)) = (m.allocator_trimmable_bytes, est) {
+        let _ = write!(
+            r,
+            "trimmable_before_bytes={t}\nfree_in_whole_pages_bytes={}\nfree_kept_bytes={}\narena_tops_kept_bytes={}\n",
+            e.releasable, e.kept, e.arena_tops
+        );
+    }
+    Ok(r)
 }
 
 /// Row `i`'s value in the table in effect.
@@ -125,6 +135,9 @@ fn set(args: &str) -> Result<String, String> {
     config::publish(Box::leak(c), i);
     if full == "MALLOCSHIM_MEMLOG" {
         crate::cold::memlog::reopen();
+    }
+    if full == "MALLOCSHIM_PROM_TEXTFILE_DIR" {
+        crate::cold::textfile::retarget();
     }
     Ok(format!("{full}={} (was {old})\n", value(i)))
 }
