@@ -89,7 +89,10 @@ unsafe extern "C" fn prepare() {
         // A child that became multi-threaded without allocating (raw clone): its heap first.
         settle();
     }
-    SKIPPED.store(skip, Relaxed);
+    // Written only when it changes: a write here is a copy-on-write fault in the parent.
+    if SKIPPED.load(Relaxed) != skip {
+        SKIPPED.store(skip, Relaxed);
+    }
     if skip {
         return;
     }
@@ -112,6 +115,7 @@ unsafe extern "C" fn parent() {
 /// them, so a lock held by the code a signal handler interrupted does not block the child. When
 /// the prepare was skipped (single-threaded parent) it only marks the handler owed: the child's
 /// first way into the backend runs it ([`settle`]). Writes only when the state changes.
+#[link_section = ".text.mallocshim_fork"]
 unsafe extern "C" fn child() {
     if SKIPPED.load(Relaxed) && CHILD.load(Relaxed) != 0 {
         if CHILD_STATE.load(Relaxed) != OWED {

@@ -170,6 +170,7 @@ fn wait_ready() {
 /// closes the parent's pipe and memlog and starts no thread here; its worker starts, as a new
 /// program's does, when it creates its first thread. Writes only what changes: each page it
 /// writes costs the child a copy, and most children exec or exit at once.
+#[link_section = ".text.mallocshim_fork"]
 unsafe extern "C" fn after_fork_child() {
     // Two calls, not a loop over `[&WAKE_RD, &WAKE_WR]`: that array is a constant in .rodata,
     // one more page for every child to fault in.

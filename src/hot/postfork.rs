@@ -3,16 +3,17 @@
 //! child handler moves the process to [`TABLE`], whose functions run the owed handler once
 //! (`atfork::settle`), move the process back to the table it had, and forward the call. A child
 //! that execs or exits at once thus never touches the backend's lock pages; the table in force
-//! outside that window is unchanged, so the hot path costs the same. Owns `SAVED` and the
-//! table; must not allocate, lock or call the loader (its functions run inside malloc).
+//! outside that window is unchanged, so the hot path costs the same. Owns the table (its
+//! saved pointer, `route::SAVED`, sits beside `ACTIVE`); must not allocate, lock or call the loader (its functions run inside malloc).
 
 use crate::backend::atfork;
 use crate::hot::route::{self, Table};
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicPtr, Ordering::*};
 
-/// The table in force when the fork happened, restored once the owed handler has run.
-pub(crate) static SAVED: AtomicPtr<Table> = AtomicPtr::new(core::ptr::null_mut());
+// The table in force when the fork happened, restored once the owed handler has run (it lives
+// beside `route::ACTIVE`, on the page a child writes anyway).
+use route::SAVED;
 
 fn ptr(t: &'static Table) -> *mut Table {
     t as *const Table as *mut Table
@@ -26,6 +27,7 @@ pub fn init() {
 
 /// Fork child handler (single-threaded; async-signal-safe): when the backend's child handler
 /// was deferred, serve the next call from [`TABLE`]. Writes only when it moves the process.
+#[link_section = ".text.mallocshim_fork"]
 unsafe extern "C" fn after_fork_child() {
     let cur = route::ACTIVE.load(Relaxed);
     if atfork::deferred() && cur != ptr(&TABLE) {
@@ -41,9 +43,6 @@ unsafe extern "C" fn after_fork_child() {
 #[cold]
 pub fn settle() -> &'static Table {
     let saved = SAVED.load(Acquire);
-    if saved.is_null() {
-        return route::get();
-    }
     let e = crate::base::sys::errno();
     if atfork::settle() {
         let _ = route::ACTIVE.compare_exchange(ptr(&TABLE), saved, AcqRel, Acquire);

@@ -115,6 +115,11 @@ crate::backend::backend_list!(define_tables);
 /// The table serving calls (read by [`get`], and by the naked forwards in `exports`).
 pub(crate) static ACTIVE: AtomicPtr<Table> = AtomicPtr::new(&bootstrap::TABLE as *const Table as *mut Table);
 
+/// `postfork`'s saved table (the one in force when a fork deferred the backend's child
+/// handler). Beside [`ACTIVE`], and initialised (so in .data, like it): a forked child writes
+/// both, and one page written is one copy.
+pub(crate) static SAVED: AtomicPtr<Table> = AtomicPtr::new(&bootstrap::TABLE as *const Table as *mut Table);
+
 /// The table serving calls now.
 #[inline(always)]
 pub fn get() -> &'static Table {
