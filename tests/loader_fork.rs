@@ -7,10 +7,10 @@
 //!   The old shim deadlocked here: the dump's walk over the thread slots called dladdr, the
 //!   exiting thread waited for the walk, dlclose for the thread.
 //! - `fork_from_fast_alarm_handler`: a single-threaded program forks 2,000 times while a 1,000 µs
-//!   SIGALRM handler forks too (interrupting fork itself); it must finish within 30 s under every
-//!   backend and setting (jemalloc and tcmalloc preloaded directly never do); its time against
-//!   glibc alone, timed just before each run, is printed, not asserted: the 2x is not
-//!   met (docs/testing-hostile.md). At the 300 µs no preload finishes on this machine
+//!   SIGALRM handler forks too (interrupting fork itself); it must finish within 30 s, or 8 times
+//!   glibc alone's time run just before when that is longer, under every backend and setting
+//!   (jemalloc and tcmalloc preloaded directly never do); its time against glibc alone is
+//!   printed, not asserted: the 2x is not met everywhere (docs/results/fork.md). At the 300 µs no preload finishes on this machine
 //!   ([`ALARM_US`]).
 //! - `forked_child_numbers_its_dumps_from_zero`: a child's first dump is its own seq 0.
 //! - `fork_child_faults_near_glibc_alone`: a single-threaded program's fork+exit takes at most
@@ -94,10 +94,17 @@ fn alarm_run(mut c: std::process::Command, what: &str, storm: bool, deadline: Du
     Some(took)
 }
 
-/// A shim run of the alarm program past this has livelocked (the backends preloaded directly,
-/// jemalloc's and tcmalloc's, do not finish in it: their fork handlers lock even in a
-/// single-threaded process, which the shim's wrapper skips).
+/// A shim run of the alarm program past this, and past [`ALARM_SHIM_RATIO`] times glibc alone's
+/// time in the same cell, has livelocked (the backends preloaded directly, jemalloc's and
+/// tcmalloc's, do not finish in it: their fork handlers lock even in a single-threaded process,
+/// which the shim's wrapper skips).
 const ALARM_SHIM_DEADLINE: Duration = Duration::from_secs(30);
+
+/// The deadline's same-run part: the alarm program's time grows steeply with the load (its
+/// handler forks once per period, and the main loop runs in what is left), so at load 10–14 the
+/// tcmalloc cells took 17 s and more while glibc alone took several seconds; a slow machine
+/// must not read as a livelock.
+const ALARM_SHIM_RATIO: u32 = 8;
 
 #[test]
 fn fork_from_fast_alarm_handler() {
@@ -113,7 +120,8 @@ fn fork_from_fast_alarm_handler() {
             let dir = scratch(&what);
             let mut c = common::preloaded(&prog, b);
             c.envs(env.iter().copied()).env("MALLOCSHIM_DUMP_DIR", &dir);
-            let t = alarm_run(c, &what, false, ALARM_SHIM_DEADLINE);
+            let deadline = ALARM_SHIM_DEADLINE.max(alone * ALARM_SHIM_RATIO);
+            let t = alarm_run(c, &what, false, deadline);
             let _ = std::fs::remove_dir_all(&dir);
             match t {
                 Some(t) => eprintln!(
@@ -122,7 +130,7 @@ fn fork_from_fast_alarm_handler() {
                     t.as_secs_f64() / alone.as_secs_f64(),
                     alone.as_secs_f64()
                 ),
-                None => failed.push(format!("{what}: not finished in {ALARM_SHIM_DEADLINE:?}")),
+                None => failed.push(format!("{what}: not finished in {deadline:?} (glibc alone {alone:?})")),
             }
         }
     }
