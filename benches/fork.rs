@@ -8,7 +8,8 @@
 //! glibc alone (no preload), the backend preloaded directly (glibc alone again for glibc), and
 //! the shim over the backend (default settings). Reported: the median over rounds of wall ns and
 //! CPU ns (process and children) per fork+wait, and the median over rounds of each round's
-//! ratio shim / glibc alone and shim / direct. Backends: `MALLOCSHIM_BENCH_BACKENDS` (default
+//! ratio shim / glibc alone and shim / direct, and the median minor page faults (process and
+//! children) per fork+wait of each. Backends: `MALLOCSHIM_BENCH_BACKENDS` (default
 //! all four). Output: Markdown on stdout and in `target/bench/fork.md`.
 
 #[path = "../tests/common/mod.rs"]
@@ -18,16 +19,19 @@ use mallocshim_format::stats::median_or_nan as median;
 use std::fmt::Write as _;
 use std::process::Command;
 
-/// (wall ns, CPU ns) per fork+wait of glibc alone, the backend preloaded directly, the shim.
-type Round = [(f64, f64); 3];
+/// (wall ns, CPU ns, page faults) per fork+wait of glibc alone, the backend preloaded directly,
+/// the shim.
+type Round = [(f64, f64, f64); 3];
 
-/// (wall ns, CPU ns) per fork+wait of one run.
-fn run(mut c: Command, n: u64, threads: u32) -> (f64, f64) {
+/// (wall ns, CPU ns, minor page faults of the process and its children) per fork+wait of one run.
+fn run(mut c: Command, n: u64, threads: u32) -> (f64, f64, f64) {
     c.arg(n.to_string()).arg(threads.to_string());
     let o = common::run_ok(c, "fork_wait");
     let out = common::stdout(&o);
     let v = |k: &str| common::kv(&out, k).unwrap_or_else(|| panic!("no {k}= in {out}")) as f64;
-    (v("ns_per_fork"), v("cpu_ns_per_fork"))
+    let faults = out.split_whitespace().find_map(|w| w.strip_prefix("faults_per_fork="));
+    let faults = faults.and_then(|f| f.parse::<f64>().ok()).unwrap_or(f64::NAN);
+    (v("ns_per_fork"), v("cpu_ns_per_fork"), faults)
 }
 
 fn main() {
@@ -42,9 +46,9 @@ fn main() {
     let _ = writeln!(md, "{n} forks per run, {rounds} rounds, load average at start: {}\n", load.trim());
     let _ = writeln!(
         md,
-        "| backend | threads | glibc alone wall µs | direct wall µs | shim wall µs | shim/alone wall | shim/direct wall | alone CPU µs | direct CPU µs | shim CPU µs | shim/alone CPU | shim/direct CPU |"
+        "| backend | threads | glibc alone wall µs | direct wall µs | shim wall µs | shim/alone wall | shim/direct wall | alone CPU µs | direct CPU µs | shim CPU µs | shim/alone CPU | shim/direct CPU | alone faults | direct faults | shim faults |"
     );
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for b in &backends {
         for threads in [0u32, 1] {
             let mut rows: Vec<Round> = Vec::new();
@@ -65,7 +69,7 @@ fn main() {
             let us = |x: f64| x / 1000.0;
             let _ = writeln!(
                 md,
-                "| {b} | {threads} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} |",
+                "| {b} | {threads} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.1} | {:.1} | {:.1} |",
                 us(med(&|r| r[0].0)),
                 us(med(&|r| r[1].0)),
                 us(med(&|r| r[2].0)),
@@ -76,6 +80,9 @@ fn main() {
                 us(med(&|r| r[2].1)),
                 med(&|r| r[2].1 / r[0].1),
                 med(&|r| r[2].1 / r[1].1),
+                med(&|r| r[0].2),
+                med(&|r| r[1].2),
+                med(&|r| r[2].2),
             );
         }
     }

@@ -45,6 +45,8 @@ const KNOTS: [(&str, &[&str]); 2] = [
             "boundary::cxx",
             "hot::mailbox",
             "hot::real",
+            // a forked child's entry table (issue 21): route's switches settle it first
+            "hot::postfork",
         ],
     ),
     (

@@ -7,12 +7,17 @@
 //!   The old shim deadlocked here: the dump's walk over the thread slots called dladdr, the
 //!   exiting thread waited for the walk, dlclose for the thread.
 //! - `fork_from_fast_alarm_handler`: a single-threaded program forks 2,000 times while a 1,000 µs
-//!   SIGALRM handler forks too (interrupting fork itself); it must finish within 30 s under every
-//!   backend and setting (jemalloc and tcmalloc preloaded directly never do); its time against
-//!   glibc alone, timed just before each run, is printed, not asserted: the 2x is not
-//!   met (docs/testing-hostile.md). At the 300 µs no preload finishes on this machine
+//!   SIGALRM handler forks too (interrupting fork itself); it must finish within 30 s, or 8 times
+//!   glibc alone's time run just before when that is longer, under every backend and setting
+//!   (jemalloc and tcmalloc preloaded directly never do); its time against glibc alone is
+//!   printed, not asserted: the 2x is not met everywhere (docs/results/fork.md). At the 300 µs no preload finishes on this machine
 //!   ([`ALARM_US`]).
 //! - `forked_child_numbers_its_dumps_from_zero`: a child's first dump is its own seq 0.
+//! - `fork_child_faults_near_glibc_alone`: a single-threaded program's fork+exit takes at most
+//!   [`EXTRA_FAULTS`] more minor page faults (process and children, per fork) than the same
+//!   program alone, timed just before: the backend's child handler runs lazily, at the child's
+//!   first allocation (`hot::postfork`), and the shim's handlers write only what changes. The
+//!   code before took 33 (jemalloc) and 43 (tcmalloc) more.
 //!
 //! Every backend × `common::storm::settings()` (profiling on, off, `MALLOCSHIM_SAMPLE=1`,
 //! `MALLOCSHIM_PROF_SAMPLE_BYTES=1`); a run past its deadline is killed and fails with `HANG`.
@@ -89,10 +94,17 @@ fn alarm_run(mut c: std::process::Command, what: &str, storm: bool, deadline: Du
     Some(took)
 }
 
-/// A shim run of the alarm program past this has livelocked (the backends preloaded directly,
-/// jemalloc's and tcmalloc's, do not finish in it: their fork handlers lock even in a
-/// single-threaded process, which the shim's wrapper skips).
+/// A shim run of the alarm program past this, and past [`ALARM_SHIM_RATIO`] times glibc alone's
+/// time in the same cell, has livelocked (the backends preloaded directly, jemalloc's and
+/// tcmalloc's, do not finish in it: their fork handlers lock even in a single-threaded process,
+/// which the shim's wrapper skips).
 const ALARM_SHIM_DEADLINE: Duration = Duration::from_secs(30);
+
+/// The deadline's same-run part: the alarm program's time grows steeply with the load (its
+/// handler forks once per period, and the main loop runs in what is left), so at load 10–14 the
+/// tcmalloc cells took 17 s and more while glibc alone took several seconds; a slow machine
+/// must not read as a livelock.
+const ALARM_SHIM_RATIO: u32 = 8;
 
 #[test]
 fn fork_from_fast_alarm_handler() {
@@ -108,7 +120,8 @@ fn fork_from_fast_alarm_handler() {
             let dir = scratch(&what);
             let mut c = common::preloaded(&prog, b);
             c.envs(env.iter().copied()).env("MALLOCSHIM_DUMP_DIR", &dir);
-            let t = alarm_run(c, &what, false, ALARM_SHIM_DEADLINE);
+            let deadline = ALARM_SHIM_DEADLINE.max(alone * ALARM_SHIM_RATIO);
+            let t = alarm_run(c, &what, false, deadline);
             let _ = std::fs::remove_dir_all(&dir);
             match t {
                 Some(t) => eprintln!(
@@ -117,7 +130,7 @@ fn fork_from_fast_alarm_handler() {
                     t.as_secs_f64() / alone.as_secs_f64(),
                     alone.as_secs_f64()
                 ),
-                None => failed.push(format!("{what}: not finished in {ALARM_SHIM_DEADLINE:?}")),
+                None => failed.push(format!("{what}: not finished in {deadline:?} (glibc alone {alone:?})")),
             }
         }
     }
@@ -146,4 +159,40 @@ fn forked_child_numbers_its_dumps_from_zero() {
         assert_eq!(files, want, "{what}: the child's first dump is its seq 0");
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// Minor page faults per fork+exit the shim may add to a single-threaded program's (the shim's
+/// own: its handlers' code page, the table pointer's page, the slot generation's, the lookup of
+/// the child's `_exit` through the shim's symbols, the owed-handler flag; measured +3 to +9).
+const EXTRA_FAULTS: f64 = 12.0;
+
+#[test]
+fn fork_child_faults_near_glibc_alone() {
+    let prog = common::cc("fork_wait.c", "fork_wait", &[]);
+    let faults = |mut c: std::process::Command, what: &str| {
+        c.args(["300", "0"]);
+        let o = common::run_ok(c, what);
+        let out = common::stdout(&o);
+        let f = out.split_whitespace().find_map(|w| w.strip_prefix("faults_per_fork="));
+        f.and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{what}: no faults_per_fork= in {out}"))
+    };
+    let mut failed = Vec::new();
+    for b in common::BACKENDS {
+        for (setting, env) in settings() {
+            let what = format!("fork_wait under {b}, {setting}");
+            let alone = faults(common::plain(&prog), "fork_wait alone");
+            let mut c = common::preloaded(&prog, b);
+            c.envs(env.iter().copied());
+            let shim = faults(c, &what);
+            eprintln!("{what}: {shim:.1} faults per fork+exit, glibc alone {alone:.1}");
+            if shim > alone + EXTRA_FAULTS {
+                failed.push(format!("{what}: {shim:.1} faults per fork+exit, glibc alone {alone:.1}"));
+            }
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "more than {EXTRA_FAULTS} page faults per fork above glibc alone: {failed:#?}"
+    );
 }

@@ -23,6 +23,17 @@
 //!   the parent handler releases it after the backend's; in a multi-threaded child glibc resets
 //!   the list lock itself (`_IO_list_resetlock`, posix/fork.c of glibc 2.36, before the child
 //!   handlers run), so the child handler leaves it alone.
+//! - **A single-threaded parent's child runs the backend's child handler lazily.** After a fork
+//!   whose prepare skipped the backend's handlers, [`child`] only marks the handler owed
+//!   ([`deferred`]); `hot::postfork` moves the child to its post-fork entry table, whose first
+//!   call runs it ([`settle`]) and moves back. Every other way into the backend settles first:
+//!   the cold-path dispatch in `backend` (figures, release, version), `mallctl`,
+//!   `pthread_create`, the slot release at thread exit, a later fork's prepare. A child that
+//!   execs or `_exit`s at once never runs it: under tcmalloc its `CentralCacheUnlockAll` (one
+//!   spin lock per size class, each on its own cache line) was 44% of such a child's page
+//!   faults, and under jemalloc the re-initialisation of every arena's mutexes most of the rest.
+//!   A multi-threaded parent's child still runs it at once: its prepare handler took the locks,
+//!   and thread-exit destructors of the backend (which the shim does not see) would wait on them.
 //! - Every other `pthread_atfork` call that reaches the shim's export (programs and libraries
 //!   bound to the dynamic symbol; most link glibc's static stub instead) is forwarded unchanged.
 //!   The shim's own child handlers (`slots`, `worker`) go through [`register_child`].
@@ -53,6 +64,11 @@ static LOADING: AtomicU32 = AtomicU32::new(0);
 static SKIPPED: AtomicBool = AtomicBool::new(false);
 /// The wrapper trio is registered.
 static WRAPPED: AtomicBool = AtomicBool::new(false);
+/// The backend's child handler in a forked child: [`NONE`] (ran, or nothing owed), [`OWED`]
+/// (deferred by [`child`]), else the `pthread_self` of the thread running it.
+static CHILD_STATE: AtomicUsize = AtomicUsize::new(NONE);
+const NONE: usize = 0;
+const OWED: usize = 1;
 
 fn call(h: &AtomicUsize) {
     let f = h.load(Acquire);
@@ -69,7 +85,14 @@ fn single_threaded() -> bool {
 
 unsafe extern "C" fn prepare() {
     let skip = single_threaded();
-    SKIPPED.store(skip, Relaxed);
+    if !skip {
+        // A child that became multi-threaded without allocating (raw clone): its heap first.
+        settle();
+    }
+    // Written only when it changes: a write here is a copy-on-write fault in the parent.
+    if SKIPPED.load(Relaxed) != skip {
+        SKIPPED.store(skip, Relaxed);
+    }
     if skip {
         return;
     }
@@ -89,9 +112,59 @@ unsafe extern "C" fn parent() {
 
 /// Runs the backend's child handler in a single-threaded child too: it re-initialises (jemalloc)
 /// or releases (tcmalloc) the backend's locks without needing the prepare handler to have taken
-/// them, so a lock held by the code a signal handler interrupted does not block the child.
+/// them, so a lock held by the code a signal handler interrupted does not block the child. When
+/// the prepare was skipped (single-threaded parent) it only marks the handler owed: the child's
+/// first way into the backend runs it ([`settle`]). Writes only when the state changes.
+#[link_section = ".text.mallocshim_fork"]
 unsafe extern "C" fn child() {
+    if SKIPPED.load(Relaxed) && CHILD.load(Relaxed) != 0 {
+        if CHILD_STATE.load(Relaxed) != OWED {
+            CHILD_STATE.store(OWED, Relaxed);
+        }
+        return;
+    }
     call(&CHILD);
+}
+
+/// A fork deferred the backend's child handler and nothing has run it yet.
+pub fn deferred() -> bool {
+    CHILD_STATE.load(Acquire) == OWED
+}
+
+/// Runs the backend's child handler if a fork deferred it (once; another thread arriving
+/// meanwhile waits for it, which only a program that made a thread without `pthread_create`
+/// can). Returns true when nothing is owed any more; false when this thread is the one running
+/// it (a signal handler interrupted it): the caller goes on as the eager handler's would.
+/// Async-signal-safe: loads, compare-and-swap, `sched_yield`.
+#[inline]
+pub fn settle() -> bool {
+    if CHILD_STATE.load(Acquire) == NONE {
+        return true;
+    }
+    settle_slow()
+}
+
+#[cold]
+fn settle_slow() -> bool {
+    // SAFETY: pthread_self reads the thread pointer; no preconditions.
+    let me = unsafe { libc::pthread_self() } as usize;
+    loop {
+        match CHILD_STATE.load(Acquire) {
+            NONE => return true,
+            OWED => {
+                if CHILD_STATE.compare_exchange(OWED, me, AcqRel, Acquire).is_ok() {
+                    call(&CHILD);
+                    CHILD_STATE.store(NONE, Release);
+                    return true;
+                }
+            }
+            running if running == me => return false,
+            _ => {
+                // SAFETY: no preconditions.
+                unsafe { libc::sched_yield() };
+            }
+        }
+    }
 }
 
 /// Runs `load` (a backend's loading) with its `pthread_atfork` calls adopted, then registers the

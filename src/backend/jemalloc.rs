@@ -219,6 +219,7 @@ pub unsafe fn mallctl(
     newp: *mut c_void,
     newlen: usize,
 ) -> core::ffi::c_int {
+    super::atfork::settle();
     // SAFETY: forwarded as given (caller's contract).
     unsafe { je::mallctl(name, oldp, oldlenp, newp, newlen) }
 }

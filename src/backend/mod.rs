@@ -117,6 +117,7 @@ macro_rules! define_backends {
         /// are served from the bootstrap pool then). May allocate inside the backend: call under
         /// the reentrancy guard.
         pub fn mem_stats() -> MemStats {
+            atfork::settle();
             // SAFETY: a published backend is loaded.
             unsafe {
                 match published() {
@@ -130,6 +131,7 @@ macro_rules! define_backends {
         /// backend says in its own file where they come from. Reads /proc and probes residency:
         /// worker or dump only, under the reentrancy guard.
         pub fn account_figures() -> AccountFigures {
+            atfork::settle();
             // Before publication (not reached: the account is measured once the shim is
             // ready), glibc's, as `active` says.
             match active() {
@@ -143,6 +145,7 @@ macro_rules! define_backends {
         /// the call ran (glibc: when it released memory). False before a backend is published
         /// (the bootstrap pool gives nothing back).
         pub fn release(pad: usize, mode: Release) -> bool {
+            atfork::settle();
             // SAFETY: a published backend is loaded.
             unsafe {
                 match published() {
@@ -156,6 +159,7 @@ macro_rules! define_backends {
         /// `tcmalloc gperftools 2.10`, `mimalloc 2.0.9` (`bootstrap pool` before a backend is
         /// published).
         pub fn version(out: &mut crate::base::diag::LineBuf) {
+            atfork::settle();
             // SAFETY: a published backend is loaded.
             unsafe {
                 match published() {

@@ -46,8 +46,10 @@ static WAKE_RD: AtomicI32 = AtomicI32::new(-1);
 static WAKE_WR: AtomicI32 = AtomicI32::new(-1);
 static STARTED: AtomicBool = AtomicBool::new(false);
 static ATFORK: AtomicBool = AtomicBool::new(false);
-/// This process is a forked child (its memlog needs `%p` in the path, see `memlog`).
-static CHILD: AtomicBool = AtomicBool::new(false);
+/// The pid of the process whose constructor armed the worker: a process with another pid is a
+/// forked child (its memlog needs `%p` in the path, see `memlog`). Compared when the worker
+/// starts, not flagged by the fork handler: a flag's page would be one more copy per child.
+static LOADED_PID: AtomicI32 = AtomicI32::new(0);
 /// Set by the worker once its first allocator calls are done (see the module doc).
 static READY: AtomicBool = AtomicBool::new(false);
 /// How long `spawn` waits for `READY`: far above a thread's start (tens of µs), short enough
@@ -82,6 +84,8 @@ fn wanted() -> bool {
 /// From the library constructor, after initialisation: arms the worker, which starts with the
 /// program's first thread.
 pub fn start() {
+    // SAFETY: getpid has no preconditions.
+    LOADED_PID.store(unsafe { libc::getpid() }, Relaxed);
     LOADED.store(true, Release);
     if !ATFORK.swap(true, AcqRel) {
         // Registered after the backend's own handlers, so it runs after they have unlocked the
@@ -101,7 +105,8 @@ fn spawn() {
     WAKE_RD.store(fds[0], Relaxed);
     WAKE_WR.store(fds[1], Relaxed);
     crate::cold::dump::set_waker(fds[1]);
-    crate::cold::memlog::open(CHILD.load(Relaxed));
+    // SAFETY: getpid has no preconditions.
+    crate::cold::memlog::open(unsafe { libc::getpid() } != LOADED_PID.load(Relaxed));
     // SAFETY: sigset operations on local, initialised sets; the old mask is restored below.
     unsafe {
         let mut all: libc::sigset_t = core::mem::zeroed();
@@ -165,10 +170,8 @@ fn wait_ready() {
 /// closes the parent's pipe and memlog and starts no thread here; its worker starts, as a new
 /// program's does, when it creates its first thread. Writes only what changes: each page it
 /// writes costs the child a copy, and most children exec or exit at once.
+#[link_section = ".text.mallocshim_fork"]
 unsafe extern "C" fn after_fork_child() {
-    if !CHILD.load(Relaxed) {
-        CHILD.store(true, Relaxed);
-    }
     // Two calls, not a loop over `[&WAKE_RD, &WAKE_WR]`: that array is a constant in .rodata,
     // one more page for every child to fault in.
     close_in_child(&WAKE_RD);
@@ -477,6 +480,8 @@ pub unsafe fn pthread_create(
     start: extern "C" fn(*mut c_void) -> *mut c_void,
     arg: *mut c_void,
 ) -> c_int {
+    // A forked child's owed backend fork handler runs before its second thread exists.
+    crate::backend::atfork::settle();
     on_thread_create();
     let f = crate::hot::real::next(&REAL_PTHREAD_CREATE, c"pthread_create");
     if f == 0 {

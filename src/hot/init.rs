@@ -53,6 +53,7 @@ fn run() {
     let cfg = config::get();
     // SAFETY: single initialiser, under the guard.
     let b = unsafe { backend::load(cfg.backend, cfg.backend_lib()) };
+    crate::hot::postfork::init();
     slots::init();
     clock::start();
     record::set_sample_every(cfg.sample_every);

@@ -2,7 +2,8 @@
 //! ([`route`]), the recording around each call ([`record`]), glibc's C contract over every
 //! backend ([`c_contract`]), per-thread state and counters ([`tls`], [`slots`]), the bootstrap
 //! pool that serves allocations made before a backend is loaded ([`bootstrap`]), the trace
-//! recording's per-thread rings and trace table functions ([`tracebuf`]), the sampled
+//! recording's per-thread rings and trace table functions ([`tracebuf`]), the entry table of a
+//! forked child that owes its backend's fork handler ([`postfork`]), the sampled
 //! heap profile's recording side ([`heapprof`]: sampler, stack walk, live-set tables), and lazy
 //! start-up with the option table ([`init`], [`config`]).
 //! Never allocates (outside the reentrancy guard), locks, panics or makes a syscall but the
@@ -14,6 +15,7 @@ pub mod config;
 pub mod heapprof;
 pub mod init;
 pub mod mailbox;
+pub mod postfork;
 pub mod real;
 pub mod record;
 pub mod route;

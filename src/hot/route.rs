@@ -13,6 +13,10 @@
 //! allocation's byte countdown and the free's filter test, 14.4 more per unsampled pair (256.5;
 //! +0.1 to +0.8 ns), the samples themselves being out of line.
 //!
+//! In a forked child of a single-threaded parent, `postfork`'s table is in force until the first
+//! call (it runs the backend's deferred child handler); the switches below settle it first, or
+//! (closing a trace window, from a fork handler) apply to the table it will restore.
+//!
 //! A trace window (`MALLOCSHIM_RECORD`, `mallocshim record`) moves the process to the traced
 //! twin of its table ([`set_traced`], one compare-and-swap) and back when it closes: outside a
 //! window the tables are today's, so recording costs nothing then.
@@ -26,7 +30,7 @@
 //! (its address is replaced when it is sampled again): a figure slightly off, never a fault.
 
 use crate::backend::{Backend, Raw, ALL};
-use crate::hot::{bootstrap, record, tracebuf};
+use crate::hot::{bootstrap, postfork, record, tracebuf};
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
@@ -111,6 +115,11 @@ crate::backend::backend_list!(define_tables);
 /// The table serving calls (read by [`get`], and by the naked forwards in `exports`).
 pub(crate) static ACTIVE: AtomicPtr<Table> = AtomicPtr::new(&bootstrap::TABLE as *const Table as *mut Table);
 
+/// `postfork`'s saved table (the one in force when a fork deferred the backend's child
+/// handler). Beside [`ACTIVE`], and initialised (so in .data, like it): a forked child writes
+/// both, and one page written is one copy.
+pub(crate) static SAVED: AtomicPtr<Table> = AtomicPtr::new(&bootstrap::TABLE as *const Table as *mut Table);
+
 /// The table serving calls now.
 #[inline(always)]
 pub fn get() -> &'static Table {
@@ -144,6 +153,7 @@ const TRACED: usize = 3;
 /// traced or not); nothing otherwise (routing only, heap profiles already on, or not
 /// initialised yet). Safe from any thread at any time: compare-and-swaps.
 pub fn heap_profiles_on() {
+    postfork::settle_before_switch();
     for row in TABLES.iter() {
         for t in [0, TRACED] {
             let from = ptr(&row[column(true, false) + t]);
@@ -158,7 +168,7 @@ pub fn heap_profiles_on() {
 /// Whether the table in force tests frees against the heap profile (heap profiles were on at
 /// start or turned on since); for the dump and the tests.
 pub fn heap_table() -> bool {
-    let a = ACTIVE.load(Ordering::Acquire);
+    let a = postfork::in_force().load(Ordering::Acquire);
     TABLES.iter().any(|row| {
         core::ptr::eq(a, &row[column(true, true)]) || core::ptr::eq(a, &row[column(true, true) + TRACED])
     })
@@ -168,10 +178,20 @@ pub fn heap_table() -> bool {
 /// or closes); false when it is not on the other one (not initialised, or already there).
 /// A thread that loaded the old table just before may serve one more call from it.
 pub fn set_traced(on: bool) -> bool {
+    if on {
+        postfork::settle_before_switch();
+    }
+    // Closing (also a fork child handler's): on the table the post-fork table will restore.
+    let active = if on { &ACTIVE } else { postfork::in_force() };
     for row in TABLES.iter() {
         for c in 0..TRACED {
             let (from, to) = if on { (c, c + TRACED) } else { (c + TRACED, c) };
-            if ACTIVE
+            // Loaded first: a failed compare-and-swap still writes the page (a copy in a child,
+            // whose fork handler closes a window that is almost never open).
+            if active.load(Ordering::Relaxed) != ptr(&row[from]) {
+                continue;
+            }
+            if active
                 .compare_exchange(ptr(&row[from]), ptr(&row[to]), Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {

@@ -285,6 +285,9 @@ fn fold_and_free(s: &Slot) {
 /// pthread_key destructor: folds the exiting thread's counts into its routine's aggregate and
 /// frees its slot, or, while a walk runs, leaves it for the walk's end. Never waits.
 unsafe extern "C" fn release(p: *mut c_void) {
+    // A forked child's owed backend fork handler runs before the backend's own thread-exit
+    // destructors (registered earlier, they may have run already: see `backend::atfork`).
+    crate::backend::atfork::settle();
     let s = p as *mut Slot;
     if s.is_null() || s == exited_ptr() {
         return;

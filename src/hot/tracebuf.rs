@@ -119,9 +119,14 @@ pub fn detach(s: &slots::Slot) {
 
 /// In a forked child: no window, whatever the parent had (its buffers are the parent's copy,
 /// never drained here).
+/// Writes only what changes (two pages every child copied before).
 pub fn after_fork_child() {
-    WINDOW.store(0, Relaxed);
-    INLINE_DRAIN.store(0, Relaxed);
+    if WINDOW.load(Relaxed) != 0 {
+        WINDOW.store(0, Relaxed);
+    }
+    if INLINE_DRAIN.load(Relaxed) != 0 {
+        INLINE_DRAIN.store(0, Relaxed);
+    }
 }
 
 /// Appends one call to the calling thread's ring (nothing outside a window or under the guard).

@@ -7,9 +7,10 @@
  *             the handler can interrupt fork() itself, which the kernel then restarts; a handler
  *             slower than the period starves the main loop; default 0 (no timer)
  *   MALLOC    1: the main loop also mallocs and frees a block around each fork; default 0
- * Prints `forks=N bad=B handler_forks=H ns_per_fork=X cpu_ns_per_fork=C` (X: wall time of the
- * main loop / N; C: CPU time of the process and its children over the loop / N). Exits 0 when
- * every child exited 0. */
+ * Prints `forks=N bad=B handler_forks=H ns_per_fork=X cpu_ns_per_fork=C faults_per_fork=F` (X:
+ * wall time of the main loop / N; C: CPU time of the process and its children over the loop / N;
+ * F: minor page faults of the process and its children over the loop / N). Exits 0 when every
+ * child exited 0. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <errno.h>
@@ -56,6 +57,15 @@ static void on_alarm(int sig)
     errno = saved;
 }
 
+/* Minor page faults of this process and its reaped children. */
+static double faults(void)
+{
+    struct rusage a, b;
+    getrusage(RUSAGE_SELF, &a);
+    getrusage(RUSAGE_CHILDREN, &b);
+    return (double)a.ru_minflt + (double)b.ru_minflt;
+}
+
 /* CPU time of this process and its reaped children, ns. */
 static double cpu_ns(void)
 {
@@ -99,7 +109,7 @@ int main(int argc, char **argv)
         setitimer(ITIMER_REAL, &it, NULL);
     }
     int bad = 0;
-    double t0 = now_ns(), c0 = cpu_ns();
+    double t0 = now_ns(), c0 = cpu_ns(), f0 = faults();
     for (int i = 0; i < n; i++) {
         void *volatile q = use_malloc ? malloc(100 + i % 1000) : NULL;
         pid_t p = fork();
@@ -116,14 +126,16 @@ int main(int argc, char **argv)
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
             bad++;
     }
-    double t1 = now_ns(), c1 = cpu_ns();
+    double t1 = now_ns(), c1 = cpu_ns(), f1 = faults();
     struct itimerval off = {{0, 0}, {0, 0}};
     setitimer(ITIMER_REAL, &off, NULL);
     atomic_store(&stop, 1);
     for (int i = 0; i < nth; i++)
         pthread_join(th[i], NULL);
     bad += handler_bad;
-    printf("forks=%d bad=%d handler_forks=%d ns_per_fork=%.0f cpu_ns_per_fork=%.0f\n", n, bad,
-           (int)handler_forks, n ? (t1 - t0) / n : 0.0, n ? (c1 - c0) / n : 0.0);
+    printf("forks=%d bad=%d handler_forks=%d ns_per_fork=%.0f cpu_ns_per_fork=%.0f "
+           "faults_per_fork=%.1f\n",
+           n, bad, (int)handler_forks, n ? (t1 - t0) / n : 0.0, n ? (c1 - c0) / n : 0.0,
+           n ? (f1 - f0) / n : 0.0);
     return bad ? 1 : 0;
 }

@@ -312,6 +312,11 @@ pub fn remove_at_exit() {
 /// Fork child handler (async-signal-safe: close only): the parent's listener is not the
 /// child's; its socket stays the parent's to remove.
 pub fn after_fork_child() {
+    // Loaded first: a swap writes the page even when there is nothing to close, and each page a
+    // child writes is a copy.
+    if LISTEN_FD.load(Relaxed) < 0 {
+        return;
+    }
     let fd = LISTEN_FD.swap(-1, Relaxed);
     if fd >= 0 {
         // SAFETY: the inherited copy of the parent's listener, ours to close.

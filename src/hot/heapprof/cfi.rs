@@ -140,6 +140,7 @@ pub fn init() {
     crate::backend::atfork::register_child(after_fork_child);
 }
 
+#[link_section = ".text.mallocshim_fork"]
 unsafe extern "C" fn after_fork_child() {
     // Only the forking thread survives: nobody else reads or registers.
     // Writes only what changes (each page written costs the child a copy).

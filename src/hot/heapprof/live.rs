@@ -94,6 +94,7 @@ pub fn after_fork_child() {
     records::after_fork_child();
 }
 
+#[link_section = ".text.mallocshim_fork"]
 extern "C" fn atfork_child() {
     after_fork_child();
 }

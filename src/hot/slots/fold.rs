@@ -149,6 +149,7 @@ pub(super) fn settle_page() {
 /// runs here, the survivor keeps its slot under the new generation, every other slot in use is
 /// left for the first drain. Writes only what changes (each page written costs the child a
 /// copy).
+#[link_section = ".text.mallocshim_fork"]
 pub(super) unsafe extern "C" fn after_fork_child() {
     for c in [&WALKING, &FOLDING] {
         if c.load(Relaxed) != 0 {
