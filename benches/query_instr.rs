@@ -58,6 +58,7 @@ fn fail(msg: &str) -> ! {
     std::process::exit(1)
 }
 
+// Long because: one bench run: parse the environment, run each (backend, mode, workload) under callgrind, then the tables; each step is a call.
 fn main() {
     // `QI_SHIM=PATH`: measure that build of the shim (e.g. the parent commit's, copied aside)
     // instead of building this tree's.

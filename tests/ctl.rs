@@ -4,6 +4,7 @@
 //! pre-created, symlinked or foreign directory, a setuid program); 10,000 malformed requests
 //! and killed or stalled clients; the channel under the hostile matrix (thread churn, fork and a
 //! SIGUSR1 storm, every backend and profiling setting); `top` in tmux at 80x24.
+//! Long because: one test per control-channel duty (trim, get, set and each set's effect, security, malformed requests, hostile matrix, top) sharing the client helpers.
 
 mod common;
 

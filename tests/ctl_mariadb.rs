@@ -81,6 +81,7 @@ fn series_per_setting(srv: &Server<'_>, p: &str, dir: &std::path::Path) -> (usiz
     (on, off)
 }
 
+// Long because: one mariadbd after its FULLTEXT load serves every check (trim, set, malformed requests), as starting it is most of the cost.
 #[test]
 fn trim_set_and_malformed_on_mariadbd_after_fulltext_load() {
     let inst = Instance::create(Options::default()).unwrap_or_else(|e| panic!("{e}"));

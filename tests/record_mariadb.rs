@@ -100,6 +100,7 @@ fn record(inst: &Instance, lua: &Path, rw_s: u64, ft_s: u64, trace: &Path) -> (L
     (live, o)
 }
 
+// Long because: one end-to-end scenario (record a live server, run the live servers, replay under every backend, compare) whose steps share the trace and the figures.
 #[test]
 fn mariadbd_window_replays_under_every_backend() {
     // Built first: `mallocshim record` must start at once when the workload does.

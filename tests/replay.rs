@@ -5,6 +5,7 @@
 //! equal to the curve computed here from the events written, RSS at least the live bytes and
 //! within reason. A truncated, corrupt or foreign file: one `mallocshim replay:` line, exit 2,
 //! no panic. An inconsistent trace (a double free): its errors counted, exit 1, no crash.
+//! Long because: the planted trace, the recorded C++ program and the corrupt-file cases share the trace builders and the answer checks.
 
 mod common;
 
@@ -36,6 +37,7 @@ impl Rng {
     }
 }
 
+// Long because: one planted trace written event by event, phase by phase, so the expected live curve is read beside it.
 /// Phase 1 (0-1.5 s): 8 threads allocate 2,000 blocks each (16 B-64 KiB); phase 2 (1.5-2.5 s):
 /// each thread frees the blocks of the next thread (cross-thread frees), keeps 1 in 4; phase 3
 /// (2.5-4.5 s): thread 0 builds and frees an 80 MB heap (1 MiB blocks) three times, the others
@@ -402,6 +404,7 @@ fn planted_program(backend: &str, trace: Option<&Path>) -> (u64, u64, u64, u64) 
     (k("baseline_rss"), k("peak_rss"), k("end_rss"), k("kept_bytes"))
 }
 
+// Long because: one scenario per backend (record, replay, compare curve and RSS) whose steps share the recorded run's figures.
 #[test]
 fn recorded_program_replays_its_live_heap_and_rss_under_every_backend() {
     let d = dir("recorded");

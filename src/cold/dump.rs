@@ -16,6 +16,7 @@
 //! capabilities) the environment cannot configure `MALLOCSHIM_DUMP_DIR` (path variables are
 //! ignored there, see `config`), and no dump is written without a configured directory: dumps
 //! are off (said at start under `MALLOCSHIM_VERBOSE=1`).
+//! Long because: the dump's whole life (request, directory choice, serial numbering, temporary file and rename, exit dump) in one place; its renderers are in report/.
 
 use crate::cold::report;
 use crate::hot::config;

@@ -13,6 +13,7 @@ pub mod dump;
 pub mod dumpbound;
 pub mod history;
 pub mod introspect;
+pub mod last_thread;
 pub mod latency;
 pub mod memlog;
 pub mod pprof;

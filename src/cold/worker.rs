@@ -37,6 +37,7 @@
 //! worker is a plain POSIX thread, not a `std::thread` (whose start takes the loader's lock, held
 //! by a program creating its first thread from a library constructor), and the wait is bounded
 //! all the same.
+//! Long because: the thread's start, its fork handler, its one loop and the interposed `pthread_create` trampoline share its statics (pipe, started, ready); its duties live in their own modules.
 
 use crate::hot::tls::{self, Reentry};
 use core::ffi::{c_int, c_void};
@@ -293,7 +294,7 @@ impl Jobs {
     }
 }
 
-// Long (85 lines): the worker's one loop — a poll(2) on the wake-up pipe and the control
+// Long because: the worker's one loop — a poll(2) on the wake-up pipe and the control
 // channel's listener with the nearest deadline, then each periodic duty in turn (dump, trim,
 // ceiling, pressure, memlog, textfile); the deadlines are its locals, shared by the duties.
 fn run() {
@@ -320,6 +321,8 @@ fn run() {
     }
     // Start-up lines written again once fd 2 is reopened elsewhere (a server's error log).
     let mut restderr = Job::new(if crate::base::diag::replay_pending() { 1000 } else { 0 }, now_ms());
+    // The shim's thread never keeps a process alive once the program's threads have ended.
+    let mut alone = Job::new(crate::cold::last_thread::CHECK_MS, now_ms());
     crate::base::diag::replay_if_stderr_moved();
     let mut ctl = crate::cold::ctl::Channel::default();
     // A request made before this thread existed.
@@ -335,7 +338,7 @@ fn run() {
         let timeout =
             [j.dump.wait(now), j.trim.wait(now), j.memlog.wait(now), j.history.wait(now), j.watch.wait(now)]
                 .into_iter()
-                .chain([j.textfile.wait(now), restderr.wait(now), ctl.wait(now)])
+                .chain([j.textfile.wait(now), restderr.wait(now), alone.wait(now), ctl.wait(now)])
                 .chain([
                     crate::cold::dump::deferred_wait(now),
                     crate::cold::record::wait_ms(),
@@ -375,6 +378,9 @@ fn run() {
             jobs.retune(now_ms());
         }
         ctl.tick(now_ms());
+        if alone.due(now_ms()) && crate::cold::last_thread::only_worker_left() {
+            crate::cold::last_thread::exit_as_glibc_would();
+        }
         // The trace's drain (every 10 ms while a window is open) first: its rings fill.
         crate::cold::record::tick();
         // Each job reads the clock itself: a trim can take tens of ms, and a job re-armed from a

@@ -18,6 +18,7 @@
 //! libraries' TSD destructors) are counted in [`NO_BUFFER`], not recorded.
 //! Times: a free's before the backend is called, an allocation's after it returned, so a block
 //! freed by one thread and reused by another orders free first. Must not import `cold`.
+//! Long because: the traced twin of every entry point (one short forward each, generated per table) sits beside the ring it writes, so the hot path's recording is read in one file.
 
 use crate::backend::Raw;
 use crate::base::{clock, sys};

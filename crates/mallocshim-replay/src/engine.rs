@@ -12,6 +12,7 @@
 //! trimmed RSS.
 //!
 //! Must not allocate in the replay threads but through the replayed calls, nor panic there.
+//! Long because: the engine's one loop per replay thread with its pacing, ordering and sampling, which share its locals; the order mode is apart in order.rs.
 
 use crate::answer::{EngineOut, Errors};
 use crate::image::PlanView;

@@ -161,6 +161,7 @@ impl Builder {
 
 const PRE_TAG: u32 = 1 << 31;
 
+// Long because: one pass over the trace that maps every event to its thread's steps, with the pre-window blocks and the happens-before edges kept in the pass's locals.
 /// Reads the whole trace (a truncated or corrupt file is one error, the reader's) and resolves it.
 pub fn build(path: &Path) -> Result<Plan, String> {
     let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;

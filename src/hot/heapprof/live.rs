@@ -14,6 +14,7 @@
 //! atomic count); a shard refuses past 3/4 of its slots (beyond four times its fair share at the
 //! bound: never seen with a uniform hash), counted as dropped like the bound. Never allocates
 //! but in [`copy`], outside every lock.
+//! Long because: the live set's sharded table with its insert, remove, fork reset and walk, which must agree on one layout.
 
 use super::lock::Shard;
 use super::records::{self, SHARDS as REC_SHARDS, SHARD_CAP as REC_CAP};
