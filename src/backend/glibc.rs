@@ -195,6 +195,12 @@ pub(super) unsafe fn version(out: &mut crate::base::diag::LineBuf) {
     out.put(v.to_bytes());
 }
 
+/// The page size (bytes).
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64
+}
+
 /// The account's figures (see `crate::cold::account`): live bytes mallinfo2 `uordblks + hblkhd`;
 /// resident, the pages of the main heap and the arena heaps found resident by mincore(2), plus
 /// the mmapped chunks (`hblkhd`: mapped on demand, so resident); no metadata figure (inside the
@@ -213,8 +219,7 @@ pub(super) fn account() -> super::AccountFigures {
         live: Some(stats.allocated),
         resident: heap_resident() + hblkhd,
         metadata: None,
-        // SAFETY: sysconf has no preconditions.
-        trim: super::glibc_info::read(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64),
+        trim: super::glibc_info::read(page_size(), real().malloc_info),
     }
 }
 

@@ -89,10 +89,13 @@ pub fn estimate(xml: &str, page: u64) -> Option<TrimEstimate> {
     seen.then_some(e)
 }
 
-/// Reads glibc's own `malloc_info(0, ...)` (found by dlsym, not the shim's export) into memory
-/// and estimates from it; None when it is missing or fails.
-pub fn read(page: u64) -> Option<TrimEstimate> {
-    let info = super::glibc::real().malloc_info?;
+/// glibc's own `malloc_info` (found by dlsym in `glibc`, not the shim's export).
+pub type MallocInfo = unsafe extern "C" fn(libc::c_int, *mut libc::FILE) -> libc::c_int;
+
+/// Reads `malloc_info(0, ...)` through `info` (glibc's own, which the caller passes so this leaf
+/// imports no backend) into memory and estimates from it; None when it is missing or fails.
+pub fn read(page: u64, info: Option<MallocInfo>) -> Option<TrimEstimate> {
+    let info = info?;
     let mut buf: *mut libc::c_char = core::ptr::null_mut();
     let mut len: libc::size_t = 0;
     // SAFETY: open_memstream writes the buffer's pointer and length through valid pointers.
