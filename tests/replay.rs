@@ -411,7 +411,18 @@ fn recorded_program_replays_its_live_heap_and_rss_under_every_backend() {
     let mut devs = Vec::new();
     for b in common::BACKENDS {
         let trace = d.join(format!("{b}.trace"));
-        let (_, _, _, kept) = planted_program(b, Some(&trace));
+        // A trace without drops, if three tries give one: the recorder drops calls when its
+        // rings fill while the shim's thread is descheduled (23,376 in one run of the whole
+        // suite), and a dropped allocation whose free was recorded becomes a pre-window block
+        // the replay allocates up front, which moves both the curve and the RSS.
+        let mut kept = 0;
+        for _ in 0..3 {
+            kept = planted_program(b, Some(&trace)).3;
+            let (_, _, _, f) = mallocshim_format::trace::read_file(&trace).expect("read the trace");
+            if f.dropped == 0 {
+                break;
+            }
+        }
         // Live at the end: the kept blocks, the program's two 1.3 MB tables and the C++ runtime's.
         // The original run's figures: the same program without recording (the recorder's own
         // buffers are not the allocator's).
@@ -441,13 +452,16 @@ fn recorded_program_replays_its_live_heap_and_rss_under_every_backend() {
             let total = |c: &[mallocshim_replay::answer::LiveSecond]| -> Vec<u64> {
                 c.iter().map(|s| s.classes.iter().map(|k| k.bytes).sum()).collect()
             };
+            // The bound is tests/record_mariadb.rs's: the pre-window heap's bytes (which the
+            // replay counts live and the trace's curve does not) plus 10% (measured: 72.7 MB
+            // against 36.6 MB at second 0 with 23,376 calls dropped).
             let (x, y) = (total(&e.live_curve), total(&a.trace_live_curve));
             assert_eq!(x.len(), y.len(), "{b}: seconds of the live curve");
             for (i, (x, y)) in x.iter().zip(&y).enumerate() {
-                let d = (*x as f64 - *y as f64).abs() / (*y).max(1) as f64;
                 assert!(
-                    d <= 0.10,
-                    "{b}: live bytes at second {i}: replay {x}, trace {y} ({} dropped)",
+                    x.abs_diff(*y) <= e.pre_window_bytes + y / 10,
+                    "{b}: live bytes at second {i}: replay {x}, trace {y}, pre-window heap {} ({} dropped)",
+                    e.pre_window_bytes,
                     e.trace_dropped
                 );
             }
