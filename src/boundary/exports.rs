@@ -12,23 +12,9 @@ use crate::boundary::signals;
 use crate::cold::{introspect, worker};
 use core::ffi::{c_char, c_int, c_void};
 
-// The malloc family. Each is called by C code with the C contract of the function of the same
-// name, which the table's function keeps.
-route_forward! {
-    malloc, malloc, (size: usize) -> *mut c_void;
-    free, free, (p: *mut c_void);
-    calloc, calloc, (n: usize, size: usize) -> *mut c_void;
-    realloc, realloc, (p: *mut c_void, size: usize) -> *mut c_void;
-    reallocarray, reallocarray, (p: *mut c_void, n: usize, size: usize) -> *mut c_void;
-    posix_memalign, posix_memalign, (out: *mut *mut c_void, align: usize, size: usize) -> c_int;
-    aligned_alloc, aligned_alloc, (align: usize, size: usize) -> *mut c_void;
-    memalign, memalign, (align: usize, size: usize) -> *mut c_void;
-    valloc, valloc, (size: usize) -> *mut c_void;
-    pvalloc, pvalloc, (size: usize) -> *mut c_void;
-    malloc_usable_size, malloc_usable_size, (p: *mut c_void) -> usize;
-    free_sized, free_sized, (p: *mut c_void, size: usize);
-    free_aligned_sized, free_aligned_sized, (p: *mut c_void, align: usize, size: usize);
-}
+// The malloc family (its signatures: `route::malloc_family`). Each is called by C code with the
+// C contract of the function of the same name, which the table's function keeps.
+crate::hot::route::malloc_family!(route_forward);
 
 // SAFETY (for every function below): each is called by C code with the C contract of the
 // function of the same name; the forwards keep that contract.

@@ -8,7 +8,6 @@
 
 use crate::backend::atfork;
 use crate::hot::route::{self, Table};
-use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicPtr, Ordering::*};
 
 // The table in force when the fork happened, restored once the owed handler has run (it lives
@@ -71,46 +70,24 @@ pub fn in_force() -> &'static AtomicPtr<Table> {
     }
 }
 
+/// Defines, in `pf`, one function per row of `route::malloc_family` that settles and forwards,
+/// and [`TABLE`] naming them.
 macro_rules! settling {
     ($($name:ident, $field:ident, ($($a:ident: $t:ty),*) $(-> $r:ty)?;)*) => {
-        $(
-            unsafe extern "C" fn $name($($a: $t),*) $(-> $r)? {
-                // SAFETY: forwarded C contract.
-                unsafe { (settle().$field)($($a),*) }
-            }
-        )*
+        mod pf {
+            use super::settle;
+            use core::ffi::{c_int, c_void};
+            $(
+                pub unsafe extern "C" fn $field($($a: $t),*) $(-> $r)? {
+                    // SAFETY: forwarded C contract.
+                    unsafe { (settle().$field)($($a),*) }
+                }
+            )*
+        }
+
+        /// In force in a forked child from the fork until its first call (see the module doc).
+        pub static TABLE: Table = Table { $($field: pf::$field,)* };
     };
 }
 
-settling! {
-    pf_malloc, malloc, (size: usize) -> *mut c_void;
-    pf_free, free, (p: *mut c_void);
-    pf_calloc, calloc, (n: usize, size: usize) -> *mut c_void;
-    pf_realloc, realloc, (p: *mut c_void, size: usize) -> *mut c_void;
-    pf_reallocarray, reallocarray, (p: *mut c_void, n: usize, size: usize) -> *mut c_void;
-    pf_posix_memalign, posix_memalign, (out: *mut *mut c_void, align: usize, size: usize) -> c_int;
-    pf_aligned_alloc, aligned_alloc, (align: usize, size: usize) -> *mut c_void;
-    pf_memalign, memalign, (align: usize, size: usize) -> *mut c_void;
-    pf_valloc, valloc, (size: usize) -> *mut c_void;
-    pf_pvalloc, pvalloc, (size: usize) -> *mut c_void;
-    pf_usable_size, malloc_usable_size, (p: *mut c_void) -> usize;
-    pf_free_sized, free_sized, (p: *mut c_void, size: usize);
-    pf_free_aligned_sized, free_aligned_sized, (p: *mut c_void, align: usize, size: usize);
-}
-
-/// In force in a forked child from the fork until its first call (see the module doc).
-pub static TABLE: Table = Table {
-    malloc: pf_malloc,
-    free: pf_free,
-    calloc: pf_calloc,
-    realloc: pf_realloc,
-    reallocarray: pf_reallocarray,
-    posix_memalign: pf_posix_memalign,
-    aligned_alloc: pf_aligned_alloc,
-    memalign: pf_memalign,
-    valloc: pf_valloc,
-    pvalloc: pf_pvalloc,
-    malloc_usable_size: pf_usable_size,
-    free_sized: pf_free_sized,
-    free_aligned_sized: pf_free_aligned_sized,
-};
+route::malloc_family!(settling);

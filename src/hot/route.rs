@@ -34,6 +34,31 @@ use crate::hot::{bootstrap, postfork, record, tracebuf};
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicPtr, Ordering};
 
+/// The malloc family's C signatures, written once: calls `$callback!` with one
+/// `name, field, (args) -> ret;` row per exported symbol (the symbol and the [`Table`] field
+/// share the name). `boundary::exports` exports them with it (`route_forward`) and `postfork`
+/// builds its table with it.
+macro_rules! malloc_family {
+    ($callback:ident) => {
+        $callback! {
+            malloc, malloc, (size: usize) -> *mut c_void;
+            free, free, (p: *mut c_void);
+            calloc, calloc, (n: usize, size: usize) -> *mut c_void;
+            realloc, realloc, (p: *mut c_void, size: usize) -> *mut c_void;
+            reallocarray, reallocarray, (p: *mut c_void, n: usize, size: usize) -> *mut c_void;
+            posix_memalign, posix_memalign, (out: *mut *mut c_void, align: usize, size: usize) -> c_int;
+            aligned_alloc, aligned_alloc, (align: usize, size: usize) -> *mut c_void;
+            memalign, memalign, (align: usize, size: usize) -> *mut c_void;
+            valloc, valloc, (size: usize) -> *mut c_void;
+            pvalloc, pvalloc, (size: usize) -> *mut c_void;
+            malloc_usable_size, malloc_usable_size, (p: *mut c_void) -> usize;
+            free_sized, free_sized, (p: *mut c_void, size: usize);
+            free_aligned_sized, free_aligned_sized, (p: *mut c_void, align: usize, size: usize);
+        }
+    };
+}
+pub(crate) use malloc_family;
+
 /// The functions serving the malloc family, one per exported symbol (same C signatures).
 pub struct Table {
     pub malloc: unsafe extern "C" fn(usize) -> *mut c_void,

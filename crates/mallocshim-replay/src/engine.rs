@@ -15,6 +15,7 @@
 //! Long because: the engine's one loop per replay thread with its pacing, ordering and sampling, which share its locals; the order mode is apart in order.rs.
 
 use crate::answer::{EngineOut, Errors};
+use crate::backoff::Backoff;
 use crate::image::PlanView;
 use crate::mem::{mapped_bytes, MmapVec};
 use crate::order::Epochs;
@@ -113,27 +114,16 @@ impl<'a> Ctx<'a> {
     /// the wait ran past [`WAIT_LIMIT_NS`].
     fn wait(&self, blk: u32, out: &mut ThreadOut) -> Option<*mut u8> {
         let a = self.blocks.atomic(blk as usize);
-        let mut spins = 0u64;
-        let mut since = 0;
+        let mut b = Backoff::new(4096, std::time::Duration::from_micros(50), WAIT_LIMIT_NS);
         loop {
             match a.load(Ordering::Acquire) {
                 0 => {}
                 FAILED => return None,
                 p => return Some(p as *mut u8),
             }
-            spins += 1;
-            if spins < 64 {
-                std::hint::spin_loop();
-            } else if spins < 4096 {
-                std::thread::yield_now();
-            } else {
-                if since == 0 {
-                    since = selfproc::now_ns();
-                } else if selfproc::now_ns() - since > WAIT_LIMIT_NS {
-                    out.wait_timeout += 1;
-                    return None;
-                }
-                std::thread::sleep(std::time::Duration::from_micros(50));
+            if !b.wait() {
+                out.wait_timeout += 1;
+                return None;
             }
         }
     }

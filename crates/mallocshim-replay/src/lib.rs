@@ -17,6 +17,7 @@
 //! into the shim but through its C API (dlsym).
 
 pub mod answer;
+mod backoff;
 pub mod engine;
 mod image;
 mod mem;

@@ -15,9 +15,9 @@
 //! Owns the epoch gate only; must not allocate (its tables are [`MmapVec`]s made before the
 //! baseline), nor know about blocks or pages.
 
+use crate::backoff::Backoff;
 use crate::image::PlanView;
 use crate::mem::MmapVec;
-use crate::selfproc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// One epoch of recorded time.
@@ -68,21 +68,10 @@ impl Epochs {
     /// Waits until every step of the epochs before `e` is done. False when the wait ran past
     /// `limit_ns` (the caller counts it and goes on).
     pub fn enter(&self, e: u64, limit_ns: u64) -> bool {
-        let mut spins = 0u64;
-        let mut since = 0;
+        let mut b = Backoff::new(1024, std::time::Duration::from_micros(20), limit_ns);
         while self.front.load(Ordering::Acquire) < e {
-            spins += 1;
-            if spins < 64 {
-                std::hint::spin_loop();
-            } else if spins < 1024 {
-                std::thread::yield_now();
-            } else {
-                if since == 0 {
-                    since = selfproc::now_ns();
-                } else if selfproc::now_ns() - since > limit_ns {
-                    return false;
-                }
-                std::thread::sleep(std::time::Duration::from_micros(20));
+            if !b.wait() {
+                return false;
             }
         }
         true
