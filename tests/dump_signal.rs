@@ -11,7 +11,10 @@
 //!   only, json with pprof), waits for a process still being loaded, refuses `none`;
 //! - a real mariadbd, started under the shim, sent the dump signal at 0, 1, 2, 5, 10, 20 and
 //!   50 ms after exec (`kill -USR1` the moment the shim catches it, and `mallocshim dump`) never
-//!   dies and gives a dump for each signal.
+//!   dies and gives a dump for each signal;
+//! - `mallocshim dump` given the pid of a wrapper under the shim that execs the program (as
+//!   `numactl`, `nohup`, `setsid` do) never signals the image in between (exec resets the
+//!   shim's handler to the default action until the new image's shim has started).
 
 mod common;
 
@@ -395,4 +398,50 @@ fn dump_signal_while_mariadbd_starts_never_kills_it() {
     }
     eprintln!("{n} starts of mariadbd in {:.0} s, {} failed", t0.elapsed().as_secs_f64(), failures.len());
     assert!(failures.is_empty(), "{} of {n} starts failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// `mallocshim dump PID` where PID is a wrapper under the shim that execs `busy` (also under the
+/// shim) 0 to 6 ms after it starts, while the command looks at it: the process is never ended by
+/// the signal and the command prints the new image's dump. The command before this test's fix
+/// (signal once the process catches it) killed 3 of 150 mariadbd started through `setsid` 5 ms
+/// before the command ran; here it kills some of these starts (`DUMP_SIGNAL_TEST_CLI`).
+#[test]
+fn dump_command_never_signals_an_image_being_replaced_by_exec() {
+    let wrapper = cc("exec_later.c", "exec_later", &[]);
+    let target = cc("busy.c", "busy", &[]);
+    let (_, cli) = under_test();
+    let reps = env_u64("DUMP_SIGNAL_TEST_EXEC_REPS", 4);
+    let mut failures = Vec::new();
+    let mut n = 0;
+    for backend in BACKENDS {
+        let dir = fresh_dir(&format!("exec-{backend}"));
+        for delay_us in (0..=6000).step_by(500) {
+            for _ in 0..reps {
+                n += 1;
+                let mut c = preloaded(&wrapper, backend);
+                c.arg(delay_us.to_string()).arg(&target);
+                c.env("MALLOCSHIM_DUMP_DIR", &dir).env("MALLOCSHIM_DUMP_FORMATS", "json");
+                let mut child =
+                    c.stdin(Stdio::piped()).stdout(Stdio::null()).spawn().expect("start exec_later");
+                let o = Command::new(&cli)
+                    .args(["dump", &child.id().to_string(), "--timeout", "20"])
+                    .output()
+                    .unwrap();
+                drop(child.stdin.take());
+                let st = child.wait().unwrap();
+                let what = format!("{backend}, exec after {delay_us} us");
+                if !st.success() {
+                    failures.push(format!(
+                        "{what}: ended with {st:?} (signal {:?}); dump: {}",
+                        st.signal(),
+                        describe(&o)
+                    ));
+                } else if !o.status.success() || !stdout(&o).contains(&format!("mallocshim.{}.", child.id()))
+                {
+                    failures.push(format!("{what}: mallocshim dump: {}", describe(&o).replace('\n', " | ")));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} of {n} runs failed:\n{}", failures.len(), failures.join("\n"));
 }

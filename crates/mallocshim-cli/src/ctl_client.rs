@@ -44,14 +44,10 @@ fn connect_now(paths: &[PathBuf]) -> Option<UnixStream> {
 /// request) is merged into it and its attach value lost.
 const RESEND: Duration = Duration::from_millis(250);
 
-/// Asks `pid` to open its channel (its dump signal queued with the attach value).
-fn attach(pid: u32, sig: i32) -> Result<(), Fail> {
-    let v = libc::sigval { sival_ptr: proto::ATTACH_MAGIC as *mut libc::c_void };
-    // SAFETY: sigqueue(3) on one pid with a valid signal number and a plain value.
-    if unsafe { libc::sigqueue(pid as libc::pid_t, sig, v) } != 0 {
-        return Err(fail(1, format!("cannot signal process {pid}: {}", std::io::Error::last_os_error())));
-    }
-    Ok(())
+/// Asks `pid` to open its channel (its dump signal queued with the attach value), once the
+/// process catches it in a settled image (`dump_cmd::send`).
+fn attach(pid: u32, sig: i32, deadline: Instant, timeout: f64) -> Result<(), Fail> {
+    crate::dump_cmd::send(pid, sig, Some(proto::ATTACH_MAGIC), deadline, timeout)
 }
 
 /// A connection to `pid`'s channel: the open socket, else an attach and a wait (at most
@@ -71,7 +67,8 @@ pub fn connect(pid: u32, wait: Duration) -> Result<Option<UnixStream>, Fail> {
     };
     let deadline = Instant::now() + wait;
     wait_caught(pid, sig, deadline, wait.as_secs_f64())?;
-    Ok(match attach_wait(pid, sig, &paths, deadline, &|| Ok(false))? {
+    let limit = (deadline, wait.as_secs_f64());
+    Ok(match attach_wait(pid, sig, &paths, deadline, limit, &|| Ok(false))? {
         Attached::Socket(s) => Some(s),
         Attached::Answered | Attached::Timeout => None,
     })
@@ -92,12 +89,13 @@ fn attach_wait(
     sig: i32,
     paths: &[PathBuf],
     until: Instant,
+    (deadline, timeout): (Instant, f64),
     answered: &dyn Fn() -> Result<bool, Fail>,
 ) -> Result<Attached, Fail> {
     let mut next = Instant::now();
     loop {
         if Instant::now() >= next {
-            attach(pid, sig)?;
+            attach(pid, sig, deadline, timeout)?;
             next += RESEND;
         }
         if let Some(s) = connect_now(paths) {
@@ -120,6 +118,7 @@ pub fn dump_through_channel(
     pid: u32,
     sig: i32,
     deadline: Instant,
+    timeout: f64,
     answered: &dyn Fn() -> Result<bool, Fail>,
 ) -> Result<crate::dump_cmd::Channel, Fail> {
     use crate::dump_cmd::Channel;
@@ -133,7 +132,7 @@ pub fn dump_through_channel(
         return files(s);
     }
     let until = deadline.min(Instant::now() + Duration::from_millis(ATTACH_WAIT_MS));
-    match attach_wait(pid, sig, &paths, until, answered)? {
+    match attach_wait(pid, sig, &paths, until, (deadline, timeout), answered)? {
         Attached::Socket(s) => files(s),
         Attached::Answered => Ok(Channel::Answered),
         Attached::Timeout => Ok(Channel::None),

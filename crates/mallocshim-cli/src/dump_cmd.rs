@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
     long_about = "Send the process's dump signal (its MALLOCSHIM_DUMP_SIGNAL, read from \
                   /proc/PID/environ; SIGUSR1 by default) to exactly process PID (kill(2) on that \
                   pid, never by name), wait for its new dump files mallocshim.<pid>.<seq>.<ext> \
-                  (a sequence number above every one it had) and print their paths, one a line, \
+                  (files that were not there, or were written again, since the command began: \
+                  a file left by an earlier process with the same pid does not count) and print their paths, one a line, \
                   JSON first: every format of its MALLOCSHIM_DUMP_FORMATS (default json,prom), \
                   the pprof heap profile (.pb.gz) included. The signal is sent only once the \
                   process catches it (SigCgt in /proc/PID/status): a process that has just been \
@@ -71,24 +72,44 @@ pub fn dump_dir(pid: u32) -> PathBuf {
 }
 
 /// Checks that `pid` exists and is under the shim: libmallocshim mapped, or (a process still
-/// being loaded) named in its LD_PRELOAD.
+/// being loaded) named in its LD_PRELOAD. A process in the middle of an exec shows neither for
+/// a moment (its new maps are not filled yet), so the answer "not under the shim" is given only
+/// after [`NOT_UNDER_SHIM`] of looking.
 pub fn check_process(pid: u32) -> Result<(), Fail> {
     if pid == 0 || pid > i32::MAX as u32 {
         return Err(fail(2, format!("{pid} is not a process id")));
     }
-    if mapped(pid)? || environ_var(pid, "LD_PRELOAD").is_some_and(|v| v.contains("libmallocshim")) {
-        return Ok(());
+    let until = Instant::now() + NOT_UNDER_SHIM;
+    loop {
+        if mapped(pid)? || environ_var(pid, "LD_PRELOAD").is_some_and(|v| v.contains("libmallocshim")) {
+            return Ok(());
+        }
+        if Instant::now() >= until {
+            return Err(fail(
+                1,
+                format!("process {pid} is not running under the shim (no libmallocshim in /proc/{pid}/maps)"),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
-    Err(fail(
-        1,
-        format!("process {pid} is not running under the shim (no libmallocshim in /proc/{pid}/maps)"),
-    ))
 }
+
+/// How long a process that shows no shim is looked at before it is said not to be under it.
+const NOT_UNDER_SHIM: Duration = Duration::from_millis(500);
 
 /// Whether libmallocshim is in the process's maps.
 fn mapped(pid: u32) -> Result<bool, Fail> {
+    Ok(shim_mapping(pid)?.is_some())
+}
+
+/// The start address of the process's first libmallocshim mapping (None: not mapped). An
+/// exec maps the library anew, at another address (ASLR): the address names the image.
+fn shim_mapping(pid: u32) -> Result<Option<u64>, Fail> {
     match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
-        Ok(m) => Ok(m.lines().any(|l| l.contains("libmallocshim"))),
+        Ok(m) => Ok(m
+            .lines()
+            .find(|l| l.contains("libmallocshim"))
+            .map(|l| l.split('-').next().and_then(|a| u64::from_str_radix(a, 16).ok()).unwrap_or(0))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(fail(1, format!("no such process: {pid}"))),
         Err(e) => Err(fail(1, format!("cannot read /proc/{pid}/maps: {e}"))),
     }
@@ -160,17 +181,37 @@ fn signal_name(sig: i32) -> String {
     }
 }
 
-/// The dump files of `pid` in `dir` with sequence number above `after`, as (seq, ext, path).
-fn files_after(dir: &Path, pid: u32, after: Option<u64>) -> Result<Vec<(u64, String, PathBuf)>, Fail> {
+/// The dump files of `pid` in `dir` by name, with their modification times: what was there
+/// before a dump was asked for.
+pub type Listing = std::collections::BTreeMap<String, std::time::SystemTime>;
+
+/// The dump files of `pid` in `dir`.
+fn listing(dir: &Path, pid: u32) -> Result<Listing, Fail> {
     let rd = std::fs::read_dir(dir).map_err(|e| fail(2, format!("cannot read {}: {e}", dir.display())))?;
-    let mut v = Vec::new();
+    let mut v = Listing::new();
     for e in rd.flatten() {
         let name = e.file_name();
         let Some(name) = name.to_str() else { continue };
-        if let Some((p, seq, ext)) = parse_dump_file_name(name) {
-            if p == pid && after.is_none_or(|a| seq > a) {
-                v.push((seq, ext.to_string(), e.path()));
-            }
+        if parse_dump_file_name(name).is_some_and(|(p, _, _)| p == pid) {
+            let t = e.metadata().and_then(|m| m.modified()).unwrap_or(std::time::UNIX_EPOCH);
+            v.insert(name.to_string(), t);
+        }
+    }
+    Ok(v)
+}
+
+/// The dump files of `pid` in `dir` that are not in `before` or were written again since (a
+/// file of an earlier process with the same pid, e.g. a server restarted after a reboot, may
+/// hold any sequence number, and the new process's dump of that number replaces it), as
+/// (seq, ext, path), in sequence order.
+fn files_after(dir: &Path, pid: u32, before: &Listing) -> Result<Vec<(u64, String, PathBuf)>, Fail> {
+    let mut v = Vec::new();
+    for (name, t) in listing(dir, pid)? {
+        if before.get(&name) == Some(&t) {
+            continue;
+        }
+        if let Some((_, seq, ext)) = parse_dump_file_name(&name) {
+            v.push((seq, ext.to_string(), dir.join(&name)));
         }
     }
     v.sort();
@@ -192,21 +233,21 @@ pub fn dump(pid: u32, dir: Option<&Path>, timeout: f64) -> Result<Vec<PathBuf>, 
     let formats = environ_var(pid, "MALLOCSHIM_DUMP_FORMATS").unwrap_or_else(|| formats::DEFAULT.into());
     // The file extensions the process writes, from the format table (`pprof` is `.pb.gz`).
     let want: Vec<&str> = formats::parse_list(&formats).into_iter().map(|f| f.row().ext).collect();
-    let before = files_after(&dir, pid, None)?.iter().map(|f| f.0).max();
+    let before = listing(&dir, pid)?;
     wait_caught(pid, sig, deadline, timeout)?;
     if explicit_dir {
         // --dir: the files are looked for there, so the plain signal asks for them.
-        signal(pid, sig)?;
-        return wait_files(pid, &dir, before, &want, deadline, timeout);
+        send(pid, sig, None, deadline, timeout)?;
+        return wait_files(pid, &dir, &before, &want, deadline, timeout);
     }
-    match crate::ctl_client::dump_through_channel(pid, sig, deadline, &|| {
-        Ok(!files_after(&dir, pid, before)?.is_empty())
+    match crate::ctl_client::dump_through_channel(pid, sig, deadline, timeout, &|| {
+        Ok(!files_after(&dir, pid, &before)?.is_empty())
     })? {
         Channel::Files(f) => return Ok(json_first(f)),
         Channel::Answered => {}
-        Channel::None => signal(pid, sig)?,
+        Channel::None => send(pid, sig, None, deadline, timeout)?,
     }
-    wait_files(pid, &dir, before, &want, deadline, timeout)
+    wait_files(pid, &dir, &before, &want, deadline, timeout)
 }
 
 /// What the control channel did for a dump (`ctl_client::dump_through_channel`).
@@ -227,9 +268,45 @@ fn json_first(files: Vec<PathBuf>) -> Vec<PathBuf> {
     paths.into_iter().map(|p| p.1).collect()
 }
 
-fn signal(pid: u32, sig: i32) -> Result<(), Fail> {
-    // SAFETY: kill(2) on one pid with a valid signal number; no memory is passed.
-    if unsafe { libc::kill(pid as libc::pid_t, sig) } != 0 {
+/// How long the image that catches the signal must stay the same before the signal is sent.
+const SETTLE: Duration = Duration::from_millis(20);
+
+/// Sends `sig` to `pid` (queued with `value` when given) once the process has caught it in the
+/// same image for [`SETTLE`], looking at the image once more right before the send. A process
+/// under the shim that execs another program (a wrapper such as `numactl`, `nohup` or `setsid`
+/// started with the shim preloaded) catches the signal until the exec; from the exec until the
+/// new image's shim installs its handler the signal would take its default action and end the
+/// process, so a signal is never sent to an image that has just changed. What is left is the
+/// time between the last look and the send (microseconds), in which an exec can still happen.
+pub fn send(pid: u32, sig: i32, value: Option<usize>, deadline: Instant, timeout: f64) -> Result<(), Fail> {
+    loop {
+        wait_caught(pid, sig, deadline, timeout)?;
+        let first = shim_mapping(pid)?;
+        std::thread::sleep(SETTLE);
+        if first.is_some() && catches(pid, sig)? && shim_mapping(pid)? == first {
+            return raw_send(pid, sig, value);
+        }
+        if Instant::now() >= deadline {
+            return Err(fail(
+                1,
+                format!("process {pid} kept changing its program (exec) for {timeout}s: not signalled"),
+            ));
+        }
+    }
+}
+
+fn raw_send(pid: u32, sig: i32, value: Option<usize>) -> Result<(), Fail> {
+    // SAFETY: kill(2) or sigqueue(3) on one pid with a valid signal number and a plain value;
+    // no memory is passed.
+    let r = unsafe {
+        match value {
+            None => libc::kill(pid as libc::pid_t, sig),
+            Some(v) => {
+                libc::sigqueue(pid as libc::pid_t, sig, libc::sigval { sival_ptr: v as *mut libc::c_void })
+            }
+        }
+    };
+    if r != 0 {
         let e = std::io::Error::last_os_error();
         let msg = match e.raw_os_error() {
             Some(libc::ESRCH) => format!("no such process: {pid}"),
@@ -244,7 +321,7 @@ fn signal(pid: u32, sig: i32) -> Result<(), Fail> {
 fn wait_files(
     pid: u32,
     dir: &Path,
-    before: Option<u64>,
+    before: &Listing,
     want: &[&str],
     deadline: Instant,
     timeout: f64,
