@@ -25,7 +25,9 @@ use std::time::{Duration, Instant};
                   the pprof heap profile (.pb.gz) included. The signal is sent only once the \
                   process catches it (SigCgt in /proc/PID/status): a process that has just been \
                   started is waited for (within --timeout) instead of being killed by the \
-                  signal's default action. The dump is asked for through the control channel \
+                  signal's default action, and only once the same image has caught it for \
+                  20 ms (a wrapper under the shim that execs the server would lose its handler \
+                  in the exec). The dump is asked for through the control channel \
                   (the signal queued with the attach value, then a `dump` request: docs/control.md) \
                   when the process opens one within a second, else (and always with --dir) by the \
                   plain signal. The directory is --dir, else the process's \
