@@ -267,14 +267,15 @@ fn flame_graph_names_the_sites() {
 }
 
 /// `go tool pprof ARGS PROFILE`: (stdout, stderr); fails when pprof cannot read the profile.
-fn go_pprof(profile: &Path, args: &[&str]) -> (String, String) {
-    let o = Command::new(common::require("go"))
-        .args(["tool", "pprof"])
-        .args(args)
-        .arg(profile)
-        .env("HOME", common::work_dir())
-        .output()
-        .expect("run go tool pprof");
+/// `binary_path`: PPROF_BINARY_PATH (else unset: pprof looks in $HOME/pprof/binaries).
+fn go_pprof(profile: &Path, args: &[&str], binary_path: Option<&str>) -> (String, String) {
+    let mut c = Command::new(common::require("go"));
+    c.args(["tool", "pprof"]).args(args).arg(profile).env("HOME", common::work_dir());
+    match binary_path {
+        Some(b) => c.env("PPROF_BINARY_PATH", b),
+        None => c.env_remove("PPROF_BINARY_PATH"),
+    };
+    let o = c.output().expect("run go tool pprof");
     assert!(o.status.success(), "go tool pprof {args:?} {}: {}", profile.display(), common::describe(&o));
     (common::stdout(&o), common::stderr(&o))
 }
@@ -307,7 +308,7 @@ fn symbolized_for_go(p: &Path, dir: &Path, backend: &str) {
             && l.ends_with(&format!("written to {}", out.display()))),
         "{what}: no output line\n{said}"
     );
-    let (raw_top, _) = go_pprof(p, &["-top", "-nodecount=50"]);
+    let (raw_top, _) = go_pprof(p, &["-top", "-nodecount=50"], None);
     let raw_names = top_names(&raw_top);
     assert!(!raw_names.is_empty(), "{what}: no rows in go tool pprof -top of the profile\n{raw_top}");
     for n in chain {
@@ -316,12 +317,23 @@ fn symbolized_for_go(p: &Path, dir: &Path, backend: &str) {
             "{what}: Go's pprof names {n} without --symbolized\n{raw_top}"
         );
     }
-    let (top, err) = go_pprof(&out, &["-top", "-nodecount=50"]);
+    let (top, err) = go_pprof(&out, &["-top", "-nodecount=50"], None);
     let names = top_names(&top);
     for n in chain {
         assert!(names.iter().any(|r| r == n), "{what}: go tool pprof -top does not name {n}\n{top}{err}");
     }
-    let (traces, err2) = go_pprof(&out, &["-traces"]);
+    // With PPROF_BINARY_PATH leading to the stripped file and the debug file, Go's pprof prints
+    // "Ignoring local file ...: build-id mismatch" (it reads no build ID) and names nothing in the
+    // profile itself; the copy's names stand.
+    let bp = format!("{}:{}", common::work_dir().display(), dir.join(".build-id").display());
+    let (top_bp, err_bp) = go_pprof(&out, &["-top", "-nodecount=50"], Some(&bp));
+    for n in chain {
+        assert!(
+            top_names(&top_bp).iter().any(|r| r == n),
+            "{what}: PPROF_BINARY_PATH={bp}: no {n}\n{top_bp}{err_bp}"
+        );
+    }
+    let (traces, err2) = go_pprof(&out, &["-traces"], None);
     for e in [&err, &err2] {
         assert!(!e.to_lowercase().contains("mismatch"), "{what}: go tool pprof: {e}");
     }
