@@ -16,6 +16,11 @@
 //!   appears or vanishes; with a planted growth (`HEAP_CHAINS_GROW`, 8 MiB at grow_site), the grown
 //!   site is first;
 //! - `--flame`: an SVG naming leaf_alloc, path_one and path_two.
+//! - `--symbolized OUT` on the stripped build's profile (every backend): `go tool pprof -top` on
+//!   OUT names leaf_alloc, mid_b, mid_a, path_one and main, `-traces` has the chain in order, no
+//!   build-ID mismatch is printed, the samples (values, labels, locations) and mappings (build
+//!   IDs, offsets) are those of the profile; on the profile itself, Go's pprof names none of
+//!   them (`[heap_cmd_strip]`: it reads no build ID, so no debug file).
 //!
 //! On the code before this test (innermost frame only, run-time addresses), the first site reads
 //! `my_malloc`, the stripped sites read raw addresses and `heap A B` reports every stripped site
@@ -23,6 +28,7 @@
 
 mod common;
 
+use mallocshim_format::pprof::Profile;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -185,6 +191,7 @@ fn names_sites_past_wrappers_in_three_builds() {
         let bare = heap(&["--debug-dir", "/nonexistent", p.to_str().unwrap()]);
         let first = rows(&bare, "by inuse_space (total");
         assert!(first[0].0.starts_with("heap_cmd_strip+0x"), "stripped under {backend}: {bare}");
+        symbolized_for_go(&p, dir, backend);
     }
 }
 
@@ -257,4 +264,125 @@ fn flame_graph_names_the_sites() {
         assert!(text.contains(site), "the flame graph does not name {site}");
     }
     assert!(!text.contains("mallocshim::"), "the shim's frames in the flame graph");
+}
+
+/// `go tool pprof ARGS PROFILE`: (stdout, stderr); fails when pprof cannot read the profile.
+/// `binary_path`: PPROF_BINARY_PATH (else unset: pprof looks in $HOME/pprof/binaries).
+fn go_pprof(profile: &Path, args: &[&str], binary_path: Option<&str>) -> (String, String) {
+    let mut c = Command::new(common::require("go"));
+    c.args(["tool", "pprof"]).args(args).arg(profile).env("HOME", common::work_dir());
+    match binary_path {
+        Some(b) => c.env("PPROF_BINARY_PATH", b),
+        None => c.env_remove("PPROF_BINARY_PATH"),
+    };
+    let o = c.output().expect("run go tool pprof");
+    assert!(o.status.success(), "go tool pprof {args:?} {}: {}", profile.display(), common::describe(&o));
+    (common::stdout(&o), common::stderr(&o))
+}
+
+/// The function names of `go tool pprof -top` rows (a row's last field).
+fn top_names(top: &str) -> Vec<String> {
+    top.lines()
+        .skip_while(|l| !l.trim_start().starts_with("flat"))
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().last().map(str::to_string))
+        .collect()
+}
+
+/// `--symbolized`: Go's pprof names the stripped build's sites from the copy, and none from the
+/// profile itself; the copy's samples and mappings are the profile's.
+fn symbolized_for_go(p: &Path, dir: &Path, backend: &str) {
+    let chain = ["leaf_alloc", "mid_b", "mid_a", "path_one", "main"];
+    let what = format!("--symbolized, stripped under {backend}");
+    let out = p.with_file_name("symbolized.pb.gz");
+    let _ = std::fs::remove_file(&out);
+    let said = heap(&[
+        "--debug-dir",
+        dir.to_str().unwrap(),
+        "--symbolized",
+        out.to_str().unwrap(),
+        p.to_str().unwrap(),
+    ]);
+    assert!(
+        said.lines().any(|l| l.starts_with("symbolized profile (")
+            && l.ends_with(&format!("written to {}", out.display()))),
+        "{what}: no output line\n{said}"
+    );
+    let (raw_top, _) = go_pprof(p, &["-top", "-nodecount=50"], None);
+    let raw_names = top_names(&raw_top);
+    assert!(!raw_names.is_empty(), "{what}: no rows in go tool pprof -top of the profile\n{raw_top}");
+    for n in chain {
+        assert!(
+            !raw_names.iter().any(|r| r == n),
+            "{what}: Go's pprof names {n} without --symbolized\n{raw_top}"
+        );
+    }
+    let (top, err) = go_pprof(&out, &["-top", "-nodecount=50"], None);
+    let names = top_names(&top);
+    for n in chain {
+        assert!(names.iter().any(|r| r == n), "{what}: go tool pprof -top does not name {n}\n{top}{err}");
+    }
+    // With PPROF_BINARY_PATH leading to the stripped file and the debug file, Go's pprof prints
+    // "Ignoring local file ...: build-id mismatch" (it reads no build ID) and names nothing in the
+    // profile itself; the copy's names stand.
+    let bp = format!("{}:{}", common::work_dir().display(), dir.join(".build-id").display());
+    let (top_bp, err_bp) = go_pprof(&out, &["-top", "-nodecount=50"], Some(&bp));
+    for n in chain {
+        assert!(
+            top_names(&top_bp).iter().any(|r| r == n),
+            "{what}: PPROF_BINARY_PATH={bp}: no {n}\n{top_bp}{err_bp}"
+        );
+    }
+    let (traces, err2) = go_pprof(&out, &["-traces"], None);
+    for e in [&err, &err2] {
+        assert!(!e.to_lowercase().contains("mismatch"), "{what}: go tool pprof: {e}");
+    }
+    let frames: Vec<&str> = traces.lines().filter_map(|l| l.split_whitespace().last()).collect();
+    assert!(
+        frames.windows(chain.len()).any(|w| w == chain),
+        "{what}: no trace {chain:?} in go tool pprof -traces\n{traces}"
+    );
+    let (a, b) = (Profile::read(p).unwrap(), Profile::read(&out).unwrap());
+    let col = a.sample_index("inuse_space").expect("inuse_space");
+    let sum = |q: &Profile| q.sample.iter().map(|s| s.value[col]).sum::<i64>();
+    assert!(sum(&a) > 0 && sum(&a) == sum(&b), "{what}: inuse_space {} before, {} after", sum(&a), sum(&b));
+    assert_eq!(a.sample, b.sample, "{what}: samples changed");
+    assert_eq!((&a.period, &a.period_type, a.comment.len()), (&b.period, &b.period_type, b.comment.len()));
+    for (ma, mb) in a.mapping.iter().zip(&b.mapping) {
+        let key = |m: &mallocshim_format::pprof::Mapping, q: &Profile| {
+            (
+                m.id,
+                m.memory_start,
+                m.memory_limit,
+                m.file_offset,
+                q.str(m.filename).to_string(),
+                q.str(m.build_id).to_string(),
+            )
+        };
+        assert_eq!(key(ma, &a), key(mb, &b), "{what}: mapping changed");
+    }
+    assert_eq!(a.mapping.len(), b.mapping.len());
+    let exe = b
+        .mapping
+        .iter()
+        .find(|m| b.str(m.filename).ends_with("/heap_cmd_strip"))
+        .expect("no program mapping");
+    assert!(exe.has_functions, "{what}: the program's mapping, every frame named, lacks has_functions");
+}
+
+#[test]
+fn symbolized_errors_are_one_line() {
+    let p = common::profile_of(&builds().0, None, "glibc", &[MEAN], "symbolized-error");
+    let o = Command::new(common::cli_bin())
+        .args(["heap", "--symbolized", "/nonexistent/dir/out.pb.gz"])
+        .arg(&p)
+        .output()
+        .expect("run mallocshim heap");
+    let err = common::stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{}", common::describe(&o));
+    assert!(
+        err.lines().count() == 1
+            && err.starts_with("mallocshim heap: cannot write /nonexistent/dir/out.pb.gz"),
+        "{err}"
+    );
 }

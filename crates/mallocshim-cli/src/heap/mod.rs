@@ -3,12 +3,14 @@
 //! call sites past the allocation wrappers, cumulative per function, callers' tree, growth
 //! between two profiles (of one process or two runs of one binary: frames compare by module and
 //! file offset), an SVG flame graph. Drops at the profile's bounds are warned in every output.
-//! Reads files and writes the flame graph; symbols in `symbolize`, views in `views`.
+//! Reads files and writes the flame graph and the symbolized copy (`symbolized`); symbols in
+//! `symbolize`, views in `views`.
 
 mod flame;
 mod jeheap;
 mod stacks;
 mod symbolize;
+mod symbolized;
 mod views;
 mod wrappers;
 
@@ -59,10 +61,19 @@ impl Index {
                   are warned about.\n\n\
                   With BASE (an earlier profile of the same process, or a profile of another run \
                   of the same binary), prints the growth from BASE to PROFILE per call site.\n\n\
+                  With --symbolized OUT.pb.gz, also writes a copy of PROFILE with the names \
+                  written in (demangled function names on every location named as above; a \
+                  mapping marked has_functions only when all its locations are named; samples, \
+                  mappings and build IDs unchanged), so that go tool pprof (which cannot read \
+                  debug files by build ID), Parca or any pprof reader shows the names; the \
+                  normal output is printed too, then the line \"symbolized profile (N of M \
+                  locations named) written to OUT.pb.gz\".\n\n\
                   Exit status: 0 on success, 2 on any error (one line, prefixed \"mallocshim heap:\").",
     after_help = "Examples:\n  mallocshim heap mallocshim.1234.3.pb.gz --top 20\n  \
                   mallocshim heap --cum --tree mallocshim.1234.3.pb.gz\n  \
                   mallocshim heap --flame heap.svg mallocshim.1234.3.pb.gz\n  \
+                  mallocshim heap --debug-dir DIR --symbolized named.pb.gz mallocshim.1234.3.pb.gz \
+                  && go tool pprof -top named.pb.gz\n  \
                   mallocshim heap mallocshim.1234.9.pb.gz mallocshim.1234.3.pb.gz"
 )]
 pub struct Args {
@@ -106,6 +117,10 @@ pub struct Args {
     /// Write an SVG flame graph of the sample index (default inuse_space) to OUT.svg.
     #[arg(long, value_name = "OUT.svg")]
     pub flame: Option<PathBuf>,
+    /// Write a copy of PROFILE with the function names written in (gzip'ed profile.proto) to
+    /// OUT.pb.gz, for go tool pprof, Parca or any pprof reader.
+    #[arg(long, value_name = "OUT.pb.gz")]
+    pub symbolized: Option<PathBuf>,
 }
 
 pub fn bytes(v: i64) -> String {
@@ -211,6 +226,10 @@ pub fn run(args: &Args) -> Result<String, String> {
     if let Some(out) = &args.flame {
         flame::write(&cur, one, &args.profile, out)?;
         o += &format!("\nflame graph ({one}) written to {}\n", out.display());
+    }
+    if let Some(out) = &args.symbolized {
+        o += "\n";
+        o += &symbolized::write(&p, &mut sym, out)?;
     }
     for d in sym.debug_files() {
         o += &format!("debug symbols: {}\n", d.display());

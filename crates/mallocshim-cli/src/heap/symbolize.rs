@@ -114,6 +114,12 @@ impl Symbolizer {
     /// The demangled function at file offset `off` of module (`path`, `build_id`), if any
     /// symbol table covers it.
     pub fn name(&mut self, path: &str, build_id: &str, off: u64) -> Option<String> {
+        self.symbol(path, build_id, off).map(|(name, _)| name)
+    }
+
+    /// (demangled name, raw symbol as the table spells it) of the function at file offset
+    /// `off` of module (`path`, `build_id`), if any symbol table covers it.
+    pub fn symbol(&mut self, path: &str, build_id: &str, off: u64) -> Option<(String, String)> {
         let m = self.module(path, build_id);
         // Virtual addresses from the binary's segments when it is there (the debug file keeps
         // the same program headers, so either gives the same vaddr).
@@ -124,7 +130,7 @@ impl Symbolizer {
             .as_ref()
             .and_then(|t| t.at(vaddr))
             .or_else(|| m.binary.as_ref().and_then(|t| t.at(vaddr)))?;
-        Some(demangle(raw))
+        Some((demangle(raw), raw.to_string()))
     }
 
     /// The debug files found so far.
