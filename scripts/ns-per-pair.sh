@@ -5,7 +5,9 @@
 # `pair64 1 N` pinned to the last CPU, one process per measurement, in ROUNDS interleaved rounds
 # (round r runs the six configurations in an order rotated by r). Prints one CSV line per run
 # (round,config,ns_per_pair) and, last, per configuration the median, min and max, with the load
-# average before and after. Environment: ROUNDS (default 21), N (default 5000000).
+# average before and after. Environment: ROUNDS (default 21), N (default 5000000), SHIM_BEFORE
+# (another build of libmallocshim.so, e.g. an older commit's: adds its routing and all-on runs,
+# `-before`, to every round).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-21}
@@ -14,14 +16,18 @@ BENCH=target/bench/microbench
 SHIM=target/release/libmallocshim.so
 JE=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
 TC=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
-for f in "$BENCH" "$SHIM" "$JE" "$TC"; do
+SHIM_BEFORE=${SHIM_BEFORE:-}
+for f in "$BENCH" "$SHIM" "$JE" "$TC" ${SHIM_BEFORE:+"$SHIM_BEFORE"}; do
     [ -e "$f" ] || { echo "ns-per-pair.sh: $f is missing" >&2; exit 1; }
 done
 CPU=$(( $(nproc) - 1 ))
 NAMES=(je-direct tc-direct je-routing tc-routing je-all-on tc-all-on)
+[ -n "$SHIM_BEFORE" ] && NAMES+=(je-routing-before tc-routing-before je-all-on-before tc-all-on-before)
 run() {
     local env=(env -u MALLOCSHIM_PROFILE -u MALLOCSHIM_PROF_SAMPLE_BYTES -u MALLOCSHIM_BACKEND)
-    case $1 in
+    local SHIM=$SHIM
+    case $1 in *-before) SHIM=$SHIM_BEFORE ;; esac
+    case ${1%-before} in
     je-direct) env+=(LD_PRELOAD=$JE) ;;
     tc-direct) env+=(LD_PRELOAD=$TC) ;;
     je-routing) env+=(LD_PRELOAD=$SHIM MALLOCSHIM_BACKEND=jemalloc MALLOCSHIM_PROFILE=off MALLOCSHIM_PROF_SAMPLE_BYTES=0) ;;

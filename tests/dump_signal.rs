@@ -15,6 +15,9 @@
 //! - `mallocshim dump` given the pid of a wrapper under the shim that execs the program (as
 //!   `numactl`, `nohup`, `setsid` do) never signals the image in between (exec resets the
 //!   shim's handler to the default action until the new image's shim has started).
+//!
+//! Long because: every black-box test of the dump signal and `mallocshim dump` in one place,
+//! sharing its helpers (fresh directories, the shim and command under test, the busy program).
 
 mod common;
 
