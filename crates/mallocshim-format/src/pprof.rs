@@ -95,6 +95,14 @@ pub struct Mapping {
     pub has_inline_frames: bool,
 }
 
+impl Mapping {
+    /// The file offset of run-time address `addr` in this mapping's file (what a symbol table is
+    /// looked up by, and what compares across runs of one binary under ASLR).
+    pub fn file_offset_of(&self, addr: u64) -> u64 {
+        addr.wrapping_sub(self.memory_start).wrapping_add(self.file_offset)
+    }
+}
+
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Location {
     #[prost(uint64, tag = "1")]

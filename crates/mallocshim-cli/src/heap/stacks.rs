@@ -56,7 +56,7 @@ fn frame(p: &Profile, id: u64, sym: &mut Symbolizer) -> Option<String> {
     if is_shim(path) || carried.is_some_and(|n| n.starts_with("mallocshim::") || n.contains("mallocshim::")) {
         return None;
     }
-    let off = loc.address.wrapping_sub(m.memory_start).wrapping_add(m.file_offset);
+    let off = m.file_offset_of(loc.address);
     if let Some(n) = sym.name(path, p.str(m.build_id), off) {
         return Some(n);
     }

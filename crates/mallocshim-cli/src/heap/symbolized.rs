@@ -92,7 +92,7 @@ pub fn symbolized(p: &Profile, sym: &mut Symbolizer) -> (Profile, usize, usize) 
     for loc in &mut locations {
         let m = maps.get(&loc.mapping_id).filter(|_| loc.mapping_id != 0);
         let resolved = m.and_then(|m| {
-            let off = loc.address.wrapping_sub(m.memory_start).wrapping_add(m.file_offset);
+            let off = m.file_offset_of(loc.address);
             sym.symbol(p.str(m.filename), p.str(m.build_id), off)
         });
         let ok = match resolved {
