@@ -312,7 +312,19 @@ fn start_and_signal(
         if by_cli {
             let o = Command::new(cli).args(["dump", &pid.to_string(), "--timeout", "30"]).output().unwrap();
             if !o.status.success() || !stdout(&o).contains(&format!("mallocshim.{pid}.")) {
-                return Some(format!("mallocshim dump: {}", describe(&o).replace('\n', " | ")));
+                // Say what the server was doing, so a rare failure explains itself.
+                let state = match child.try_wait() {
+                    Ok(Some(st)) => format!("mariadbd ended with {st:?} (signal {:?})", st.signal()),
+                    _ => format!("mariadbd alive ({})", proc_state(pid)),
+                };
+                let err = std::fs::read_to_string(&errlog).unwrap_or_default();
+                let tail: Vec<&str> = err.lines().rev().take(5).collect();
+                return Some(format!(
+                    "mallocshim dump: {}; {state}; its dumps: {:?}; its log's last lines: {:?}",
+                    describe(&o).replace('\n', " | "),
+                    dumps_of(dumpdir, pid),
+                    tail
+                ));
             }
         } else {
             let until = Instant::now() + Duration::from_secs(30);
@@ -346,6 +358,13 @@ fn start_and_signal(
     unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
     let _ = child.wait();
     outcome.map(|o| format!("{backend} delay {delay:?} {}: {o}", if by_cli { "dump" } else { "kill" }))
+}
+
+/// `pid`'s state, threads and caught signals from /proc/PID/status, for a failure's message.
+fn proc_state(pid: u32) -> String {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let keep = ["State:", "Threads:", "SigCgt:", "SigBlk:"];
+    s.lines().filter(|l| keep.iter().any(|k| l.starts_with(k))).collect::<Vec<_>>().join(", ")
 }
 
 /// Whether `pid` catches `sig` (/proc/PID/status SigCgt).

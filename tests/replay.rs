@@ -477,10 +477,16 @@ fn recorded_program_replays_its_live_heap_and_rss_under_every_backend() {
             got + want / 100 >= want && got <= want + want / 20,
             "{b}: the replay's peak live {got} against the trace's {want} (at most 1% lower, 5% higher)"
         );
+        // Live at the end: the kept blocks plus at most 4 MiB (the tables and the C++ runtime's).
+        // A trace with drops (rings full under load) may miss a kept block's allocation (then
+        // fewer live bytes) or hold a pre-window heap: the curve's bound applies instead.
+        let slack = if e.trace_dropped == 0 { 0 } else { e.pre_window_bytes + kept / 10 };
         assert!(
-            e.live_end_bytes >= kept && e.live_end_bytes <= kept + 4 * MIB,
-            "{b}: live {} kept {kept}",
-            e.live_end_bytes
+            e.live_end_bytes + slack >= kept && e.live_end_bytes <= kept + 4 * MIB + slack,
+            "{b}: live {} kept {kept} ({} calls dropped, pre-window heap {})",
+            e.live_end_bytes,
+            e.trace_dropped,
+            e.pre_window_bytes
         );
         let mut dev = (r.net_peak_rss_bytes as f64 - orig as f64).abs() / orig as f64;
         let (mut orig, mut replayed) = (orig, r.net_peak_rss_bytes);
