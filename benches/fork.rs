@@ -5,9 +5,10 @@
 //! before the next; THREADS 0 (single-threaded) and 1 (a sleeping thread: the parent has the
 //! shim's worker, which the old shim restarted in every child). Per backend, per round (rounds
 //! interleaved, `MALLOCSHIM_BENCH_ROUNDS`, default 7; `MALLOCSHIM_BENCH_FORKS`, default 300):
-//! glibc alone (no preload), the backend preloaded directly (glibc alone again for glibc), and
-//! the shim over the backend (default settings). Reported: the median over rounds of wall ns and
-//! CPU ns (process and children) per fork+wait, and the median over rounds of each round's
+//! glibc alone (no preload), the backend preloaded directly (glibc alone again for glibc), the
+//! shim over the backend (default settings), and glibc alone with an empty object preloaded
+//! (`tests/c/empty_preload.c`: what any preload costs a fork). Reported: the median over rounds
+//! of wall ns and CPU ns (process and children) per fork+wait, and the median over rounds of each round's
 //! ratio shim / glibc alone and shim / direct, and the median minor page faults (process and
 //! children) per fork+wait of each. Backends: `MALLOCSHIM_BENCH_BACKENDS` (default
 //! all four). Output: Markdown on stdout and in `target/bench/fork.md`.
@@ -20,8 +21,8 @@ use std::fmt::Write as _;
 use std::process::Command;
 
 /// (wall ns, CPU ns, page faults) per fork+wait of glibc alone, the backend preloaded directly,
-/// the shim.
-type Round = [(f64, f64, f64); 3];
+/// the shim, and glibc alone with an empty object preloaded.
+type Round = [(f64, f64, f64); 4];
 
 /// (wall ns, CPU ns, minor page faults of the process and its children) per fork+wait of one run.
 fn run(mut c: Command, n: u64, threads: u32) -> (f64, f64, f64) {
@@ -36,6 +37,8 @@ fn run(mut c: Command, n: u64, threads: u32) -> (f64, f64, f64) {
 
 fn main() {
     let prog = common::cc("fork_wait.c", "fork_wait", &[]);
+    // What any preload costs a fork: an empty object (tests/c/empty_preload.c).
+    let empty = common::cc("empty_preload.c", "libempty_preload.so", &["-shared", "-fPIC"]);
     common::shim();
     let rounds = env_u64("MALLOCSHIM_BENCH_ROUNDS", 7);
     let n = env_u64("MALLOCSHIM_BENCH_FORKS", 300);
@@ -46,9 +49,9 @@ fn main() {
     let _ = writeln!(md, "{n} forks per run, {rounds} rounds, load average at start: {}\n", load.trim());
     let _ = writeln!(
         md,
-        "| backend | threads | glibc alone wall µs | direct wall µs | shim wall µs | shim/alone wall | shim/direct wall | alone CPU µs | direct CPU µs | shim CPU µs | shim/alone CPU | shim/direct CPU | alone faults | direct faults | shim faults |"
+        "| backend | threads | glibc alone wall µs | direct wall µs | shim wall µs | shim/alone wall | shim/direct wall | alone CPU µs | direct CPU µs | shim CPU µs | shim/alone CPU | shim/direct CPU | empty preload/alone CPU | alone faults | direct faults | shim faults |"
     );
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for b in &backends {
         for threads in [0u32, 1] {
             let mut rows: Vec<Round> = Vec::new();
@@ -63,13 +66,16 @@ fn main() {
                     None => alone,
                 };
                 let shim = run(common::preloaded(&prog, b), n, threads);
-                rows.push([alone, direct, shim]);
+                let mut c = common::plain(&prog);
+                c.env("LD_PRELOAD", &empty);
+                let empty = run(c, n, threads);
+                rows.push([alone, direct, shim, empty]);
             }
             let med = |f: &dyn Fn(&Round) -> f64| median(rows.iter().map(f).collect::<Vec<f64>>());
             let us = |x: f64| x / 1000.0;
             let _ = writeln!(
                 md,
-                "| {b} | {threads} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.1} | {:.1} | {:.1} |",
+                "| {b} | {threads} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {:.1} | {:.1} | {:.1} |",
                 us(med(&|r| r[0].0)),
                 us(med(&|r| r[1].0)),
                 us(med(&|r| r[2].0)),
@@ -80,6 +86,7 @@ fn main() {
                 us(med(&|r| r[2].1)),
                 med(&|r| r[2].1 / r[0].1),
                 med(&|r| r[2].1 / r[1].1),
+                med(&|r| r[3].1 / r[0].1),
                 med(&|r| r[0].2),
                 med(&|r| r[1].2),
                 med(&|r| r[2].2),
