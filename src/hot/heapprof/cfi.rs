@@ -35,6 +35,9 @@
 //!   lookup: its return address is live on this stack, so that module stays mapped (and the
 //!   same) for the whole walk. Nothing about modules is kept from one walk to the next.
 //!   Every stack read is bounds-checked against this thread's stack ([`walk`]'s `lo..hi`).
+//! - A walk ends where the stack pointer reaches `hi`: for a thread the shim started, the
+//!   trampoline's frame that calls the start routine (`heapprof::thread_started`), so the
+//!   trampoline, `start_thread` and `clone3` are neither looked up nor unwound.
 
 use core::ffi::c_void;
 use core::ptr::null_mut;
@@ -191,17 +194,19 @@ pub fn walk(
     if !POOL_MADE.load(Relaxed) {
         make_pool();
     }
+    // The last address a read may start at, as an offset from `lo`: one compare per read.
+    let Some(span) = hi.checked_sub(lo).and_then(|d| d.checked_sub(8)) else { return Some(n0) };
     let mut read = |a: u64| -> Result<u64, ()> {
-        let a = a as usize;
-        if a < lo || a > hi.saturating_sub(8) || a & 7 != 0 {
+        if (a as usize).wrapping_sub(lo) > span {
             return Err(());
         }
-        // SAFETY: a..a+8 lies within this thread's stack above its stack pointer.
-        Ok(unsafe { (a as *const u64).read_volatile() })
+        // SAFETY: a..a+8 lies within this thread's stack above its stack pointer (an address
+        // the CFI computed from a garbage register may be unaligned: read as such).
+        Ok(unsafe { (a as *const u64).read_unaligned() })
     };
     for pass in 0..PASSES {
         let regs = UnwindRegsX86_64::new(ret as u64, sp as u64, bp as u64);
-        match one_pass(regs, &mut read, out, n0) {
+        match one_pass(regs, &mut read, hi, out, n0) {
             Pass::Done(n) => return Some(n),
             Pass::NoCache => return None,
             Pass::Missing(k, mut n, pc, bp) => {
@@ -230,6 +235,7 @@ enum Pass {
 fn one_pass<F: FnMut(u64) -> Result<u64, ()>>(
     mut regs: UnwindRegsX86_64,
     read: &mut F,
+    hi: usize,
     out: &mut [usize; super::unwind::MAX_FRAMES],
     n0: usize,
 ) -> Pass {
@@ -240,22 +246,26 @@ fn one_pass<F: FnMut(u64) -> Result<u64, ()>>(
     let held = (!st.is_null()).then(|| unsafe { &*st });
     let mut n = n0;
     let mut pc = regs.ip();
-    // The module the last lookup found (and `held` holds with the loader's identity).
+    // The module the last lookup found (and `held` holds with the loader's identity), and
+    // whether it is the shim's (the same for every frame in it: one test per module).
     let mut same = 0..0u64;
+    let mut shim = false;
     let r = loop {
         if n >= out.len() || pc == 0 {
             break Pass::Done(n);
         }
         let look = pc - 1;
         if !same.contains(&look) {
+            same = 0..0;
             if let Some(k) = find(look) {
                 if !held.is_some_and(|s| holds(s, k)) {
                     break Pass::Missing(k, n, pc as usize, regs.bp() as usize);
                 }
                 same = k.start..k.end;
             }
+            shim = super::unwind::in_shim(pc as usize);
         }
-        if !super::unwind::in_shim(pc as usize) {
+        if !shim {
             out[n] = pc as usize;
             n += 1;
         }
@@ -264,7 +274,9 @@ fn one_pass<F: FnMut(u64) -> Result<u64, ()>>(
         // SAFETY: the bank was taken from the pool by this thread alone.
         let cache = unsafe { &mut (*bank)[(look / RULES_PER_CACHE % BANK as u64) as usize] };
         match s.unwinder.unwind_frame(addr, &mut regs, cache, read) {
-            Ok(Some(next)) => pc = next,
+            // A frame at or above the top holds nothing the walk may read: the shim's
+            // `pthread_create` trampoline, where a thread it started has its top.
+            Ok(Some(next)) if regs.sp() < hi as u64 => pc = next,
             _ => break Pass::Done(n),
         }
     };
