@@ -41,13 +41,17 @@
 
 use core::ffi::c_void;
 use core::ptr::null_mut;
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering::*};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering::*};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, MustNotAllocateDuringUnwind, Unwinder};
 
 type Policy = MustNotAllocateDuringUnwind;
 type Cache = CacheX86_64<Policy>;
-type Bank = [Cache; BANK];
+/// One sampler's caches: framehop's, and the memo of effects in front of them.
+struct Bank {
+    caches: [Cache; BANK],
+    memo: Box<super::memo::Memo>,
+}
 
 /// Unwind passes per sample (each may register one module first).
 const PASSES: usize = 4;
@@ -120,6 +124,8 @@ unsafe fn mark(hdr: u64, end: u64) -> u64 {
 
 struct State {
     unwinder: UnwinderX86_64<Vec<u8>, Policy>,
+    /// Distinct for each published state (never 0): the memo's key.
+    generation: u32,
     /// Sorted by start; one per module held by `unwinder`.
     known: Vec<Key>,
 }
@@ -130,6 +136,8 @@ static WRITER: AtomicBool = AtomicBool::new(false);
 static GRAVES: [AtomicPtr<State>; GRAVE] = [const { AtomicPtr::new(null_mut()) }; GRAVE];
 static POOL: [AtomicPtr<Bank>; BANKS] = [const { AtomicPtr::new(null_mut()) }; BANKS];
 static POOL_MADE: AtomicBool = AtomicBool::new(false);
+/// The last state's generation.
+static GENERATION: AtomicU32 = AtomicU32::new(0);
 
 /// Initialisation (under the guard): finds `_dl_find_object`, unless
 /// `MALLOCSHIM_PROF_UNWIND=fp` asks for frame pointers only.
@@ -272,11 +280,22 @@ fn one_pass<F: FnMut(u64) -> Result<u64, ()>>(
         let Some(s) = held else { break Pass::Done(n) };
         let Some(addr) = FrameAddress::from_return_address(pc) else { break Pass::Done(n) };
         // SAFETY: the bank was taken from the pool by this thread alone.
-        let cache = unsafe { &mut (*bank)[(look / RULES_PER_CACHE % BANK as u64) as usize] };
-        match s.unwinder.unwind_frame(addr, &mut regs, cache, read) {
+        let bank = unsafe { &mut *bank };
+        let next = match super::memo::get(&bank.memo, look, s.generation) {
+            Some(e) if e.replayable() => e.unwind(&mut regs, read),
+            known => {
+                let cache = &mut bank.caches[(look / RULES_PER_CACHE % BANK as u64) as usize];
+                let next = s.unwinder.unwind_frame(addr, &mut regs, cache, read).ok().flatten();
+                if known.is_none() {
+                    super::memo::learn(&mut bank.memo, &s.unwinder, cache, pc, s.generation);
+                }
+                next
+            }
+        };
+        match next {
             // A frame at or above the top holds nothing the walk may read: the shim's
             // `pthread_create` trampoline, where a thread it started has its top.
-            Ok(Some(next)) if regs.sp() < hi as u64 => pc = next,
+            Some(next) if regs.sp() < hi as u64 => pc = next,
             _ => break Pass::Done(n),
         }
     };
@@ -313,7 +332,8 @@ fn make_pool() {
     if !POOL_MADE.load(Relaxed) {
         let _g = crate::hot::tls::Reentry::enter();
         for _ in 0..BANKS {
-            put_bank(Box::into_raw(Box::new(core::array::from_fn(|_| Cache::new_in()))));
+            let memo = super::memo::new_memo();
+            put_bank(Box::into_raw(Box::new(Bank { caches: core::array::from_fn(|_| Cache::new_in()), memo })));
         }
         POOL_MADE.store(true, Release);
     }
@@ -361,7 +381,10 @@ fn build(k: Key, old: Option<&State>) -> Option<State> {
     unwinder.add_module(Module::new(String::new(), k.start..k.end, k.bias, info));
     let i = known.partition_point(|x| x.start < k.start);
     known.insert(i, k);
-    Some(State { unwinder, known })
+    // Wraps after 4 billion registrations (bounded by MAX_MODULES per state, but a dlopen
+    // loop at one address may replace forever): skips 0, the memo's empty key.
+    let generation = GENERATION.fetch_add(1, Relaxed).wrapping_add(1).max(1);
+    Some(State { unwinder, generation, known })
 }
 
 /// Frees a replaced state once no reader is inside; parks it otherwise (leaked when the

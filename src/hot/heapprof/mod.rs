@@ -34,6 +34,7 @@
 pub mod cfi;
 mod ehframe;
 pub mod live;
+mod memo;
 mod lock;
 mod records;
 pub mod unwind;
