@@ -30,7 +30,9 @@
 //!   modulo 509), so a bank is one direct-mapped rule cache of `BANK × 509` entries: mariadbd's
 //!   sampled stacks overflowed a single cache (about one CFI evaluation, ~3,000+ instructions, per
 //!   sample). Rules are keyed by the state's generation (framehop's), so a registration
-//!   invalidates them all.
+//!   invalidates them all. In front of them, the bank's [`super::memo`] replays a frame whose
+//!   effect it learnt from framehop under the same state (about a third of the instructions
+//!   of a framehop call).
 //! - Within one walk, a frame inside the module the previous frame was checked in needs no
 //!   lookup: its return address is live on this stack, so that module stays mapped (and the
 //!   same) for the whole walk. Nothing about modules is kept from one walk to the next.
@@ -90,36 +92,9 @@ struct Key {
     end: u64,
     bias: u64,
     hdr: u64,
-    /// [`mark`] of its `.eh_frame_hdr`: a library dlopen'd where a dlclose'd one of the same
+    /// [`super::ehframe::mark`] of its `.eh_frame_hdr`: a library dlopen'd where a dlclose'd one of the same
     /// size was has the same four addresses above, but not the same functions.
     mark: u64,
-}
-
-/// The FDE count and last table entry (the last function's start, its FDE's offset) of the
-/// mapped `.eh_frame_hdr` at `hdr`, or 0 when its encoding is not GNU ld's and lld's (such a
-/// module is never registered: see [`super::ehframe`]).
-///
-/// # Safety
-/// `hdr` is the loader's `.eh_frame_hdr` address of a module that stays mapped (a live return
-/// address into it), ending before `end`. The table is read as far as its own count says, as
-/// libgcc's unwinder does, and never at or past `end`.
-unsafe fn mark(hdr: u64, end: u64) -> u64 {
-    if hdr == 0 || hdr.saturating_add(12) > end {
-        return 0;
-    }
-    // SAFETY: the caller's; the header's 12 bytes, then one entry below `end`.
-    unsafe {
-        let h = hdr as *const u8;
-        if *h != 1 || *h.add(1) != 0x1b || *h.add(2) != 0x03 || *h.add(3) != 0x3b {
-            return 0;
-        }
-        let count = (h.add(8) as *const u32).read_unaligned() as u64;
-        let last = hdr + 12 + 8 * count.saturating_sub(1);
-        if count == 0 || last.saturating_add(8) > end {
-            return count;
-        }
-        (last as *const u64).read_unaligned().rotate_left(20) ^ count
-    }
 }
 
 struct State {
@@ -179,7 +154,7 @@ fn find(pc: u64) -> Option<Key> {
         // `l_addr` is the first field of the public `struct link_map`.
         let bias = *(r.link_map as *const u64);
         let (start, end, hdr) = (r.map_start as u64, r.map_end as u64, r.eh_frame as u64);
-        Some(Key { start, end, bias, hdr, mark: mark(hdr, end) })
+        Some(Key { start, end, bias, hdr, mark: super::ehframe::mark(hdr, end) })
     }
 }
 
@@ -333,7 +308,10 @@ fn make_pool() {
         let _g = crate::hot::tls::Reentry::enter();
         for _ in 0..BANKS {
             let memo = super::memo::new_memo();
-            put_bank(Box::into_raw(Box::new(Bank { caches: core::array::from_fn(|_| Cache::new_in()), memo })));
+            put_bank(Box::into_raw(Box::new(Bank {
+                caches: core::array::from_fn(|_| Cache::new_in()),
+                memo,
+            })));
         }
         POOL_MADE.store(true, Release);
     }

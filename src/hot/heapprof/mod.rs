@@ -34,8 +34,8 @@
 pub mod cfi;
 mod ehframe;
 pub mod live;
-mod memo;
 mod lock;
+mod memo;
 mod records;
 pub mod unwind;
 
