@@ -38,8 +38,9 @@
 //!   same) for the whole walk. Nothing about modules is kept from one walk to the next.
 //!   Every stack read is bounds-checked against this thread's stack ([`walk`]'s `lo..hi`).
 //! - A walk ends where the stack pointer reaches `hi`: for a thread the shim started, the
-//!   trampoline's frame that calls the start routine (`heapprof::thread_started`), so the
-//!   trampoline, `start_thread` and `clone3` are neither looked up nor unwound.
+//!   trampoline's frame that calls the start routine (`heapprof::thread_started`, passed down
+//!   by [`super::unwind::capture`]), so the trampoline, `start_thread` and `clone3` are neither
+//!   looked up nor unwound.
 
 use core::ffi::c_void;
 use core::ptr::null_mut;
