@@ -159,3 +159,44 @@ fn module_replaced_at_the_same_address() {
         assert!(outer >= 0.95 * main, "{what}: b_outer holds {outer} B of main's {main} B\n{top}");
     }
 }
+
+/// True when one trace of `-traces` ends with `chain` (innermost first, so its last frame is the
+/// trace's outermost).
+fn ends_with_chain(traces: &str, chain: &[&str]) -> bool {
+    traces.split("-----------+").any(|t| {
+        let frames: Vec<&str> =
+            t.lines().map(|l| l.split_whitespace().last().unwrap_or("")).filter(|s| !s.is_empty()).collect();
+        frames.ends_with(chain)
+    })
+}
+
+#[test]
+fn a_thread_stack_ends_at_its_start_routine() {
+    let bin =
+        common::cc("heap_thread_stack.c", "heap_thread_stack", &["-O2", "-fomit-frame-pointer", "-pthread"]);
+    for (backend, setting, env) in common::matrix() {
+        let what = format!("heap_thread_stack under {backend}, {setting}");
+        let mut e = vec![("MALLOCSHIM_PROF_SAMPLE_BYTES", "65536")];
+        e.extend_from_slice(env);
+        let p = common::profile_of(&bin, None, backend, &e, &what.replace([' ', ',', '='], "_"));
+        let traces = common::pprof(&p, &["-traces", "-sample_index=inuse_space"]);
+        if env.contains(&("MALLOCSHIM_PROFILE", "off")) {
+            assert!(traces.contains("0 samples taken"), "{what}: samples without profiling\n{traces}");
+            continue;
+        }
+        // The start routine is the outermost frame: neither the shim's pthread_create
+        // trampoline nor glibc's start_thread/clone3 above it (they were unwound on every
+        // sample before), and it is kept.
+        assert!(
+            ends_with_chain(&traces, &["t_leaf", "t_mid", "thread_main"]),
+            "{what}: no trace ending t_leaf, t_mid, thread_main\n{traces}"
+        );
+        let above = |l: &str| {
+            let f = l.split_whitespace().last().unwrap_or("");
+            ["start_thread", "clone3", "clone"].contains(&f) || f.starts_with("mallocshim::")
+        };
+        assert!(!traces.lines().any(above), "{what}: frames above the start routine\n{traces}");
+        // The main thread's stack still reaches main.
+        assert!(has_chain(&traces, &["m_leaf", "main"]), "{what}: no trace m_leaf, main\n{traces}");
+    }
+}

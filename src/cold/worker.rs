@@ -432,6 +432,11 @@ struct Start {
 /// The new thread's first frame: records its start routine, creator and start time in the
 /// thread's recording slot (claimed now, under the guard), then runs the program's routine.
 extern "C" fn trampoline(p: *mut c_void) -> *mut c_void {
+    // This frame's stack pointer, which is the one at the start routine's call below (fixed
+    // for the body): a sampled stack ends there, above the start routine (heapprof::thread_started).
+    let stop: usize;
+    // SAFETY: reads one register.
+    unsafe { core::arch::asm!("mov {}, rsp", out(reg) stop, options(nomem, nostack, preserves_flags)) };
     let st = {
         let _g = Reentry::enter();
         // SAFETY: `p` is the block `pthread_create` wrote for this thread alone; read once, freed.
@@ -456,7 +461,7 @@ extern "C" fn trampoline(p: *mut c_void) -> *mut c_void {
                 s.start_routine.store(st.start as usize, Relaxed);
                 s.creator_tid.store(st.creator_tid, Relaxed);
                 s.start_unix_ms.store(st.unix_ms, Relaxed);
-                crate::hot::heapprof::thread_started(s);
+                crate::hot::heapprof::thread_started(s, stop);
             }
         }
         st

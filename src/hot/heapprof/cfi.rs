@@ -30,21 +30,31 @@
 //!   modulo 509), so a bank is one direct-mapped rule cache of `BANK × 509` entries: mariadbd's
 //!   sampled stacks overflowed a single cache (about one CFI evaluation, ~3,000+ instructions, per
 //!   sample). Rules are keyed by the state's generation (framehop's), so a registration
-//!   invalidates them all.
+//!   invalidates them all. In front of them, the bank's [`super::memo`] replays a frame whose
+//!   effect it learnt from framehop under the same state (about a third of the instructions
+//!   of a framehop call).
 //! - Within one walk, a frame inside the module the previous frame was checked in needs no
 //!   lookup: its return address is live on this stack, so that module stays mapped (and the
 //!   same) for the whole walk. Nothing about modules is kept from one walk to the next.
 //!   Every stack read is bounds-checked against this thread's stack ([`walk`]'s `lo..hi`).
+//! - A walk ends where the stack pointer reaches `hi`: for a thread the shim started, the
+//!   trampoline's frame that calls the start routine (`heapprof::thread_started`, passed down
+//!   by [`super::unwind::capture`]), so the trampoline, `start_thread` and `clone3` are neither
+//!   looked up nor unwound.
 
 use core::ffi::c_void;
 use core::ptr::null_mut;
-use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering::*};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering::*};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, MustNotAllocateDuringUnwind, Unwinder};
 
 type Policy = MustNotAllocateDuringUnwind;
 type Cache = CacheX86_64<Policy>;
-type Bank = [Cache; BANK];
+/// One sampler's caches: framehop's, and the memo of effects in front of them.
+struct Bank {
+    caches: [Cache; BANK],
+    memo: Box<super::memo::Memo>,
+}
 
 /// Unwind passes per sample (each may register one module first).
 const PASSES: usize = 4;
@@ -83,40 +93,15 @@ struct Key {
     end: u64,
     bias: u64,
     hdr: u64,
-    /// [`mark`] of its `.eh_frame_hdr`: a library dlopen'd where a dlclose'd one of the same
+    /// [`super::ehframe::mark`] of its `.eh_frame_hdr`: a library dlopen'd where a dlclose'd one of the same
     /// size was has the same four addresses above, but not the same functions.
     mark: u64,
 }
 
-/// The FDE count and last table entry (the last function's start, its FDE's offset) of the
-/// mapped `.eh_frame_hdr` at `hdr`, or 0 when its encoding is not GNU ld's and lld's (such a
-/// module is never registered: see [`super::ehframe`]).
-///
-/// # Safety
-/// `hdr` is the loader's `.eh_frame_hdr` address of a module that stays mapped (a live return
-/// address into it), ending before `end`. The table is read as far as its own count says, as
-/// libgcc's unwinder does, and never at or past `end`.
-unsafe fn mark(hdr: u64, end: u64) -> u64 {
-    if hdr == 0 || hdr.saturating_add(12) > end {
-        return 0;
-    }
-    // SAFETY: the caller's; the header's 12 bytes, then one entry below `end`.
-    unsafe {
-        let h = hdr as *const u8;
-        if *h != 1 || *h.add(1) != 0x1b || *h.add(2) != 0x03 || *h.add(3) != 0x3b {
-            return 0;
-        }
-        let count = (h.add(8) as *const u32).read_unaligned() as u64;
-        let last = hdr + 12 + 8 * count.saturating_sub(1);
-        if count == 0 || last.saturating_add(8) > end {
-            return count;
-        }
-        (last as *const u64).read_unaligned().rotate_left(20) ^ count
-    }
-}
-
 struct State {
     unwinder: UnwinderX86_64<Vec<u8>, Policy>,
+    /// Distinct for each published state (never 0): the memo's key.
+    generation: u32,
     /// Sorted by start; one per module held by `unwinder`.
     known: Vec<Key>,
 }
@@ -127,6 +112,8 @@ static WRITER: AtomicBool = AtomicBool::new(false);
 static GRAVES: [AtomicPtr<State>; GRAVE] = [const { AtomicPtr::new(null_mut()) }; GRAVE];
 static POOL: [AtomicPtr<Bank>; BANKS] = [const { AtomicPtr::new(null_mut()) }; BANKS];
 static POOL_MADE: AtomicBool = AtomicBool::new(false);
+/// The last state's generation.
+static GENERATION: AtomicU32 = AtomicU32::new(0);
 
 /// Initialisation (under the guard): finds `_dl_find_object`, unless
 /// `MALLOCSHIM_PROF_UNWIND=fp` asks for frame pointers only.
@@ -168,7 +155,7 @@ fn find(pc: u64) -> Option<Key> {
         // `l_addr` is the first field of the public `struct link_map`.
         let bias = *(r.link_map as *const u64);
         let (start, end, hdr) = (r.map_start as u64, r.map_end as u64, r.eh_frame as u64);
-        Some(Key { start, end, bias, hdr, mark: mark(hdr, end) })
+        Some(Key { start, end, bias, hdr, mark: super::ehframe::mark(hdr, end) })
     }
 }
 
@@ -191,17 +178,19 @@ pub fn walk(
     if !POOL_MADE.load(Relaxed) {
         make_pool();
     }
+    // The last address a read may start at, as an offset from `lo`: one compare per read.
+    let Some(span) = hi.checked_sub(lo).and_then(|d| d.checked_sub(8)) else { return Some(n0) };
     let mut read = |a: u64| -> Result<u64, ()> {
-        let a = a as usize;
-        if a < lo || a > hi.saturating_sub(8) || a & 7 != 0 {
+        if (a as usize).wrapping_sub(lo) > span {
             return Err(());
         }
-        // SAFETY: a..a+8 lies within this thread's stack above its stack pointer.
-        Ok(unsafe { (a as *const u64).read_volatile() })
+        // SAFETY: a..a+8 lies within this thread's stack above its stack pointer (an address
+        // the CFI computed from a garbage register may be unaligned: read as such).
+        Ok(unsafe { (a as *const u64).read_unaligned() })
     };
     for pass in 0..PASSES {
         let regs = UnwindRegsX86_64::new(ret as u64, sp as u64, bp as u64);
-        match one_pass(regs, &mut read, out, n0) {
+        match one_pass(regs, &mut read, hi, out, n0) {
             Pass::Done(n) => return Some(n),
             Pass::NoCache => return None,
             Pass::Missing(k, mut n, pc, bp) => {
@@ -230,6 +219,7 @@ enum Pass {
 fn one_pass<F: FnMut(u64) -> Result<u64, ()>>(
     mut regs: UnwindRegsX86_64,
     read: &mut F,
+    hi: usize,
     out: &mut [usize; super::unwind::MAX_FRAMES],
     n0: usize,
 ) -> Pass {
@@ -240,31 +230,48 @@ fn one_pass<F: FnMut(u64) -> Result<u64, ()>>(
     let held = (!st.is_null()).then(|| unsafe { &*st });
     let mut n = n0;
     let mut pc = regs.ip();
-    // The module the last lookup found (and `held` holds with the loader's identity).
+    // The module the last lookup found (and `held` holds with the loader's identity), and
+    // whether it is the shim's (the same for every frame in it: one test per module).
     let mut same = 0..0u64;
+    let mut shim = false;
     let r = loop {
         if n >= out.len() || pc == 0 {
             break Pass::Done(n);
         }
         let look = pc - 1;
         if !same.contains(&look) {
+            same = 0..0;
             if let Some(k) = find(look) {
                 if !held.is_some_and(|s| holds(s, k)) {
                     break Pass::Missing(k, n, pc as usize, regs.bp() as usize);
                 }
                 same = k.start..k.end;
             }
+            shim = super::unwind::in_shim(pc as usize);
         }
-        if !super::unwind::in_shim(pc as usize) {
+        if !shim {
             out[n] = pc as usize;
             n += 1;
         }
         let Some(s) = held else { break Pass::Done(n) };
         let Some(addr) = FrameAddress::from_return_address(pc) else { break Pass::Done(n) };
         // SAFETY: the bank was taken from the pool by this thread alone.
-        let cache = unsafe { &mut (*bank)[(look / RULES_PER_CACHE % BANK as u64) as usize] };
-        match s.unwinder.unwind_frame(addr, &mut regs, cache, read) {
-            Ok(Some(next)) => pc = next,
+        let bank = unsafe { &mut *bank };
+        let next = match super::memo::get(&bank.memo, look, s.generation) {
+            Some(e) if e.replayable() => e.unwind(&mut regs, read),
+            known => {
+                let cache = &mut bank.caches[(look / RULES_PER_CACHE % BANK as u64) as usize];
+                let next = s.unwinder.unwind_frame(addr, &mut regs, cache, read).ok().flatten();
+                if known.is_none() {
+                    super::memo::learn(&mut bank.memo, &s.unwinder, cache, pc, s.generation);
+                }
+                next
+            }
+        };
+        match next {
+            // A frame at or above the top holds nothing the walk may read: the shim's
+            // `pthread_create` trampoline, where a thread it started has its top.
+            Some(next) if regs.sp() < hi as u64 => pc = next,
             _ => break Pass::Done(n),
         }
     };
@@ -301,7 +308,11 @@ fn make_pool() {
     if !POOL_MADE.load(Relaxed) {
         let _g = crate::hot::tls::Reentry::enter();
         for _ in 0..BANKS {
-            put_bank(Box::into_raw(Box::new(core::array::from_fn(|_| Cache::new_in()))));
+            let memo = super::memo::new_memo();
+            put_bank(Box::into_raw(Box::new(Bank {
+                caches: core::array::from_fn(|_| Cache::new_in()),
+                memo,
+            })));
         }
         POOL_MADE.store(true, Release);
     }
@@ -349,7 +360,10 @@ fn build(k: Key, old: Option<&State>) -> Option<State> {
     unwinder.add_module(Module::new(String::new(), k.start..k.end, k.bias, info));
     let i = known.partition_point(|x| x.start < k.start);
     known.insert(i, k);
-    Some(State { unwinder, known })
+    // Wraps after 4 billion registrations (bounded by MAX_MODULES per state, but a dlopen
+    // loop at one address may replace forever): skips 0, the memo's empty key.
+    let generation = GENERATION.fetch_add(1, Relaxed).wrapping_add(1).max(1);
+    Some(State { unwinder, generation, known })
 }
 
 /// Frees a replaced state once no reader is inside; parks it otherwise (leaked when the

@@ -1,4 +1,5 @@
-//! A mapped module's unwind sections, copied out for [`super::cfi`]: `.eh_frame_hdr` (from the
+//! A mapped module's unwind sections, copied out for [`super::cfi`], and a mark of its function
+//! table ([`mark`]): `.eh_frame_hdr` (from the
 //! address the loader reports, its `PT_GNU_EH_FRAME`) and the `.eh_frame` it points to, whose
 //! end is found by walking its records up to the zero terminator, never past the end of the
 //! `PT_LOAD` segment holding it (read from the module's own program headers).
@@ -106,5 +107,32 @@ pub fn sections(start: u64, bias: u64, hdr: u64) -> Option<Sections> {
             eh_frame: Some(copy(eh, eh_len as usize)?),
             ..Default::default()
         })
+    }
+}
+
+/// The FDE count and last table entry (the last function's start, its FDE's offset) of the
+/// mapped `.eh_frame_hdr` at `hdr`, or 0 when its encoding is not GNU ld's and lld's (such a
+/// module is never registered: see [`sections`]).
+///
+/// # Safety
+/// `hdr` is the loader's `.eh_frame_hdr` address of a module that stays mapped (a live return
+/// address into it), ending before `end`. The table is read as far as its own count says, as
+/// libgcc's unwinder does, and never at or past `end`.
+pub unsafe fn mark(hdr: u64, end: u64) -> u64 {
+    if hdr == 0 || hdr.saturating_add(12) > end {
+        return 0;
+    }
+    // SAFETY: the caller's; the header's 12 bytes, then one entry below `end`.
+    unsafe {
+        let h = hdr as *const u8;
+        if *h != 1 || *h.add(1) != 0x1b || *h.add(2) != 0x03 || *h.add(3) != 0x3b {
+            return 0;
+        }
+        let count = (h.add(8) as *const u32).read_unaligned() as u64;
+        let last = hdr + 12 + 8 * count.saturating_sub(1);
+        if count == 0 || last.saturating_add(8) > end {
+            return count;
+        }
+        (last as *const u64).read_unaligned().rotate_left(20) ^ count
     }
 }

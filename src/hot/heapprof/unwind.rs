@@ -53,11 +53,13 @@ pub fn in_shim(pc: usize) -> bool {
     pc >= SHIM_LO.load(Relaxed) && pc < SHIM_HI.load(Relaxed)
 }
 
-/// Walks the calling thread's frame pointers into `out`; `lo..hi` is the thread's stack.
+/// Walks the calling thread's frame pointers into `out`; `lo..hi` is the thread's stack, `stop`
+/// (0: none) where a walk from below it ends (the start routine's caller's stack pointer: see
+/// `heapprof::thread_started`; a thread-exit destructor runs above it, and walks to `hi`).
 /// Returns the number of frames written (0 when the thread runs outside that stack, e.g. on a
 /// signal stack or a coroutine's).
 #[inline(never)]
-pub fn capture(lo: usize, hi: usize, out: &mut [usize; MAX_FRAMES]) -> usize {
+pub fn capture(lo: usize, hi: usize, stop: usize, out: &mut [usize; MAX_FRAMES]) -> usize {
     let (mut fp, sp): (usize, usize);
     // SAFETY: reads two registers; this function keeps a frame pointer (forced for the crate).
     unsafe {
@@ -67,6 +69,7 @@ pub fn capture(lo: usize, hi: usize, out: &mut [usize; MAX_FRAMES]) -> usize {
     if sp < lo || sp >= hi || hi < 16 {
         return 0;
     }
+    let hi = if sp < stop { stop } else { hi };
     // The shim's own frames keep frame pointers: walk them to the first frame outside it,
     // then unwind from the CFI (`cfi`), or on by frame pointer when that is unavailable.
     for _ in 0..MAX_FRAMES * 4 {
