@@ -161,6 +161,13 @@ pub fn request_on(mut s: UnixStream, pid: u32, line: &str, timeout: Duration) ->
     ))
 }
 
+/// One request to `pid` on its channel if it is open now; None when nothing listens (the
+/// process is gone, or has no channel): never sends the attach signal.
+pub fn request_if_open(pid: u32, line: &str, timeout: Duration) -> Option<Result<String, Fail>> {
+    let paths = socket_paths(pid).ok()?;
+    connect_now(&paths).map(|s| request_on(s, pid, line, timeout))
+}
+
 /// One request to `pid`, attaching when needed.
 pub fn request(pid: u32, line: &str, timeout: f64) -> Result<String, Fail> {
     if !(timeout.is_finite() && timeout > 0.0) {
