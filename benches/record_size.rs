@@ -6,7 +6,10 @@
 //! (`mallocshim record PID --seconds`), their order alternating from round to round (the
 //! interleaving spreads the machine's load over both). Prints per round the trace's calls,
 //! threads, bytes, bytes per call (the goal: at most 4), drops, reordered calls and end
-//! reason, and both qps; then the median qps ratio recording / not (goal at least 0.95).
+//! reason, and both qps, over the whole runs and over the seconds wholly inside the window
+//! (`--report-interval=1`: the window is 20 of a run's 26 s, so a whole-run ratio dilutes its
+//! cost), the server's CPU (its drain thread's apart) and its CPU per query; then the median
+//! qps ratio recording / not (goal at least 0.95).
 //! Last, with `REC_REPLAY=1` (default), `mallocshim replay` of the last round's trace in fast
 //! pace under every backend: the recorded window's length over each replay's wall time (goal at
 //! least 5x). Run with `cargo bench --bench record_size` (needs the release shim and CLI:
@@ -161,7 +164,7 @@ fn main() {
     let srv = inst.start(&Launch::shim(&so, &backend)).expect("mariadbd under the shim");
     run(&srv, &c, &cli, None); // warm-up: the buffer pool
     let dir: PathBuf = inst.subdir("trace").unwrap();
-    let (mut ratios, mut wratios, mut last) = (Vec::new(), Vec::new(), None);
+    let (mut ratios, mut wratios, mut cpqs, mut last) = (Vec::new(), Vec::new(), Vec::new(), None);
     println!("| backend | workload | window | calls | threads | bytes | bytes/call | dropped | reordered | pre-window | end |\n|---|---|---|---|---|---|---|---|---|---|---|");
     let mut qps_lines = Vec::new();
     for k in 0..rounds {
@@ -177,8 +180,12 @@ fn main() {
         let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
         let (ratio, wratio) = (rec.qps / base.qps, rec.qps_window / base.qps_window);
         let per_s = (c.secs + 6) as f64;
+        // The server's CPU per query (all its threads, the drain's included), recording over
+        // not: what a server-bound machine pays in qps, less sensitive to other jobs' load.
+        let cpq = (rec.cpu_s / rec.qps) / (base.cpu_s / base.qps);
+        cpqs.push(cpq);
         qps_lines.push(format!(
-            "| {k} | {:.1} | {:.1} | {ratio:.3} | {:.1} | {:.1} | {wratio:.3} | {:.0}% / {:.0}% | {:.1}% | {} |",
+            "| {k} | {:.1} | {:.1} | {ratio:.3} | {:.1} | {:.1} | {wratio:.3} | {:.0}% / {:.0}% | {cpq:.3} | {:.1}% | {} |",
             base.qps,
             rec.qps,
             base.qps_window,
@@ -194,7 +201,7 @@ fn main() {
     }
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
-        "\n| round | qps without (run) | qps recording (run) | ratio | qps without (window s) | qps recording (window s) | ratio | server CPU without / recording | drain thread CPU in the window | load 1 min |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "\n| round | qps without (run) | qps recording (run) | ratio | qps without (window s) | qps recording (window s) | ratio | server CPU without / recording | server CPU per query, ratio | drain thread CPU in the window | load 1 min |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for l in &qps_lines {
         println!("{l}");
@@ -205,11 +212,13 @@ fn main() {
         format!("{lo:.3}-{hi:.3}")
     };
     println!(
-        "\nmedian qps ratio recording / not over {rounds} interleaved rounds: {:.3} ({}) over the seconds inside the window, {:.3} ({}) over whole runs (goal at least 0.95); load average at the end: {}",
+        "\nmedian qps ratio recording / not over {rounds} interleaved rounds: {:.3} ({}) over the seconds inside the window, {:.3} ({}) over whole runs (goal at least 0.95); server CPU per query recording / not: {:.3} ({}); load average at the end: {}",
         common::median_or_nan(wratios.clone()),
         range(&wratios),
         common::median_or_nan(ratios.clone()),
         range(&ratios),
+        common::median_or_nan(cpqs.clone()),
+        range(&cpqs),
         load.trim()
     );
     srv.shutdown().expect("shutdown");
