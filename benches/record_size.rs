@@ -146,6 +146,32 @@ fn replay(cli: &Path, trace: &Path, dir: &Path) {
     }
 }
 
+/// The rounds' qps table and the medians (with their ranges) of the three ratios.
+fn summary(rounds: u64, qps_lines: &[String], ratios: &[f64], wratios: &[f64], cpqs: &[f64]) {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "\n| round | qps without (run) | qps recording (run) | ratio | qps without (window s) | qps recording (window s) | ratio | server CPU without / recording | server CPU per query, ratio | drain thread CPU in the window | load 1 min |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for l in qps_lines {
+        println!("{l}");
+    }
+    let range = |v: &[f64]| {
+        let lo = v.iter().cloned().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        format!("{lo:.3}-{hi:.3}")
+    };
+    println!(
+        "\nmedian qps ratio recording / not over {rounds} interleaved rounds: {:.3} ({}) over the seconds inside the window, {:.3} ({}) over whole runs (goal at least 0.95); server CPU per query recording / not: {:.3} ({}); load average at the end: {}",
+        common::median_or_nan(wratios),
+        range(wratios),
+        common::median_or_nan(ratios),
+        range(ratios),
+        common::median_or_nan(cpqs),
+        range(cpqs),
+        load.trim()
+    );
+}
+
 fn main() {
     let so = common::shim();
     let cli = common::cli_bin();
@@ -199,28 +225,7 @@ fn main() {
         wratios.push(wratio);
         last = Some(out);
     }
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    println!(
-        "\n| round | qps without (run) | qps recording (run) | ratio | qps without (window s) | qps recording (window s) | ratio | server CPU without / recording | server CPU per query, ratio | drain thread CPU in the window | load 1 min |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-    );
-    for l in &qps_lines {
-        println!("{l}");
-    }
-    let range = |v: &[f64]| {
-        let lo = v.iter().cloned().fold(f64::INFINITY, f64::min);
-        let hi = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        format!("{lo:.3}-{hi:.3}")
-    };
-    println!(
-        "\nmedian qps ratio recording / not over {rounds} interleaved rounds: {:.3} ({}) over the seconds inside the window, {:.3} ({}) over whole runs (goal at least 0.95); server CPU per query recording / not: {:.3} ({}); load average at the end: {}",
-        common::median_or_nan(wratios.clone()),
-        range(&wratios),
-        common::median_or_nan(ratios.clone()),
-        range(&ratios),
-        common::median_or_nan(cpqs.clone()),
-        range(&cpqs),
-        load.trim()
-    );
+    summary(rounds, &qps_lines, &ratios, &wratios, &cpqs);
     srv.shutdown().expect("shutdown");
     if common::env_u64("REC_REPLAY", 1) == 1 {
         if let Some(t) = last {
