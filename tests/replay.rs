@@ -472,10 +472,17 @@ fn recorded_program_replays_its_live_heap_and_rss_under_every_backend() {
         // order leaves free (threads' allocations of an epoch may run before another's frees):
         // measured up to +1.5% (329.2 MB against 324.2 MB, glibc, session 13's whole-suite run on
         // a fresh clone); bounded at +5%.
+        // A trace with drops (three tries all dropped, under load) has a lower peak of its own and
+        // a pre-window heap the replay holds besides: the curve's bound then (seen: 319.5 MB
+        // against 284.6 MB in a whole-suite run beside the main job).
         let (got, want) = (e.replay_peak_live_bytes, e.peak_live_bytes);
+        let slack = if e.trace_dropped == 0 { 0 } else { e.pre_window_bytes + want / 10 };
         assert!(
-            got + want / 100 >= want && got <= want + want / 20,
-            "{b}: the replay's peak live {got} against the trace's {want} (at most 1% lower, 5% higher)"
+            got + want / 100 + slack >= want && got <= want + want / 20 + slack,
+            "{b}: the replay's peak live {got} against the trace's {want} (at most 1% lower, 5% higher; \
+             {} calls dropped, pre-window heap {})",
+            e.trace_dropped,
+            e.pre_window_bytes
         );
         // Live at the end: the kept blocks plus at most 4 MiB (the tables and the C++ runtime's).
         // A trace with drops (rings full under load) may miss a kept block's allocation (then

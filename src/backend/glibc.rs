@@ -229,7 +229,8 @@ const HEAP_MAX: u64 = 64 << 20;
 /// Resident bytes of glibc's main heap (`[heap]`, the brk area) and of its arena heaps. An arena
 /// heap is recognised as an anonymous read-write private mapping aligned to `HEAP_MAX`, no
 /// longer, whose `heap_info` header (first words: arena pointer, previous heap, size,
-/// mprotect_size) says `mprotect_size` = the mapping's length.
+/// mprotect_size) says `mprotect_size` = the mapping's length. The header is read with
+/// process_vm_readv (a mapping gone meanwhile is skipped, never a fault).
 fn heap_resident() -> u64 {
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
     let mut total = 0;
@@ -243,9 +244,15 @@ fn heap_resident() -> u64 {
             && start % HEAP_MAX == 0
             && len <= HEAP_MAX
         {
-            // SAFETY: the mapping is readable and writable (rw-p) and at least a page long.
-            let hdr = unsafe { core::ptr::read_volatile(start as *const [u64; 4]) };
-            if hdr[0] != 0 && hdr[3] == len && hdr[2] <= len {
+            // Read with process_vm_readv, never dereferenced: another thread's free may have
+            // unmapped this heap since /proc/self/maps was read (glibc's `delete_heap`), and a
+            // load from it would end the process (seen: SIGSEGV of a program freeing an arena's
+            // last blocks while the memlog measured, 2 of 32 runs at load).
+            let word = |i: u64| super::figures::read_word(start + 8 * i);
+            let (Some(arena), Some(size), Some(mprotect_size)) = (word(0), word(2), word(3)) else {
+                continue;
+            };
+            if arena != 0 && mprotect_size == len && size <= len {
                 total += super::figures::resident(start, len);
             }
         }
