@@ -127,6 +127,35 @@ fn spawn() {
 
 /// Stack of the worker thread (std's default for its threads).
 const STACK_BYTES: usize = 2 << 20;
+/// The inaccessible page below the worker's own stack.
+const GUARD_BYTES: usize = 4096;
+/// The worker's stack (its lowest usable byte; null until mapped): mapped once, never unmapped,
+/// wipe-on-fork, so a fork copies none of it (a child has no worker; a child's own worker reuses
+/// the range). glibc keeps the thread's descriptor and static TLS at its top, which nothing in a
+/// child reads: glibc forgets a child's user-stack threads, and the backends' child handlers
+/// drop the other threads' caches (jemalloc's `arena_postfork_child` empties the arena's list of
+/// thread caches) without reading them.
+static STACK: core::sync::atomic::AtomicPtr<c_void> = core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
+
+/// The worker's own stack, mapped at its first start (null when mapping failed: glibc's then).
+fn own_stack() -> *mut c_void {
+    let p = STACK.load(Relaxed);
+    if !p.is_null() {
+        return p;
+    }
+    let m = crate::base::sys::map_anon(STACK_BYTES + GUARD_BYTES, true);
+    if m.is_null() {
+        return m;
+    }
+    // SAFETY: the first page of the mapping just made; the rest is the stack.
+    let p = unsafe {
+        libc::mprotect(m, GUARD_BYTES, libc::PROT_NONE);
+        m.cast::<u8>().add(GUARD_BYTES).cast::<c_void>()
+    };
+    crate::base::sys::wipe_on_fork(p, STACK_BYTES);
+    STACK.store(p, Relaxed);
+    p
+}
 
 /// Creates the worker as a detached POSIX thread named `mallocshim`; returns pthread_create's
 /// error number (0 on success). Not `std::thread`: std's start-up registers a thread-local
@@ -149,7 +178,10 @@ unsafe fn create_detached() -> c_int {
             return libc::EAGAIN;
         }
         libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
-        libc::pthread_attr_setstacksize(&mut attr, STACK_BYTES);
+        let stack = own_stack();
+        if stack.is_null() || libc::pthread_attr_setstack(&mut attr, stack, STACK_BYTES) != 0 {
+            libc::pthread_attr_setstacksize(&mut attr, STACK_BYTES);
+        }
         let mut t: libc::pthread_t = 0;
         let rc = libc::pthread_create(&mut t, &attr, start, core::ptr::null_mut());
         libc::pthread_attr_destroy(&mut attr);
