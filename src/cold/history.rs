@@ -43,6 +43,7 @@ type Row = [AtomicU64; COLS];
 /// The ring (null until the first sample maps it, or when mapping failed).
 static RING: AtomicPtr<Row> = AtomicPtr::new(core::ptr::null_mut());
 /// Rows written since the start (the next row goes to `HEAD % CAPACITY`).
+#[link_section = ".data.mallocshim_fork"]
 static HEAD: AtomicU64 = AtomicU64::new(0);
 
 /// The period in ms (0: off), from the configuration (at least 10 ms).

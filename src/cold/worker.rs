@@ -43,8 +43,11 @@ use crate::hot::tls::{self, Reentry};
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicI32, Ordering::*};
 
+#[link_section = ".data.mallocshim_fork"]
 static WAKE_RD: AtomicI32 = AtomicI32::new(-1);
+#[link_section = ".data.mallocshim_fork"]
 static WAKE_WR: AtomicI32 = AtomicI32::new(-1);
+#[link_section = ".data.mallocshim_fork"]
 static STARTED: AtomicBool = AtomicBool::new(false);
 static ATFORK: AtomicBool = AtomicBool::new(false);
 /// The pid of the process whose constructor armed the worker: a process with another pid is a
