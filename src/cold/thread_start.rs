@@ -54,8 +54,9 @@ struct Records([Record; POOL]);
 // Release; the next claim acquires).
 unsafe impl Sync for Records {}
 
-static RECORDS: Records =
-    Records([const { Record { busy: AtomicBool::new(false), start: UnsafeCell::new(MaybeUninit::uninit()) } }; POOL]);
+static RECORDS: Records = Records(
+    [const { Record { busy: AtomicBool::new(false), start: UnsafeCell::new(MaybeUninit::uninit()) } }; POOL],
+);
 /// Where the next claim starts looking (spreads concurrent creators over the pool).
 static HINT: AtomicUsize = AtomicUsize::new(0);
 
@@ -181,7 +182,9 @@ extern "C" fn trampoline(p: *mut c_void) -> *mut c_void {
         }
         st
     };
-    (st.start)(st.arg)
+    // Not a tail call: the start routine must run below `stop`, inside this frame (black_box
+    // keeps the compiler from jumping to it with this frame already popped).
+    core::hint::black_box((st.start)(st.arg))
 }
 
 type PthreadCreateFn = unsafe extern "C" fn(

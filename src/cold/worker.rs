@@ -138,7 +138,8 @@ const GUARD_BYTES: usize = 4096;
 /// child reads: glibc forgets a child's user-stack threads, and the backends' child handlers
 /// drop the other threads' caches (jemalloc's `arena_postfork_child` empties the arena's list of
 /// thread caches) without reading them.
-static STACK: core::sync::atomic::AtomicPtr<c_void> = core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
+static STACK: core::sync::atomic::AtomicPtr<c_void> =
+    core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
 
 /// The worker's own stack, mapped at its first start (null when mapping failed: glibc's then).
 fn own_stack() -> *mut c_void {
