@@ -191,3 +191,29 @@ fn fork_canaries_report() {
     std::fs::write(&path, &md).expect("write target/fork-canaries.md");
     println!("{md}\n(written to {})", path.display());
 }
+
+/// What a fork copies of the shim (issue 21 part 2, `tests/c/fork_footprint.c`): under every
+/// backend and setting (and with heap profiles sampling every byte), the shim's thread's stack and
+/// the memory-history ring are wipe-on-fork (2 mappings marked `wf`); under the glibc backend a
+/// thread that never allocates gets no glibc arena (the worker's is the one non-main arena:
+/// before, the `pthread_create` trampoline's free gave the idle thread one too, 2); and a forked
+/// child that starts threads (its worker reuses the wiped stack) and allocates exits 0.
+#[test]
+fn fork_copies_no_shim_stack_ring_or_idle_arena() {
+    let prog = common::cc("fork_footprint.c", "fork_footprint", &["-pthread"]);
+    let extra: &[(&str, &str)] = &[("MALLOCSHIM_PROF_SAMPLE_BYTES", "1")];
+    let cells =
+        common::matrix().chain(common::BACKENDS.into_iter().map(|b| (b, "PROF_SAMPLE_BYTES=1", extra)));
+    for (backend, setting, env) in cells {
+        let mut c = common::preloaded(&prog, backend);
+        c.envs(env.iter().copied()).env("MALLOCSHIM_HISTORY_MS", "50").arg("300");
+        let out = common::stdout(&common::run_ok(c, "fork_footprint"));
+        let v = |k: &str| common::kv(&out, k).unwrap_or_else(|| panic!("no {k}= in {out}"));
+        let what = format!("{backend}, {setting}: {}", out.trim());
+        assert_eq!(v("child"), 0, "{what}: the forked child failed");
+        assert_eq!(v("wipe"), 2, "{what}: the worker's stack and the history ring are not both wipe-on-fork");
+        if backend == "glibc" {
+            assert_eq!(v("arenas"), 1, "{what}: a glibc arena beside the worker's (the idle thread's?)");
+        }
+    }
+}
