@@ -234,8 +234,8 @@ pub unsafe fn pthread_create(
     let rc = unsafe { real(t, attr, trampoline, rec.cast()) };
     if rc != 0 {
         let _g = Reentry::enter();
-        // SAFETY: the thread was not created: the record is still ours, read (dropped) once.
-        drop(unsafe { take(rec) });
+        // SAFETY: the thread was not created: the record is still ours, given back once.
+        let _ = unsafe { take(rec) };
     }
     rc
 }
