@@ -217,3 +217,29 @@ fn fork_copies_no_shim_stack_ring_or_idle_arena() {
         }
     }
 }
+
+/// The statics the shim's child fork handlers write sit on one page (`.data.mallocshim_fork`),
+/// so a forked child copies one page of the shim's, not one per module (issue 21 part 2). Read
+/// from the built library's symbol table: a linker that split the section would fail here.
+#[test]
+fn child_handlers_write_one_page() {
+    let so = common::shim();
+    let out = Command::new(common::require("nm")).arg(&so).output().expect("run nm");
+    assert!(out.status.success(), "nm {}", so.display());
+    let text = String::from_utf8_lossy(&out.stdout);
+    // (module path, static) as mangled by rustc: `..<len>module<len>NAME17h<hash>E`.
+    let wanted = ["4fold3GEN", "6worker7WAKE_RD", "7history4HEAD", "4dump3SEQ", "6atfork11CHILD_STATE"];
+    let pages: Vec<(&str, u64)> = wanted
+        .iter()
+        .map(|w| {
+            let line = text
+                .lines()
+                .find(|l| l.contains(w) && l.contains("mallocshim"))
+                .unwrap_or_else(|| panic!("no symbol like {w} in {}", so.display()));
+            let addr =
+                u64::from_str_radix(line.split_whitespace().next().unwrap_or(""), 16).expect("address");
+            (*w, addr / 4096)
+        })
+        .collect();
+    assert!(pages.iter().all(|p| p.1 == pages[0].1), "the fork-written statics span pages: {pages:?}");
+}
