@@ -191,3 +191,55 @@ fn fork_canaries_report() {
     std::fs::write(&path, &md).expect("write target/fork-canaries.md");
     println!("{md}\n(written to {})", path.display());
 }
+
+/// What a fork copies of the shim (issue 21 part 2, `tests/c/fork_footprint.c`): under every
+/// backend and setting (and with heap profiles sampling every byte), the shim's thread's stack and
+/// the memory-history ring are wipe-on-fork (2 mappings marked `wf`); under the glibc backend a
+/// thread that never allocates gets no glibc arena (the worker's is the one non-main arena:
+/// before, the `pthread_create` trampoline's free gave the idle thread one too, 2); and a forked
+/// child that starts threads (its worker reuses the wiped stack) and allocates exits 0.
+#[test]
+fn fork_copies_no_shim_stack_ring_or_idle_arena() {
+    let prog = common::cc("fork_footprint.c", "fork_footprint", &["-pthread"]);
+    let extra: &[(&str, &str)] = &[("MALLOCSHIM_PROF_SAMPLE_BYTES", "1")];
+    let cells =
+        common::matrix().chain(common::BACKENDS.into_iter().map(|b| (b, "PROF_SAMPLE_BYTES=1", extra)));
+    for (backend, setting, env) in cells {
+        let mut c = common::preloaded(&prog, backend);
+        c.envs(env.iter().copied()).env("MALLOCSHIM_HISTORY_MS", "50").arg("300");
+        let out = common::stdout(&common::run_ok(c, "fork_footprint"));
+        let v = |k: &str| common::kv(&out, k).unwrap_or_else(|| panic!("no {k}= in {out}"));
+        let what = format!("{backend}, {setting}: {}", out.trim());
+        assert_eq!(v("child"), 0, "{what}: the forked child failed");
+        assert_eq!(v("wipe"), 2, "{what}: the worker's stack and the history ring are not both wipe-on-fork");
+        if backend == "glibc" {
+            assert_eq!(v("arenas"), 1, "{what}: a glibc arena beside the worker's (the idle thread's?)");
+        }
+    }
+}
+
+/// The statics the shim's child fork handlers write sit on one page (`.data.mallocshim_fork`),
+/// so a forked child copies one page of the shim's, not one per module (issue 21 part 2). Read
+/// from the built library's symbol table: a linker that split the section would fail here.
+#[test]
+fn child_handlers_write_one_page() {
+    let so = common::shim();
+    let out = Command::new(common::require("nm")).arg(&so).output().expect("run nm");
+    assert!(out.status.success(), "nm {}", so.display());
+    let text = String::from_utf8_lossy(&out.stdout);
+    // (module path, static) as mangled by rustc: `..<len>module<len>NAME17h<hash>E`.
+    let wanted = ["4fold3GEN", "6worker7WAKE_RD", "7history4HEAD", "4dump3SEQ", "6atfork11CHILD_STATE"];
+    let pages: Vec<(&str, u64)> = wanted
+        .iter()
+        .map(|w| {
+            let line = text
+                .lines()
+                .find(|l| l.contains(w) && l.contains("mallocshim"))
+                .unwrap_or_else(|| panic!("no symbol like {w} in {}", so.display()));
+            let addr =
+                u64::from_str_radix(line.split_whitespace().next().unwrap_or(""), 16).expect("address");
+            (*w, addr / 4096)
+        })
+        .collect();
+    assert!(pages.iter().all(|p| p.1 == pages[0].1), "the fork-written statics span pages: {pages:?}");
+}

@@ -66,6 +66,7 @@ static SKIPPED: AtomicBool = AtomicBool::new(false);
 static WRAPPED: AtomicBool = AtomicBool::new(false);
 /// The backend's child handler in a forked child: [`NONE`] (ran, or nothing owed), [`OWED`]
 /// (deferred by [`child`]), else the `pthread_self` of the thread running it.
+#[link_section = ".data.mallocshim_fork"]
 static CHILD_STATE: AtomicUsize = AtomicUsize::new(NONE);
 const NONE: usize = 0;
 const OWED: usize = 1;

@@ -76,6 +76,15 @@ pub fn map_anon(bytes: usize, noreserve: bool) -> *mut core::ffi::c_void {
     }
 }
 
+/// Marks `bytes` at `p` (page-aligned, from [`map_anon`]) wipe-on-fork: a forked child sees the
+/// range zero-filled, and the fork copies none of its page tables (`MADV_WIPEONFORK`, Linux 4.14).
+/// Only for memory whose zeroed state is valid in a child that never saw the parent's contents.
+/// False when the kernel refuses (the range is then copied as before: still correct).
+pub fn wipe_on_fork(p: *mut core::ffi::c_void, bytes: usize) -> bool {
+    // SAFETY: advice on a range the caller mapped; it changes what a child sees, never this process.
+    unsafe { libc::madvise(p, bytes, libc::MADV_WIPEONFORK) == 0 }
+}
+
 extern "C" {
     static environ: *const *const libc::c_char;
 }

@@ -1,5 +1,5 @@
 //! The exported C symbols: forwards to the `route` table (the malloc family: naked, one load and
-//! one indirect jump, see [`super::route_forward`]), `introspect`, `worker` (`pthread_create`) and
+//! one indirect jump, see [`super::route_forward`]), `introspect`, `thread_start` (`pthread_create`) and
 //! `signals` (the dump signal's interposers); C++'s new and delete families are exported by
 //! [`super::cxx`].
 //! No logic lives here. `__libc_*` names are deliberately not exported.
@@ -9,7 +9,7 @@
 use crate::backend::atfork;
 use crate::backend::glibc::{Mallinfo, Mallinfo2};
 use crate::boundary::signals;
-use crate::cold::{introspect, worker};
+use crate::cold::{introspect, thread_start};
 use core::ffi::{c_char, c_int, c_void};
 
 // The malloc family (its signatures: `route::malloc_family`). Each is called by C code with the
@@ -65,7 +65,7 @@ pub unsafe extern "C" fn pthread_create(
     arg: *mut c_void,
 ) -> c_int {
     // SAFETY: forwarded under the caller's C contract (see above).
-    unsafe { worker::pthread_create(t, attr, start, arg) }
+    unsafe { thread_start::pthread_create(t, attr, start, arg) }
 }
 
 #[no_mangle]

@@ -30,8 +30,10 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
+#[link_section = ".data.mallocshim_fork"]
 static SEQ: AtomicU64 = AtomicU64::new(0);
 /// Kernel tid of the thread writing a dump (0: none).
+#[link_section = ".data.mallocshim_fork"]
 static BUSY: AtomicU32 = AtomicU32::new(0);
 /// The process is exiting: no new dump starts (but the exit dump).
 static EXITING: AtomicBool = AtomicBool::new(false);
@@ -448,6 +450,7 @@ fn publish_named(dir: &std::path::Path, name: &str, body: &[u8]) -> std::io::Res
 
 /// A request the worker deferred to the end of the rate-limit interval (`dumpbound`): when it
 /// is due, in CLOCK_MONOTONIC ms (0: none).
+#[link_section = ".data.mallocshim_fork"]
 static DEFERRED: AtomicU64 = AtomicU64::new(0);
 
 /// The worker's wake-up pipe (`-1`: none, e.g. in a forked child before its worker starts).

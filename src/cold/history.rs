@@ -16,7 +16,8 @@
 //!
 //! Written by the shim's thread only ([`sample`]); read by whoever dumps ([`read`]). Must not
 //! run on the hot path or in a signal handler; allocates (the /proc read) under the worker's
-//! guard. A forked child starts with an empty ring.
+//! guard. A forked child starts with an empty ring (the ring is wipe-on-fork: a fork copies
+//! none of it).
 
 use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering::*};
 use mallocshim_format::history::{self, History, COLUMNS};
@@ -42,6 +43,7 @@ type Row = [AtomicU64; COLS];
 /// The ring (null until the first sample maps it, or when mapping failed).
 static RING: AtomicPtr<Row> = AtomicPtr::new(core::ptr::null_mut());
 /// Rows written since the start (the next row goes to `HEAD % CAPACITY`).
+#[link_section = ".data.mallocshim_fork"]
 static HEAD: AtomicU64 = AtomicU64::new(0);
 
 /// The period in ms (0: off), from the configuration (at least 10 ms).
@@ -59,6 +61,9 @@ fn ring() -> Option<&'static [Row]> {
         if m.is_null() {
             return None;
         }
+        // A child starts with an empty ring (`HEAD` 0): zeroed rows are as good as the parent's,
+        // and the fork then copies none of the ring's page tables (up to 183 written pages).
+        crate::base::sys::wipe_on_fork(m, RING_BYTES);
         p = m.cast();
         RING.store(p, Release);
     }

@@ -11,6 +11,7 @@
 
 use core::sync::atomic::{AtomicI32, Ordering::Relaxed};
 
+#[link_section = ".data.mallocshim_fork"]
 static FD: AtomicI32 = AtomicI32::new(-1);
 /// The `child` of the last [`open`] (for [`reopen`]).
 static CHILD: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);

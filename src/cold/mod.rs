@@ -1,4 +1,5 @@
-//! The cold path: the shim's own thread ([`worker`]) and everything it (or a C API caller)
+//! The cold path: the shim's own thread ([`worker`]), the interposed `pthread_create`
+//! ([`thread_start`]) and everything it (or a C API caller)
 //! runs off the allocator's calls — dumps ([`dump`]), their reports ([`report`]), the heap
 //! profile's pprof rendering ([`pprof`], [`symbols`]), the RSS account ([`account`]), trims
 //! ([`trim`]), the memory time series ([`memlog`]) and its in-memory ring ([`history`]), the
@@ -22,5 +23,6 @@ pub mod record;
 pub mod report;
 pub mod symbols;
 pub mod textfile;
+pub mod thread_start;
 pub mod trim;
 pub mod worker;

@@ -23,8 +23,10 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::*};
 
 /// Set while a file is being written; exit waits for it.
+#[link_section = ".data.mallocshim_fork"]
 static BUSY: AtomicBool = AtomicBool::new(false);
 /// Set at exit and in a forked child: no more writes.
+#[link_section = ".data.mallocshim_fork"]
 static CLOSED: AtomicBool = AtomicBool::new(false);
 /// Pid of the process that owns the file (set by its first write).
 static OWNER: AtomicU32 = AtomicU32::new(0);

@@ -37,14 +37,17 @@
 //! worker is a plain POSIX thread, not a `std::thread` (whose start takes the loader's lock, held
 //! by a program creating its first thread from a library constructor), and the wait is bounded
 //! all the same.
-//! Long because: the thread's start, its fork handler, its one loop and the interposed `pthread_create` trampoline share its statics (pipe, started, ready); its duties live in their own modules.
+//! Long because: the thread's start, its own stack, its fork handler and its one loop share its statics (pipe, started, ready); its duties live in their own modules, and the interposed `pthread_create` in `thread_start`.
 
 use crate::hot::tls::{self, Reentry};
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicI32, Ordering::*};
 
+#[link_section = ".data.mallocshim_fork"]
 static WAKE_RD: AtomicI32 = AtomicI32::new(-1);
+#[link_section = ".data.mallocshim_fork"]
 static WAKE_WR: AtomicI32 = AtomicI32::new(-1);
+#[link_section = ".data.mallocshim_fork"]
 static STARTED: AtomicBool = AtomicBool::new(false);
 static ATFORK: AtomicBool = AtomicBool::new(false);
 /// The pid of the process whose constructor armed the worker: a process with another pid is a
@@ -127,6 +130,36 @@ fn spawn() {
 
 /// Stack of the worker thread (std's default for its threads).
 const STACK_BYTES: usize = 2 << 20;
+/// The inaccessible page below the worker's own stack.
+const GUARD_BYTES: usize = 4096;
+/// The worker's stack (its lowest usable byte; null until mapped): mapped once, never unmapped,
+/// wipe-on-fork, so a fork copies none of it (a child has no worker; a child's own worker reuses
+/// the range). glibc keeps the thread's descriptor and static TLS at its top, which nothing in a
+/// child reads: glibc forgets a child's user-stack threads, and the backends' child handlers
+/// drop the other threads' caches (jemalloc's `arena_postfork_child` empties the arena's list of
+/// thread caches) without reading them.
+static STACK: core::sync::atomic::AtomicPtr<c_void> =
+    core::sync::atomic::AtomicPtr::new(core::ptr::null_mut());
+
+/// The worker's own stack, mapped at its first start (null when mapping failed: glibc's then).
+fn own_stack() -> *mut c_void {
+    let p = STACK.load(Relaxed);
+    if !p.is_null() {
+        return p;
+    }
+    let m = crate::base::sys::map_anon(STACK_BYTES + GUARD_BYTES, true);
+    if m.is_null() {
+        return m;
+    }
+    // SAFETY: the first page of the mapping just made; the rest is the stack.
+    let p = unsafe {
+        libc::mprotect(m, GUARD_BYTES, libc::PROT_NONE);
+        m.cast::<u8>().add(GUARD_BYTES).cast::<c_void>()
+    };
+    crate::base::sys::wipe_on_fork(p, STACK_BYTES);
+    STACK.store(p, Relaxed);
+    p
+}
 
 /// Creates the worker as a detached POSIX thread named `mallocshim`; returns pthread_create's
 /// error number (0 on success). Not `std::thread`: std's start-up registers a thread-local
@@ -149,7 +182,10 @@ unsafe fn create_detached() -> c_int {
             return libc::EAGAIN;
         }
         libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
-        libc::pthread_attr_setstacksize(&mut attr, STACK_BYTES);
+        let stack = own_stack();
+        if stack.is_null() || libc::pthread_attr_setstack(&mut attr, stack, STACK_BYTES) != 0 {
+            libc::pthread_attr_setstacksize(&mut attr, STACK_BYTES);
+        }
         let mut t: libc::pthread_t = 0;
         let rc = libc::pthread_create(&mut t, &attr, start, core::ptr::null_mut());
         libc::pthread_attr_destroy(&mut attr);
@@ -416,115 +452,4 @@ fn run() {
             let _ = crate::cold::dump::write_all();
         }
     }
-}
-
-/// What the interposed `pthread_create` hands its trampoline: the program's start routine and
-/// argument, and who created the thread when.
-struct Start {
-    start: extern "C" fn(*mut c_void) -> *mut c_void,
-    arg: *mut c_void,
-    creator_tid: u32,
-    unix_ms: u64,
-    /// Created by the shim's own code (its worker): no slot, no record.
-    own: bool,
-}
-
-/// The new thread's first frame: records its start routine, creator and start time in the
-/// thread's recording slot (claimed now, under the guard), then runs the program's routine.
-extern "C" fn trampoline(p: *mut c_void) -> *mut c_void {
-    // This frame's stack pointer, which is the one at the start routine's call below (fixed
-    // for the body): a sampled stack ends there, above the start routine (heapprof::thread_started).
-    let stop: usize;
-    // SAFETY: reads one register.
-    unsafe { core::arch::asm!("mov {}, rsp", out(reg) stop, options(nomem, nostack, preserves_flags)) };
-    let st = {
-        let _g = Reentry::enter();
-        // SAFETY: `p` is the block `pthread_create` wrote for this thread alone; read once, freed.
-        let st = unsafe {
-            let v = core::ptr::read(p as *const Start);
-            libc::free(p);
-            v
-        };
-        if !st.own && crate::hot::init::ready() && crate::hot::config::get().profile {
-            // SAFETY: this thread's TLS block; a new thread has no slot yet.
-            let slot = unsafe {
-                let ts = tls::state();
-                if (*ts).slot.is_null() {
-                    crate::hot::slots::claim(ts)
-                } else {
-                    (*ts).slot
-                }
-            };
-            if slot != crate::hot::slots::exited_ptr() {
-                // SAFETY: the slot this thread just claimed; it lives for the process's life.
-                let s = unsafe { &*slot };
-                s.start_routine.store(st.start as usize, Relaxed);
-                s.creator_tid.store(st.creator_tid, Relaxed);
-                s.start_unix_ms.store(st.unix_ms, Relaxed);
-                crate::hot::heapprof::thread_started(s, stop);
-            }
-        }
-        st
-    };
-    (st.start)(st.arg)
-}
-
-type PthreadCreateFn = unsafe extern "C" fn(
-    *mut libc::pthread_t,
-    *const libc::pthread_attr_t,
-    extern "C" fn(*mut c_void) -> *mut c_void,
-    *mut c_void,
-) -> c_int;
-static REAL_PTHREAD_CREATE: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
-
-/// The interposed `pthread_create`: starts the worker before the program's first thread, then
-/// forwards to glibc's with a trampoline that records the thread's start routine, creator and
-/// start time (one small block allocated under the guard, freed by the new thread). When that
-/// block cannot be had, the call is forwarded unchanged. (The worker's own creation comes back
-/// here and is forwarded.)
-///
-/// # Safety
-/// pthread_create's contract.
-pub unsafe fn pthread_create(
-    t: *mut libc::pthread_t,
-    attr: *const libc::pthread_attr_t,
-    start: extern "C" fn(*mut c_void) -> *mut c_void,
-    arg: *mut c_void,
-) -> c_int {
-    // A forked child's owed backend fork handler runs before its second thread exists.
-    crate::backend::atfork::settle();
-    on_thread_create();
-    let f = crate::hot::real::next(&REAL_PTHREAD_CREATE, c"pthread_create");
-    if f == 0 {
-        return libc::EAGAIN;
-    }
-    // SAFETY: glibc's pthread_create, resolved by name.
-    let real = unsafe { core::mem::transmute::<usize, PthreadCreateFn>(f) };
-    let own = tls::guarded();
-    let boxed = {
-        let _g = Reentry::enter();
-        // SAFETY: gettid has no preconditions.
-        let creator_tid = unsafe { libc::gettid() } as u32;
-        let s = Start { start, arg, creator_tid, unix_ms: crate::cold::procfs::unix_ms(), own };
-        // SAFETY: a fresh block of the size of `Start` (malloc aligns to 16), written once.
-        unsafe {
-            let b = libc::malloc(core::mem::size_of::<Start>()) as *mut Start;
-            if !b.is_null() {
-                b.write(s);
-            }
-            b
-        }
-    };
-    if boxed.is_null() {
-        // SAFETY: glibc's pthread_create with the caller's arguments, unchanged.
-        return unsafe { real(t, attr, start, arg) };
-    }
-    // SAFETY: glibc's pthread_create with the caller's thread and attributes.
-    let rc = unsafe { real(t, attr, trampoline, boxed.cast()) };
-    if rc != 0 {
-        let _g = Reentry::enter();
-        // SAFETY: the thread was not created: the block is still ours.
-        unsafe { libc::free(boxed.cast()) };
-    }
-    rc
 }

@@ -11,6 +11,7 @@ use crate::hot::tls;
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering::Relaxed};
 
 /// The write end of the worker's wake-up pipe; -1 without a worker.
+#[link_section = ".data.mallocshim_fork"]
 static WAKER: AtomicI32 = AtomicI32::new(-1);
 
 /// The worker's wake-up pipe (`-1`: none, e.g. in a forked child before its worker starts).

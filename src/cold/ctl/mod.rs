@@ -22,6 +22,7 @@ use mallocshim_format::ctl as proto;
 use std::ffi::CString;
 
 /// The listener's descriptor, for the fork handler (the worker owns the [`Channel`]).
+#[link_section = ".data.mallocshim_fork"]
 static LISTEN_FD: AtomicI32 = AtomicI32::new(-1);
 /// A refusal was reported (one line per process).
 static REFUSED: AtomicBool = AtomicBool::new(false);

@@ -261,8 +261,8 @@ static MAIN_LO: AtomicUsize = AtomicUsize::new(0);
 static MAIN_HI: AtomicUsize = AtomicUsize::new(0);
 
 /// The calling thread's stack (pthread_getattr_np), or None. Only where the thread holds no
-/// glibc lock: the start of a thread (the shim's `pthread_create` trampoline) and the library
-/// constructor. Under the reentrancy guard (it allocates for the main thread).
+/// glibc lock: the library constructor, for the main thread. Under the reentrancy guard (it
+/// allocates).
 fn own_stack() -> Option<(usize, usize)> {
     let _g = crate::hot::tls::Reentry::enter();
     // SAFETY: a zeroed attr filled by pthread_getattr_np for the calling thread and destroyed
@@ -280,12 +280,13 @@ fn own_stack() -> Option<(usize, usize)> {
     }
 }
 
-/// At thread start (the `pthread_create` trampoline): records the new thread's stack in its slot,
+/// At thread start (the `pthread_create` trampoline): records the new thread's stack `bounds`
+/// (worked out by the trampoline without allocating: `cold::thread_start`) in its slot,
 /// and `stop`, the trampoline's stack pointer at its call of the start routine: a walk from below
 /// it ends at the start routine (above it: the trampoline, glibc's `start_thread` and `clone3`,
 /// which say nothing and cost about a tenth of a mariadbd stack's unwinding).
-pub fn thread_started(s: &Slot, stop: usize) {
-    if let Some((lo, hi)) = own_stack() {
+pub fn thread_started(s: &Slot, stop: usize, bounds: Option<(usize, usize)>) {
+    if let Some((lo, hi)) = bounds {
         s.prof.stack_lo.store(lo, Relaxed);
         s.prof.stack_hi.store(hi, Relaxed);
         s.prof.stack_stop.store(if stop > lo && stop < hi { stop } else { 0 }, Relaxed);

@@ -31,13 +31,18 @@ use core::ptr;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering::*};
 
 /// Readers walking the slots / threads folding a slot, right now.
+#[link_section = ".data.mallocshim_fork"]
 static WALKING: AtomicU32 = AtomicU32::new(0);
+#[link_section = ".data.mallocshim_fork"]
 static FOLDING: AtomicU32 = AtomicU32::new(0);
 /// Slots of threads that exited during a walk, waiting to be folded.
+#[link_section = ".data.mallocshim_fork"]
 static RETIRED: AtomicPtr<Slot> = AtomicPtr::new(ptr::null_mut());
 /// Forks in this process's line: a slot claimed now is marked `GEN + 1` ([`claim_mark`]).
+#[link_section = ".data.mallocshim_fork"]
 static GEN: AtomicU32 = AtomicU32::new(0);
 /// In a forked child, until the slots of the threads it does not have are folded.
+#[link_section = ".data.mallocshim_fork"]
 static FORKED: AtomicBool = AtomicBool::new(false);
 
 /// The `in_use` mark of a slot claimed now (never 0).

@@ -1,0 +1,100 @@
+/* What a fork copies of the shim (tests/fork.rs, issue 21 part 2). A thread that never allocates
+ * is started, the process sleeps SLEEP_MS (the shim's thread starts and takes memory-history
+ * rows meanwhile), then /proc/self/smaps is read and one line printed:
+ *   wipe=W arenas=A child=C
+ * W: mappings marked wipe-on-fork (VmFlags `wf`: what a fork does not copy);
+ * A: anonymous mappings starting on a 64 MiB boundary (glibc's non-main arena heaps; the idle
+ *    thread must not have one);
+ * C: the exit status of a forked child that starts two threads that allocate, joins them,
+ *    checks its blocks and exits (0 when all went well).
+ * usage: fork_footprint [SLEEP_MS] */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static atomic_int stop;
+
+static void *idle(void *a)
+{
+    (void)a;
+    while (!atomic_load(&stop)) {
+        struct timespec ts = {0, 2 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+static void *worker(void *a)
+{
+    size_t n = (size_t)a;
+    for (int i = 0; i < 1000; i++) {
+        unsigned char *p = malloc(n + i);
+        if (!p)
+            return (void *)1;
+        memset(p, 0xab, n + i);
+        for (size_t k = 0; k < n + i; k += 97)
+            if (p[k] != 0xab)
+                return (void *)1;
+        free(p);
+    }
+    return NULL;
+}
+
+static int child(void)
+{
+    pthread_t t[2];
+    void *r0 = NULL, *r1 = NULL;
+    if (pthread_create(&t[0], NULL, worker, (void *)64) || pthread_create(&t[1], NULL, worker, (void *)5000))
+        return 2;
+    pthread_join(t[0], &r0);
+    pthread_join(t[1], &r1);
+    return r0 || r1 ? 3 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    int ms = argc > 1 ? atoi(argv[1]) : 300;
+    pthread_t t;
+    if (pthread_create(&t, NULL, idle, NULL))
+        return 2;
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f)
+        return 2;
+    char line[512];
+    int wipe = 0, arenas = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        char perms[8];
+        unsigned long off, inode;
+        char dev[16];
+        int name = -1;
+        if (sscanf(line, "%lx-%lx %7s %lx %15s %lu %n", &lo, &hi, perms, &off, dev, &inode, &name) >= 6 &&
+            name > 0) {
+            int anon = inode == 0 && (line[name] == '\0' || line[name] == '\n');
+            if (anon && lo % (64UL << 20) == 0)
+                arenas++;
+        } else if (strncmp(line, "VmFlags:", 8) == 0 && strstr(line, " wf")) {
+            wipe++;
+        }
+    }
+    fclose(f);
+    fflush(stdout);
+    pid_t p = fork();
+    if (p == 0)
+        _exit(child());
+    int st = 0;
+    if (p < 0 || waitpid(p, &st, 0) != p)
+        return 2;
+    atomic_store(&stop, 1);
+    pthread_join(t, NULL);
+    printf("wipe=%d arenas=%d child=%d\n", wipe, arenas, WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+    return 0;
+}
