@@ -173,6 +173,19 @@ macro_rules! define_backends {
 backend_list!(define_backends);
 
 impl Backend {
+    /// Whether every thread must meet the backend once, through a free, before it exits: jemalloc
+    /// sets up a thread's state fully (a thread cache linked into an arena) when the shim asks
+    /// it the usable size of a block, and only minimally on a free. glibc frees a dead thread's
+    /// TLS (`_dl_deallocate_tls`) after every TSD destructor ran; if that free is the thread's
+    /// first contact and the shim looks the size up, the thread cache stays linked into the arena
+    /// from a stack glibc then unmaps, and the next thread to join the arena faults (SIGSEGV in
+    /// `tcache_arena_associate`: tests/hostile.rs `thread_bursts_of_idle_detached_threads`). A
+    /// free at the thread's start makes its state minimal, and jemalloc's own destructor then
+    /// parks it (`purgatory`), so a late lookup gets the safe `reincarnated` state.
+    pub fn thread_needs_a_first_free(self) -> bool {
+        matches!(self, Backend::Jemalloc)
+    }
+
     /// [`Backend::default_lib`] as `&str`, for the option table's defaults.
     pub const fn default_lib_str(self) -> &'static str {
         match self.default_lib().to_str() {

@@ -6,7 +6,9 @@
 //! idle thread under glibc would otherwise get a thread cache and an arena: one more mapping,
 //! page table and lock that every later fork copies and unlocks). So what the creator hands the
 //! trampoline is a record from a static pool (claimed and released with one atomic each; a
-//! block from the backend only when all [`POOL`] records are in flight), and the new thread's
+//! block from the backend only when all [`POOL`] records are in flight, and always under
+//! jemalloc, whose threads must meet it through a free before they exit:
+//! `Backend::thread_needs_a_first_free`), and the new thread's
 //! stack bounds are worked out from the thread pointer and the creation attributes rather than
 //! asked of `pthread_getattr_np` (which allocates a CPU set). Both run under the reentrancy
 //! guard; neither may lock. The shim's own thread (created under the guard) gets no slot.
@@ -68,8 +70,12 @@ fn pooled(p: *mut Start) -> Option<&'static Record> {
 /// A record holding `s`: from the pool, else from the backend (under the caller's guard); null
 /// when neither has one.
 fn claim(s: Start) -> *mut Start {
+    // Under a backend whose threads must meet it through a free before they exit (jemalloc:
+    // `Backend::thread_needs_a_first_free`), the record is a block of the backend's, which the
+    // new thread frees at its start.
+    let pool = !crate::backend::published().is_some_and(|b| b.thread_needs_a_first_free());
     let h = HINT.fetch_add(1, Relaxed);
-    for i in 0..POOL {
+    for i in (0..POOL).filter(|_| pool) {
         let r = &RECORDS.0[(h + i) % POOL];
         if !r.busy.load(Relaxed) && r.busy.compare_exchange(false, true, Acquire, Relaxed).is_ok() {
             // SAFETY: claimed just now: this thread alone writes it until it is handed over.
