@@ -73,13 +73,14 @@ fn claim(s: Start) -> *mut Start {
     // Under a backend whose threads must meet it through a free before they exit (jemalloc:
     // `Backend::thread_needs_a_first_free`), the record is a block of the backend's, which the
     // new thread frees at its start.
-    let pool = !crate::backend::published().is_some_and(|b| b.thread_needs_a_first_free());
-    let h = HINT.fetch_add(1, Relaxed);
-    for i in (0..POOL).filter(|_| pool) {
-        let r = &RECORDS.0[(h + i) % POOL];
-        if !r.busy.load(Relaxed) && r.busy.compare_exchange(false, true, Acquire, Relaxed).is_ok() {
-            // SAFETY: claimed just now: this thread alone writes it until it is handed over.
-            return unsafe { (*r.start.get()).write(s) };
+    if !crate::backend::published().is_some_and(|b| b.thread_needs_a_first_free()) {
+        let h = HINT.fetch_add(1, Relaxed);
+        for i in 0..POOL {
+            let r = &RECORDS.0[(h + i) % POOL];
+            if !r.busy.load(Relaxed) && r.busy.compare_exchange(false, true, Acquire, Relaxed).is_ok() {
+                // SAFETY: claimed just now: this thread alone writes it until it is handed over.
+                return unsafe { (*r.start.get()).write(s) };
+            }
         }
     }
     // SAFETY: a fresh block of the size of `Start` (malloc aligns to 16), written once.
