@@ -3,8 +3,11 @@
  * rows meanwhile), then /proc/self/smaps is read and one line printed:
  *   wipe=W arenas=A child=C
  * W: mappings marked wipe-on-fork (VmFlags `wf`: what a fork does not copy);
- * A: anonymous mappings starting on a 64 MiB boundary (glibc's non-main arena heaps; the idle
- *    thread must not have one);
+ * A: glibc's non-main arena heaps (the idle thread must not have one): an anonymous rw mapping
+ *    on a 64 MiB boundary (HEAP_MAX_SIZE) followed by its PROT_NONE reservation, the two ending
+ *    exactly 64 MiB after the start. A boundary alone is not enough: since Linux 6.7 anonymous
+ *    mappings of 2 MiB or more are placed on 2 MiB boundaries, so the shim's own tables and the
+ *    worker's stack start on a 64 MiB boundary about once in 32;
  * C: the exit status of a forked child that starts two threads that allocate, joins them,
  *    checks its blocks and exits (0 when all went well).
  * usage: fork_footprint [SLEEP_MS] */
@@ -70,6 +73,7 @@ int main(int argc, char **argv)
         return 2;
     char line[512];
     int wipe = 0, arenas = 0;
+    unsigned long heap = 0, heap_end = 0; /* an aligned rw anon mapping waiting for its reservation */
     while (fgets(line, sizeof line, f)) {
         unsigned long lo, hi;
         char perms[8];
@@ -79,8 +83,11 @@ int main(int argc, char **argv)
         if (sscanf(line, "%lx-%lx %7s %lx %15s %lu %n", &lo, &hi, perms, &off, dev, &inode, &name) >= 6 &&
             name > 0) {
             int anon = inode == 0 && (line[name] == '\0' || line[name] == '\n');
-            if (anon && lo % (64UL << 20) == 0)
+            if (anon && heap && lo == heap_end && strcmp(perms, "---p") == 0 && hi == heap + (64UL << 20))
                 arenas++;
+            heap = 0;
+            if (anon && lo % (64UL << 20) == 0 && strcmp(perms, "rw-p") == 0)
+                heap = lo, heap_end = hi;
         } else if (strncmp(line, "VmFlags:", 8) == 0 && strstr(line, " wf")) {
             wipe++;
         }
