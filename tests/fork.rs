@@ -194,16 +194,24 @@ fn fork_canaries_report() {
 
 /// What a fork copies of the shim (issue 21 part 2, `tests/c/fork_footprint.c`): under every
 /// backend and setting (and with heap profiles sampling every byte), the shim's thread's stack and
-/// the memory-history ring are wipe-on-fork (2 mappings marked `wf`); under the glibc backend a
-/// thread that never allocates gets no glibc arena (the worker's is the one non-main arena:
-/// before, the `pthread_create` trampoline's free gave the idle thread one too, 2); and a forked
-/// child that starts threads (its worker reuses the wiped stack) and allocates exits 0.
+/// the memory-history ring are wipe-on-fork, as one mapping (they sit side by side in the shim's
+/// one reservation, `base::region`: before it, 2 mappings); under the glibc backend a thread that
+/// never allocates gets no glibc arena (the worker's is the one non-main arena: before, the
+/// `pthread_create` trampoline's free gave the idle thread one too, 2) and the shim adds at most
+/// 10 mappings to the program's (each one a descriptor every fork copies: the library's 5, the
+/// reservation's 3 — guard page, wipe-on-fork range, the rest — and the worker's glibc arena's 2;
+/// 14 before the reservation); and a forked child that starts threads (its worker reuses the
+/// wiped stack) and allocates exits 0.
 #[test]
 fn fork_copies_no_shim_stack_ring_or_idle_arena() {
     let prog = common::cc("fork_footprint.c", "fork_footprint", &["-pthread"]);
     let extra: &[(&str, &str)] = &[("MALLOCSHIM_PROF_SAMPLE_BYTES", "1")];
     let cells =
         common::matrix().chain(common::BACKENDS.into_iter().map(|b| (b, "PROF_SAMPLE_BYTES=1", extra)));
+    let mut c = common::plain(&prog);
+    c.arg("300");
+    let alone = common::stdout(&common::run_ok(c, "fork_footprint alone"));
+    let maps_alone = common::kv(&alone, "maps").unwrap_or_else(|| panic!("no maps= in {alone}"));
     for (backend, setting, env) in cells {
         let mut c = common::preloaded(&prog, backend);
         c.envs(env.iter().copied()).env("MALLOCSHIM_HISTORY_MS", "50").arg("300");
@@ -211,9 +219,24 @@ fn fork_copies_no_shim_stack_ring_or_idle_arena() {
         let v = |k: &str| common::kv(&out, k).unwrap_or_else(|| panic!("no {k}= in {out}"));
         let what = format!("{backend}, {setting}: {}", out.trim());
         assert_eq!(v("child"), 0, "{what}: the forked child failed");
-        assert_eq!(v("wipe"), 2, "{what}: the worker's stack and the history ring are not both wipe-on-fork");
+        assert_eq!(
+            v("wipe"),
+            1,
+            "{what}: the worker's stack and the history ring are not one wipe-on-fork mapping"
+        );
+        let history =
+            (mallocshim_format::history::CAPACITY * mallocshim_format::history::COLUMNS.len() * 8) as u64;
+        let (stack, ring) = (2048, history / 1024);
+        assert!(
+            v("wipe_kb") >= stack + ring,
+            "{what}: the wipe-on-fork mapping is not the stack and the ring"
+        );
         if backend == "glibc" {
             assert_eq!(v("arenas"), 1, "{what}: a glibc arena beside the worker's (the idle thread's?)");
+            assert!(
+                v("maps") <= maps_alone + 10,
+                "{what}: the shim adds more than 10 mappings to the program's {maps_alone}"
+            );
         }
     }
 }

@@ -137,26 +137,69 @@ fn fork_from_fast_alarm_handler() {
     assert!(failed.is_empty(), "the alarm program livelocked: {failed:#?}");
 }
 
+/// A forked child's dumps (`tests/c/fork_dump_seq.c`, every backend, heap profiles sampling
+/// every byte and off, under the SIGUSR1 storm): numbered from 0 as a new process's; the forking thread
+/// is the child's one live thread, under the child's pid (the fork handler leaves its slot to
+/// the child's first drain, which adopts it: `slots::fold`), the parent's helper thread is
+/// folded; and the child's own block (777,777 bytes) is in its heap profile under the child's
+/// tid, with its stack walked (the main thread is told by its stack, not its tid, which a child
+/// changes: such samples were "[stack not walked]" before).
 #[test]
 fn forked_child_numbers_its_dumps_from_zero() {
-    let prog = common::cc("fork_dump_seq.c", "fork_dump_seq", &[]);
-    for b in common::BACKENDS {
-        let what = format!("fork_dump_seq under {b}");
+    let prog = common::cc("fork_dump_seq.c", "fork_dump_seq", &["-pthread"]);
+    for (b, prof) in common::BACKENDS.into_iter().flat_map(|b| [(b, true), (b, false)]) {
+        // Profiles off: the survivor is adopted by the dump's walk; on: by its first sample.
+        let what =
+            format!("fork_dump_seq under {b}, heap profiles {}", if prof { "every byte" } else { "off" });
         let dir = scratch(&what);
         let mut c = common::preloaded(&prog, b);
-        c.env("MALLOCSHIM_DUMP_DIR", &dir).env("MALLOCSHIM_DUMP_FORMATS", "json");
+        c.env("MALLOCSHIM_DUMP_DIR", &dir)
+            .env("MALLOCSHIM_DUMP_FORMATS", if prof { "json,pprof" } else { "json" })
+            .env("MALLOCSHIM_PROF_SAMPLE_BYTES", if prof { "1" } else { "0" });
         let (o, _) = run_stormed(c, &what, false, Duration::from_secs(60));
         assert!(o.status.success(), "{what}: {}", common::describe(&o));
         let out = common::stdout(&o);
-        let (parent, child) = (common::kv(&out, "parent").unwrap(), common::kv(&out, "child").unwrap());
+        let key = |k: &str| common::kv(&out, k).unwrap_or_else(|| panic!("{what}: no {k}= in {out}"));
+        let (parent, child, helper) = (key("parent"), key("child"), key("helper"));
         let mut files = names(&dir);
         files.sort();
         let mut want: Vec<String> = [(parent, 0), (parent, 1), (parent, 2), (child, 0)]
             .iter()
-            .map(|&(p, s)| format!("mallocshim.{p}.{s}.json"))
+            .flat_map(|&(p, s)| ["json", "pb.gz"].map(|e| format!("mallocshim.{p}.{s}.{e}")))
+            .filter(|n| prof || n.ends_with("json"))
             .collect();
         want.sort();
         assert_eq!(files, want, "{what}: the child's first dump is its seq 0");
+        let d = mallocshim_format::Dump::read(&dir.join(format!("mallocshim.{child}.0.json")))
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let live: Vec<u32> = d
+            .threads
+            .iter()
+            .filter(|t| t.state == mallocshim_format::dump::STATE_LIVE)
+            .map(|t| t.tid)
+            .collect();
+        assert_eq!(
+            live,
+            [child as u32],
+            "{what}: the child's live threads (parent {parent}, helper {helper})"
+        );
+        if !prof {
+            let _ = std::fs::remove_dir_all(&dir);
+            continue;
+        }
+        let raw = common::pprof(&dir.join(format!("mallocshim.{child}.0.pb.gz")), &["-raw"]);
+        let lines: Vec<&str> = raw.lines().collect();
+        let i = lines
+            .iter()
+            .position(|l| l.split_whitespace().nth(1) == Some("777777"))
+            .unwrap_or_else(|| panic!("{what}: no sample of the child's 777777-byte block\n{raw}"));
+        let labels = lines[i + 1..].iter().take(2).copied().collect::<Vec<_>>().join(" ");
+        assert!(
+            labels.contains(&format!("tid:[{child}]")),
+            "{what}: the child's block under {labels}\n{raw}"
+        );
+        let frames = lines[i].rsplit(':').next().unwrap_or("").split_whitespace().count();
+        assert!(frames >= 2, "{what}: the child's block has {frames} frame(s): stack not walked\n{raw}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

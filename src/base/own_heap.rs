@@ -35,13 +35,13 @@ pub fn map() {
     if BASE.load(Acquire) != 0 {
         return;
     }
-    let p = crate::base::sys::map_anon(RESERVE_BYTES, true);
+    let p = crate::base::region::take(RESERVE_BYTES);
     if p.is_null() {
         return;
     }
     if BASE.compare_exchange(0, p as usize, AcqRel, Acquire).is_err() {
-        // SAFETY: the mapping made just above, which lost the race and is unused.
-        unsafe { libc::munmap(p, RESERVE_BYTES) };
+        // The range taken just above, which lost the race and is unused.
+        crate::base::region::give_back(p, RESERVE_BYTES);
     }
 }
 

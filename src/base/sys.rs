@@ -1,8 +1,8 @@
 //! Leaf helpers over libc shared by several rooms: errno (read and set, and its fixed offset
 //! from the thread pointer, which lets the hot path keep errno around a backend's free without a
-//! call), the thread pointer itself, `environ` lookups ([`env_raw`]), and the anonymous mapping behind the shim's own tables
-//! (slots, heap-profile tables, reserve). Imports nothing of the shim; never allocates, locks or
-//! fails.
+//! call), the thread pointer itself, `environ` lookups ([`env_raw`]), anonymous mappings (the
+//! shim's reservation, `region`, and what it cannot hold) and the `close` system call for fork
+//! handlers ([`close_raw`]). Imports nothing of the shim; never allocates, locks or fails.
 
 use core::ffi::c_int;
 use core::sync::atomic::Ordering;
@@ -73,6 +73,32 @@ pub fn map_anon(bytes: usize, noreserve: bool) -> *mut core::ffi::c_void {
         core::ptr::null_mut()
     } else {
         m
+    }
+}
+
+/// Closes `fd` with the `close` system call itself, not libc's wrapper, and leaves errno as it
+/// was (x86-64; libc's `close` elsewhere). For fork child handlers: libc's `close` sits on a
+/// page of libc's code that a forked child has not mapped yet, one more page fault in every
+/// child that the syscall instruction, on the handler's own page, does not cost.
+#[inline(always)]
+pub fn close_raw(fd: c_int) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the close system call (number 3) on a descriptor the caller owns; the kernel
+    // clobbers rcx and r11 and writes the result to rax; no memory is read or written.
+    unsafe {
+        core::arch::asm!(
+            "syscall",
+            inlateout("rax") libc::SYS_close => _,
+            in("rdi") fd,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: closing a descriptor the caller owns.
+    unsafe {
+        libc::close(fd);
     }
 }
 

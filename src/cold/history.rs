@@ -27,6 +27,7 @@ pub const CAPACITY: usize = history::CAPACITY;
 const COLS: usize = COLUMNS.len();
 /// Bytes of the ring: rows × columns × 8 (748,800 B: 731 KiB).
 pub const RING_BYTES: usize = CAPACITY * COLS * 8;
+const _: () = assert!(RING_BYTES <= crate::base::region::RING_MAX_BYTES);
 /// Stands for "no figure" (None) in a cell.
 const NONE: u64 = u64::MAX;
 /// Share of the thread's time the full measurements may take on an idle process.
@@ -57,7 +58,9 @@ pub fn period_ms() -> u64 {
 fn ring() -> Option<&'static [Row]> {
     let mut p = RING.load(Acquire);
     if p.is_null() {
-        let m = crate::base::sys::map_anon(RING_BYTES, false);
+        // In the shim's reservation, just above the worker's stack (one wipe-on-fork mapping with
+        // it); its own mapping without the reservation.
+        let m = crate::base::region::ring().unwrap_or_else(|| crate::base::sys::map_anon(RING_BYTES, false));
         if m.is_null() {
             return None;
         }

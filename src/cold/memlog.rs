@@ -153,7 +153,7 @@ pub fn after_fork_child() {
     }
     let fd = FD.swap(-1, Relaxed);
     if fd >= 0 {
-        // SAFETY: closing a descriptor this module owns.
-        unsafe { libc::close(fd) };
+        // A descriptor this module owns (the system call: no libc page for the child to fault).
+        crate::base::sys::close_raw(fd);
     }
 }

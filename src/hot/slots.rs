@@ -1,6 +1,7 @@
-//! Per-thread recording slots: a pool of cache-line-aligned slots in mmap()ed chunks, claimed
-//! lock-free on a thread's first recorded call and released by a pthread_key destructor that folds
-//! the counts into the `EXITED` aggregate, so thread churn loses no count and grows no memory.
+//! Per-thread recording slots: a pool of cache-line-aligned slots in chunks taken from the
+//! shim's reservation (`base::region`), claimed lock-free on a thread's first recorded call and
+//! released by a pthread_key destructor that folds the counts into the `EXITED` aggregate, so
+//! thread churn loses no count and grows no memory.
 //! Calls made after a thread's slot is gone (other libraries' TSD destructors) count in `EXITED`.
 //! Owns the `Entry` list. The owner thread writes its slot with relaxed load+store (no lock
 //! prefix); readers sum with relaxed loads. Must not allocate except under the guard.
@@ -246,19 +247,25 @@ pub fn claim(st: *mut tls::ThreadState) -> *mut Slot {
     got
 }
 
+/// In a forked child: gives `s` the child's generation and tid now if it is the forking thread's
+/// slot, not adopted yet (`fold`; the heap profile's sample, before it records the slot's tid).
+pub fn adopt_if_survivor(s: &Slot) {
+    fold::adopt_if_survivor(s);
+}
+
 /// Maps a chunk of zeroed slots and publishes it in `cell` (or adopts a racing thread's).
 fn new_chunk(cell: &AtomicPtr<Slot>) -> *mut Slot {
     let bytes = CHUNK_SLOTS * core::mem::size_of::<Slot>();
     // Zeroed memory is a valid array of free slots.
-    let m = crate::base::sys::map_anon(bytes, false);
+    let m = crate::base::region::take(bytes);
     if m.is_null() {
         return ptr::null_mut();
     }
     match cell.compare_exchange(ptr::null_mut(), m.cast(), AcqRel, Acquire) {
         Ok(_) => m.cast(),
         Err(theirs) => {
-            // SAFETY: our mapping was never published.
-            unsafe { libc::munmap(m, bytes) };
+            // Our range was never published.
+            crate::base::region::give_back(m, bytes);
             theirs
         }
     }

@@ -1,8 +1,9 @@
 /* What a fork copies of the shim (tests/fork.rs, issue 21 part 2). A thread that never allocates
  * is started, the process sleeps SLEEP_MS (the shim's thread starts and takes memory-history
  * rows meanwhile), then /proc/self/smaps is read and one line printed:
- *   wipe=W arenas=A child=C
- * W: mappings marked wipe-on-fork (VmFlags `wf`: what a fork does not copy);
+ *   wipe=W wipe_kb=K maps=M arenas=A child=C
+ * W: mappings marked wipe-on-fork (VmFlags `wf`: what a fork does not copy), K their KiB;
+ * M: mappings (VMAs) in all: each one costs every fork a copy of its descriptor;
  * A: glibc's non-main arena heaps (the idle thread must not have one): an anonymous rw mapping
  *    on a 64 MiB boundary (HEAP_MAX_SIZE) followed by its PROT_NONE reservation, the two ending
  *    exactly 64 MiB after the start. A boundary alone is not enough: since Linux 6.7 anonymous
@@ -72,7 +73,8 @@ int main(int argc, char **argv)
     if (!f)
         return 2;
     char line[512];
-    int wipe = 0, arenas = 0;
+    int wipe = 0, arenas = 0, maps = 0;
+    unsigned long wipe_kb = 0, last_kb = 0;
     unsigned long heap = 0, heap_end = 0; /* an aligned rw anon mapping waiting for its reservation */
     while (fgets(line, sizeof line, f)) {
         unsigned long lo, hi;
@@ -82,6 +84,8 @@ int main(int argc, char **argv)
         int name = -1;
         if (sscanf(line, "%lx-%lx %7s %lx %15s %lu %n", &lo, &hi, perms, &off, dev, &inode, &name) >= 6 &&
             name > 0) {
+            maps++;
+            last_kb = (hi - lo) >> 10;
             int anon = inode == 0 && (line[name] == '\0' || line[name] == '\n');
             if (anon && heap && lo == heap_end && strcmp(perms, "---p") == 0 && hi == heap + (64UL << 20))
                 arenas++;
@@ -90,6 +94,7 @@ int main(int argc, char **argv)
                 heap = lo, heap_end = hi;
         } else if (strncmp(line, "VmFlags:", 8) == 0 && strstr(line, " wf")) {
             wipe++;
+            wipe_kb += last_kb;
         }
     }
     fclose(f);
@@ -102,6 +107,6 @@ int main(int argc, char **argv)
         return 2;
     atomic_store(&stop, 1);
     pthread_join(t, NULL);
-    printf("wipe=%d arenas=%d child=%d\n", wipe, arenas, WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+    printf("wipe=%d wipe_kb=%lu maps=%d arenas=%d child=%d\n", wipe, wipe_kb, maps, arenas, WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
     return 0;
 }

@@ -320,7 +320,8 @@ pub fn after_fork_child() {
     }
     let fd = LISTEN_FD.swap(-1, Relaxed);
     if fd >= 0 {
-        // SAFETY: the inherited copy of the parent's listener, ours to close.
-        unsafe { libc::close(fd) };
+        // The inherited copy of the parent's listener, ours to close (the system call: no libc
+        // page for the child to fault).
+        crate::base::sys::close_raw(fd);
     }
 }

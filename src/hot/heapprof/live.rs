@@ -126,8 +126,8 @@ pub fn filter_hit(addr: usize) -> bool {
 }
 
 fn map(bytes: usize) -> *mut u8 {
-    // Zero-filled and never unmapped.
-    crate::base::sys::map_anon(bytes, true).cast()
+    // Zero-filled and never unmapped (the shim's reservation, `base::region`).
+    crate::base::region::take(bytes).cast()
 }
 
 /// Maps the tables once (under the guard). False when they cannot be.

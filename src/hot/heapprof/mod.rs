@@ -22,14 +22,17 @@
 //!   happen only on sampled calls (1 per 512 KiB allocated by default) that meet contention,
 //!   and sleeping is what keeps a preempted holder from turning its waiters into a
 //!   `sched_yield` storm on an oversubscribed machine (the spin-then-yield lock it replaced:
-//!   issue 21, part 5). Drawing a gap calls the `libm` crate's `log` (pure Rust: no libm.so). Nothing here allocates outside the
-//!   guard.
+//!   issue 21, part 5). Drawing a gap calls the `libm` crate's `log` (pure Rust: no libm.so); a
+//!   thread's first draw seeds from `gettid`, and a forked child's first sample on the forking
+//!   thread adopts its slot with one `getpid` (`slots::adopt_if_survivor`). Nothing here
+//!   allocates outside the guard.
 //!
 //! Bounds and failure: the live set holds at most [`live::MAX_LIVE`] sampled blocks and
-//! [`live::MAX_RECORDS`] distinct (stack, thread) records in memory mapped once; beyond them a
-//! sample is dropped and counted, never an error. Threads without a slot (exiting, or after
-//! the pool is exhausted) and the shim's own calls (guard) are not sampled. A forked child
-//! keeps the parent's samples (it keeps its heap) and resets every shard's lock.
+//! [`live::MAX_RECORDS`] distinct (stack, thread) records in memory taken once from the shim's
+//! reservation (`base::region`); beyond them a sample is dropped and counted, never an error.
+//! Threads without a slot (exiting, or after the pool is exhausted) and the shim's own calls
+//! (guard) are not sampled. A forked child keeps the parent's samples (it keeps its heap) and
+//! resets every shard's lock.
 
 pub mod cfi;
 mod ehframe;
@@ -200,6 +203,8 @@ pub fn sampled(s: &Slot, p: *mut c_void, n: usize) {
     let mut frames = [0usize; unwind::MAX_FRAMES];
     let k = unwind::capture(lo, hi, tp.stack_stop.load(Relaxed), &mut frames);
     let scale = 1.0 / (1.0 - libm::exp(-(n as f64) / mean as f64));
+    // In a forked child, the survivor's slot gets the child's tid before its first record.
+    crate::hot::slots::adopt_if_survivor(s);
     live::insert(p as usize, n as u64, scale, &frames[..k], s.tid.load(Relaxed), thread_role(s));
 }
 
@@ -245,18 +250,19 @@ fn stack_bounds(tp: &ThreadProf) -> (usize, usize) {
     if hi != 0 {
         return (tp.stack_lo.load(Relaxed), hi);
     }
-    // SAFETY: gettid has no preconditions.
-    if unsafe { libc::gettid() } as u32 == MAIN_TID.load(Relaxed) {
-        let hi = MAIN_HI.load(Relaxed);
-        if hi != 0 {
-            return (MAIN_LO.load(Relaxed), hi);
-        }
+    // The main thread is the one running on the main stack. Told by the stack pointer, not the
+    // tid: in a forked child the main thread's stack is the forking thread's, under a new tid
+    // (a child of the main thread had "[stack not walked]" samples when this compared tids).
+    let here = core::hint::black_box(0u8);
+    let sp = &here as *const u8 as usize;
+    let (lo, hi) = (MAIN_LO.load(Relaxed), MAIN_HI.load(Relaxed));
+    if hi != 0 && sp >= lo && sp < hi {
+        return (lo, hi);
     }
     (1, 1)
 }
 
 /// The main thread's stack, read by the library constructor.
-static MAIN_TID: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
 static MAIN_LO: AtomicUsize = AtomicUsize::new(0);
 static MAIN_HI: AtomicUsize = AtomicUsize::new(0);
 
@@ -298,8 +304,6 @@ pub fn main_started() {
     if let Some((lo, hi)) = own_stack() {
         MAIN_LO.store(lo, Relaxed);
         MAIN_HI.store(hi, Relaxed);
-        // SAFETY: gettid has no preconditions.
-        MAIN_TID.store(unsafe { libc::gettid() } as u32, Relaxed);
     }
 }
 

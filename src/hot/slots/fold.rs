@@ -18,12 +18,17 @@
 //!   then sees a walk running is followed, in that order, by that walk's end, whose drain sees
 //!   the push; so the last of them folds every retired slot.
 //!
-//! Fork: the child has the forking thread only. Its handler bumps the generation, marks the
-//! survivor's slot with it and resets the counters and the list: a few stores, no walk over the
-//! pool (which touched its pages in every child: 33 of the 59 page faults of a fork+exit under
-//! the shim, against 18 directly). The slots of the threads the child does not have still carry
-//! an older generation; the first drain in the child (its first walk, or a thread's exit) folds
-//! them, before any walk.
+//! Fork: the child has the forking thread only. Its handler bumps the generation, names the
+//! survivor's slot in [`SURVIVOR`] and resets the counters and the list: a few stores on the one
+//! page the child writes anyway, no walk over the pool (which touched its pages in every child:
+//! 33 of the 59 page faults of a fork+exit under the shim, against 18 directly) and no write to
+//! the survivor's slot (a copy of its page, and libc's `gettid` page, in every child of a
+//! thread that allocates). The first drain in the child (its first walk, or a thread's exit)
+//! gives the survivor's slot the child's generation and tid ([`adopt_survivor`]: a CAS on its
+//! mark, so a slot folded or claimed again meanwhile is left alone), then folds the slots of the
+//! threads the child does not have, which still carry an older generation, before any walk. A
+//! heap-profile sample taken by the survivor before that adopts its slot first
+//! ([`adopt_if_survivor`]), so that its records carry the child's tid.
 
 use super::{each_in_use, exited_ptr, fold_and_free, Slot};
 use crate::hot::tls;
@@ -44,6 +49,9 @@ static GEN: AtomicU32 = AtomicU32::new(0);
 /// In a forked child, until the slots of the threads it does not have are folded.
 #[link_section = ".data.mallocshim_fork"]
 static FORKED: AtomicBool = AtomicBool::new(false);
+/// In a forked child, the forking thread's slot until it is adopted (null: none pending).
+#[link_section = ".data.mallocshim_fork"]
+static SURVIVOR: AtomicPtr<Slot> = AtomicPtr::new(ptr::null_mut());
 
 /// The `in_use` mark of a slot claimed now (never 0).
 pub(super) fn claim_mark() -> u32 {
@@ -106,6 +114,7 @@ fn drain() {
 /// drainer (the whole list is swapped out), the fork's leftovers by one (`FORKED` swapped).
 fn drain_folding() {
     if FORKED.load(SeqCst) && FORKED.swap(false, SeqCst) {
+        adopt_survivor();
         let mark = claim_mark();
         each_in_use(|s, m| {
             if m != mark {
@@ -120,6 +129,33 @@ fn drain_folding() {
         // Read before the fold frees the slot for reuse (and a new push rewrites the link).
         p = s.retired_next.load(Relaxed);
         fold_and_free(s);
+    }
+}
+
+/// Gives the survivor's slot (see the module doc), if one is pending, the child's generation and
+/// tid. Its mark moves by CAS from the parent's generation: a slot whose thread exited and
+/// folded it (mark 0), or that a new thread claimed since (the child's mark), is left alone.
+/// The survivor's tid is the child's pid (the forking thread is the child's main thread).
+fn adopt_survivor() {
+    let s = SURVIVOR.swap(ptr::null_mut(), SeqCst);
+    if s.is_null() {
+        return;
+    }
+    // SAFETY: slots live for the process's life.
+    let s = unsafe { &*s };
+    let mark = claim_mark();
+    let m = s.in_use.load(Acquire);
+    if m != 0 && m != mark && s.in_use.compare_exchange(m, mark, AcqRel, Relaxed).is_ok() {
+        // SAFETY: getpid has no preconditions.
+        s.tid.store(unsafe { libc::getpid() } as u32, Relaxed);
+    }
+}
+
+/// Adopts `s` now when it is a forked child's pending survivor slot (the owner's heap-profile
+/// sample, which records the slot's tid). One load otherwise.
+pub(crate) fn adopt_if_survivor(s: &Slot) {
+    if core::ptr::eq(SURVIVOR.load(Relaxed), s) {
+        adopt_survivor();
     }
 }
 
@@ -151,9 +187,9 @@ pub(super) fn settle_page() {
 }
 
 /// Fork child handler (single-threaded, before fork returns; async-signal-safe): no walk or fold
-/// runs here, the survivor keeps its slot under the new generation, every other slot in use is
-/// left for the first drain. Writes only what changes (each page written costs the child a
-/// copy).
+/// runs here; the survivor's slot is named for the first drain to adopt, every other slot in use
+/// is left for that drain to fold. Writes only the fork page, and only what changes (each page
+/// written costs the child a copy).
 #[link_section = ".text.mallocshim_fork"]
 pub(super) unsafe extern "C" fn after_fork_child() {
     for c in [&WALKING, &FOLDING] {
@@ -167,13 +203,10 @@ pub(super) unsafe extern "C" fn after_fork_child() {
     GEN.store(GEN.load(Relaxed).wrapping_add(1), Relaxed);
     // SAFETY: this thread's TLS block.
     let own = unsafe { (*tls::state()).slot };
-    if !own.is_null() && own != exited_ptr() {
-        // SAFETY: the survivor's own slot, live for the process's life; gettid has no
-        // preconditions.
-        unsafe {
-            (*own).tid.store(libc::gettid() as u32, Relaxed);
-            (*own).in_use.store(claim_mark(), Release);
-        }
+    // A survivor pending from an earlier fork is not this child's: its thread is gone.
+    let want = if own.is_null() || own == exited_ptr() { ptr::null_mut() } else { own };
+    if SURVIVOR.load(Relaxed) != want {
+        SURVIVOR.store(want, SeqCst);
     }
     if !FORKED.load(SeqCst) {
         FORKED.store(true, SeqCst);

@@ -1,0 +1,148 @@
+//! The shim's own address space: one anonymous `MAP_NORESERVE` reservation of [`BYTES`], mapped
+//! at the first request, that holds the memory the shim maps for itself — the worker's stack and
+//! its guard page, the memory-history ring, and (from a lock-free bump area) the own heap's
+//! reserve, the heap profile's tables and the thread-slot chunks — so that it is a few mappings
+//! (VMAs) in the process, not one per table.
+//!
+//! Why one reservation: every `fork()` duplicates each VMA of the process, and on the machines
+//! measured (docs/results/fork.md) each VMA costs about 3 µs of fork+exit, about 7 µs when it
+//! also has its own page-table page. The shim used to add 9 anonymous mappings; adjacent ones
+//! with the same flags are merged by the kernel, so laid out here they are at most three:
+//! the guard (`PROT_NONE`), the worker's stack and the ring (both `MADV_WIPEONFORK`: the callers
+//! mark them, and the kernel merges the two adjacent ranges) and everything else.
+//!
+//! Layout, from the lowest address: [`GUARD_BYTES`] | [`WORKER_STACK_BYTES`] | [`RING_MAX_BYTES`]
+//! | the bump area. Untouched pages cost no memory. When the reservation cannot be mapped (an
+//! address-space limit) or the bump area is full, each request gets its own mapping, as before.
+//!
+//! Never unmapped; ranges are never returned (a range a caller no longer wants is left untouched:
+//! no memory). Must not allocate or lock: [`take`] runs on the hot path's first call of a thread
+//! (a slot chunk), where its one syscall is the reservation's mmap, once per process.
+
+use core::ffi::c_void;
+use core::sync::atomic::{AtomicUsize, Ordering::*};
+
+/// The inaccessible page below the worker's stack.
+pub const GUARD_BYTES: usize = 4096;
+/// The worker's stack, bytes (std's default for its threads).
+pub const WORKER_STACK_BYTES: usize = 2 << 20;
+/// Room for the memory-history ring, bytes (the ring asserts it fits).
+pub const RING_MAX_BYTES: usize = 1 << 20;
+/// The bump area: the own heap's reserve (32 MiB), the heap profile's tables (about 40.3 MiB)
+/// and slot chunks (820 KiB per 64 threads: room for 9, 576 threads); later requests get their
+/// own mapping. Kept near what the shim mapped at start before (72 MiB), for programs under an
+/// address-space limit.
+const BUMP_BYTES: usize = 80 << 20;
+/// The whole reservation, bytes.
+pub const BYTES: usize = GUARD_BYTES + WORKER_STACK_BYTES + RING_MAX_BYTES + BUMP_BYTES;
+const BUMP_OFFSET: usize = GUARD_BYTES + WORKER_STACK_BYTES + RING_MAX_BYTES;
+const PAGE: usize = 4096;
+
+/// Base of the reservation; 0 until mapped, 1 when mapping it failed (never tried again).
+static BASE: AtomicUsize = AtomicUsize::new(0);
+/// Bytes of the bump area handed out.
+static USED: AtomicUsize = AtomicUsize::new(0);
+
+/// The reservation's base, mapping it at the first call (None when it cannot be mapped).
+fn base() -> Option<usize> {
+    match BASE.load(Acquire) {
+        0 => {}
+        1 => return None,
+        b => return Some(b),
+    }
+    let m = crate::base::sys::map_anon(BYTES, true);
+    let mine = if m.is_null() { 1 } else { m as usize };
+    match BASE.compare_exchange(0, mine, AcqRel, Acquire) {
+        Ok(_) => (mine != 1).then_some(mine),
+        Err(theirs) => {
+            if mine != 1 {
+                // SAFETY: the mapping made just above, which lost the race and is unused.
+                unsafe { libc::munmap(m, BYTES) };
+            }
+            (theirs != 1).then_some(theirs)
+        }
+    }
+}
+
+/// `bytes` of zeroed read-write memory, page-aligned, for the life of the process: from the bump
+/// area, or its own `MAP_NORESERVE` mapping when the area is full or the reservation failed. Null
+/// when neither can be had. Lock-free.
+pub fn take(bytes: usize) -> *mut c_void {
+    let len = bytes.div_ceil(PAGE) * PAGE;
+    if let Some(b) = base() {
+        let mut used = USED.load(Relaxed);
+        while used + len <= BUMP_BYTES {
+            match USED.compare_exchange_weak(used, used + len, Relaxed, Relaxed) {
+                Ok(_) => return (b + BUMP_OFFSET + used) as *mut c_void,
+                Err(u) => used = u,
+            }
+        }
+    }
+    crate::base::sys::map_anon(bytes, true)
+}
+
+/// Gives back a range from [`take`] that was never used (a lost race): its own mapping is
+/// unmapped; a range of the reservation is left as it is (untouched, so no memory).
+pub fn give_back(p: *mut c_void, bytes: usize) {
+    if !contains(p) {
+        // SAFETY: a mapping `take` made for this caller alone, never published.
+        unsafe { libc::munmap(p, bytes) };
+    }
+}
+
+/// True when `p` lies in the reservation.
+pub fn contains(p: *const c_void) -> bool {
+    match BASE.load(Acquire) {
+        0 | 1 => false,
+        b => (p as usize).wrapping_sub(b) < BYTES,
+    }
+}
+
+/// The worker's stack (its lowest usable byte, [`WORKER_STACK_BYTES`] long), with the guard page
+/// below it made inaccessible; None without the reservation (or when the guard cannot be set).
+pub fn worker_stack() -> Option<*mut c_void> {
+    let b = base()?;
+    // SAFETY: the first page of the reservation, reserved for this guard.
+    if unsafe { libc::mprotect(b as *mut c_void, GUARD_BYTES, libc::PROT_NONE) } != 0 {
+        return None;
+    }
+    Some((b + GUARD_BYTES) as *mut c_void)
+}
+
+/// Room for the memory-history ring ([`RING_MAX_BYTES`]), just above the worker's stack; None
+/// without the reservation.
+pub fn ring() -> Option<*mut c_void> {
+    base().map(|b| (b + GUARD_BYTES + WORKER_STACK_BYTES) as *mut c_void)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn takes_are_page_aligned_disjoint_and_inside() {
+        let a = take(100) as usize;
+        let b = take(PAGE + 1) as usize;
+        let c = take(PAGE) as usize;
+        assert!(contains(a as *const c_void) && contains(c as *const c_void));
+        assert_eq!(a % PAGE, 0);
+        assert!(b >= a + PAGE && c >= b + 2 * PAGE, "{a:x} {b:x} {c:x}");
+        let r = ring().unwrap() as usize;
+        let s = worker_stack().unwrap() as usize;
+        assert_eq!(r, s + WORKER_STACK_BYTES);
+        assert!(a >= r + RING_MAX_BYTES);
+        // Writable and zeroed.
+        // SAFETY: a page of the reservation just taken.
+        unsafe {
+            assert_eq!(*(c as *const u64), 0);
+            *(c as *mut u64) = 7;
+        }
+    }
+
+    #[test]
+    fn a_request_larger_than_the_area_gets_its_own_mapping() {
+        let p = take(BUMP_BYTES + PAGE);
+        assert!(!p.is_null() && !contains(p));
+        give_back(p, BUMP_BYTES + PAGE);
+    }
+}
