@@ -162,6 +162,21 @@ fn fork_with_and_without_exec() {
     each_config(&prog, &["exec", "24"], |_, _, _| {});
 }
 
+/// Forks from a thread that is not the main one while three threads churn; the children start
+/// threads, dump, and fork again from a new thread while the survivor `pthread_exit`s, before
+/// anything settled the survivor's slot (its adoption by the child's first drain or sample,
+/// `slots::fold`, racing the survivor's own exit and the new threads' claims). Every backend
+/// and setting, and with heap profiles sampling every byte.
+#[test]
+fn fork_from_a_thread_whose_children_start_threads() {
+    let prog = common::cc("hostile_fork.c", "hostile_fork", &[]);
+    let check = |what: &str, o: &Output, _: &Path| {
+        assert!(common::stdout(o).contains("forks=24 bad=0"), "{what}: {}", common::describe(o));
+    };
+    each_config(&prog, &["threads", "24"], check);
+    each_config_with(&prog, &["threads", "24"], &[("MALLOCSHIM_PROF_SAMPLE_BYTES", "1")], true, check);
+}
+
 #[test]
 fn fork_from_signal_handler() {
     let prog = common::cc("hostile_fork.c", "hostile_fork", &[]);

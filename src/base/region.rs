@@ -11,6 +11,9 @@
 //! the guard (`PROT_NONE`), the worker's stack and the ring (both `MADV_WIPEONFORK`: the callers
 //! mark them, and the kernel merges the two adjacent ranges) and everything else.
 //!
+//! The reservation is `MADV_NOHUGEPAGE`: the shim's memory is sparse, and under THP `always` a
+//! few touched pages would otherwise be a 2 MiB page each.
+//!
 //! Layout, from the lowest address: [`GUARD_BYTES`] | [`WORKER_STACK_BYTES`] | [`RING_MAX_BYTES`]
 //! | the bump area. Untouched pages cost no memory. When the reservation cannot be mapped (an
 //! address-space limit) or the bump area is full, each request gets its own mapping, as before.
@@ -51,6 +54,13 @@ fn base() -> Option<usize> {
         b => return Some(b),
     }
     let m = crate::base::sys::map_anon(BYTES, true);
+    if !m.is_null() {
+        // No transparent huge pages: under THP `always` each 2 MiB range the shim touches a few
+        // pages of (a slot chunk, a hash-indexed profile table) would become 2 MiB of RSS. The
+        // answer does not matter (EINVAL without THP in the kernel): small pages either way.
+        // SAFETY: advice on the mapping just made.
+        unsafe { libc::madvise(m, BYTES, libc::MADV_NOHUGEPAGE) };
+    }
     let mine = if m.is_null() { 1 } else { m as usize };
     match BASE.compare_exchange(0, mine, AcqRel, Acquire) {
         Ok(_) => (mine != 1).then_some(mine),

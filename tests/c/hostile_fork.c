@@ -7,8 +7,14 @@
  *   stdio   one thread calls fflush(NULL) and open_memstream in a loop, two others fopen, read
  *           with getline (fresh buffers) and fclose, while the main thread forks N children
  *           that use stdio and malloc, then _exit(0).
+ *   threads three threads churn while a fourth (not the main thread) forks N children that start
+ *           threads before anything settles the forking thread's slot (`slots::fold`): even
+ *           children start four that allocate and exit (two joined, two detached), allocate and
+ *           dump (mallocshim_dump, when present); odd ones start a thread that forks a
+ *           grandchild (which allocates, dumps, exits), and the survivor pthread_exit()s first.
  * Exits 0 when every child exited 0; prints `forks=N handler_forks=N`. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -87,6 +93,58 @@ static int child_work(void)
     return 0;
 }
 
+static int (*shim_dump)(void);
+
+static void *small(void *a)
+{
+    (void)a;
+    for (int i = 0; i < 200; i++)
+        free(malloc(i * 13 + 1));
+    return NULL;
+}
+
+static void *grandchild_forker(void *a)
+{
+    (void)a;
+    pid_t g = fork();
+    if (g == 0) {
+        free(malloc(12345));
+        if (shim_dump)
+            shim_dump();
+        _exit(0);
+    }
+    int st = 0;
+    while (waitpid(g, &st, 0) < 0)
+        ;
+    _exit(WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 7);
+}
+
+/* A child of the `threads` mode (see the usage). */
+static int child_threads(int i)
+{
+    void *p = malloc(777);
+    if (i % 2 == 0) {
+        pthread_t t[4];
+        pthread_attr_t det;
+        pthread_attr_init(&det);
+        pthread_attr_setdetachstate(&det, PTHREAD_CREATE_DETACHED);
+        for (int k = 0; k < 4; k++)
+            if (pthread_create(&t[k], k < 2 ? NULL : &det, small, NULL))
+                return 2;
+        pthread_join(t[0], NULL);
+        pthread_join(t[1], NULL);
+        free(p);
+        if (shim_dump && shim_dump() != 0)
+            return 6;
+        return 0;
+    }
+    pthread_t t;
+    if (pthread_create(&t, NULL, grandchild_forker, NULL))
+        return 3;
+    free(p);
+    pthread_exit(NULL);
+}
+
 static void on_alarm(int sig)
 {
     (void)sig;
@@ -108,17 +166,44 @@ static int wait_ok(pid_t p)
     return WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
+static const char *mode;
+static int threads;
+
+static void *fork_loop(void *a)
+{
+    int n = (int)(long)a, bad = 0;
+    for (int i = 0; i < n; i++) {
+        void *volatile q = malloc(100 + i);
+        pid_t p = fork();
+        if (p == 0) {
+            if (threads)
+                _exit(child_threads(i));
+            if (strcmp(mode, "exec") == 0 && i % 2) {
+                execl("/bin/true", "true", (char *)NULL);
+                _exit(5);
+            }
+            _exit(child_work());
+        }
+        free(q);
+        if (p < 0 || !wait_ok(p))
+            bad++;
+    }
+    return (void *)(long)bad;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: hostile_fork exec|signal|stdio [N]\n");
+        fprintf(stderr, "usage: hostile_fork exec|signal|stdio|threads [N]\n");
         return 2;
     }
-    const char *mode = argv[1];
+    mode = argv[1];
+    shim_dump = (int (*)(void))dlsym(RTLD_DEFAULT, "mallocshim_dump");
     int n = argc > 2 ? atoi(argv[2]) : 100;
     pthread_t th[3];
     int nth = 0;
-    if (strcmp(mode, "exec") == 0) {
+    threads = strcmp(mode, "threads") == 0;
+    if (strcmp(mode, "exec") == 0 || threads) {
         for (long i = 0; i < 3; i++)
             pthread_create(&th[nth++], NULL, churn, (void *)i);
     } else if (strcmp(mode, "stdio") == 0) {
@@ -138,19 +223,15 @@ int main(int argc, char **argv)
         return 2;
     }
     int bad = 0;
-    for (int i = 0; i < n; i++) {
-        void *volatile q = malloc(100 + i);
-        pid_t p = fork();
-        if (p == 0) {
-            if (strcmp(mode, "exec") == 0 && i % 2) {
-                execl("/bin/true", "true", (char *)NULL);
-                _exit(5);
-            }
-            _exit(child_work());
-        }
-        free(q);
-        if (p < 0 || !wait_ok(p))
-            bad++;
+    if (threads) {
+        /* Forked from a thread that is not the main one. */
+        pthread_t f;
+        void *r = NULL;
+        if (pthread_create(&f, NULL, fork_loop, (void *)(long)n) || pthread_join(f, &r))
+            return 2;
+        bad = (int)(long)r;
+    } else {
+        bad = (int)(long)fork_loop((void *)(long)n);
     }
     struct itimerval off = {{0, 0}, {0, 0}};
     setitimer(ITIMER_REAL, &off, NULL);
