@@ -200,8 +200,8 @@ fn fork_canaries_report() {
 /// `pthread_create` trampoline's free gave the idle thread one too, 2) and the shim adds at most
 /// 10 mappings to the program's (each one a descriptor every fork copies: the library's 5, the
 /// reservation's 3 — guard page, wipe-on-fork range, the rest — and the worker's glibc arena's 2;
-/// 14 before the reservation); and a forked child that starts threads (its worker reuses the
-/// wiped stack) and allocates exits 0.
+/// 14 before the reservation; 11 when sampling every byte); and a forked child that starts
+/// threads (its worker reuses the wiped stack) and allocates exits 0.
 #[test]
 fn fork_copies_no_shim_stack_ring_or_idle_arena() {
     let prog = common::cc("fork_footprint.c", "fork_footprint", &["-pthread"]);
@@ -233,9 +233,12 @@ fn fork_copies_no_shim_stack_ring_or_idle_arena() {
         );
         if backend == "glibc" {
             assert_eq!(v("arenas"), 1, "{what}: a glibc arena beside the worker's (the idle thread's?)");
+            // Sampling every byte, the profiler's own blocks (its unwind memo: two of 192 KiB,
+            // glibc mmaps them) may be one more mapping: seen in 5 of 25 runs.
+            let most = if setting == "PROF_SAMPLE_BYTES=1" { 11 } else { 10 };
             assert!(
-                v("maps") <= maps_alone + 10,
-                "{what}: the shim adds more than 10 mappings to the program's {maps_alone}"
+                v("maps") <= maps_alone + most,
+                "{what}: the shim adds more than {most} mappings to the program's {maps_alone}"
             );
         }
     }
