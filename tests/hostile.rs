@@ -70,6 +70,16 @@ fn each_config_with(
     }
 }
 
+/// [`each_config`], then once more per backend with heap profiles sampling every byte; every run
+/// must print `want`.
+fn each_config_and_every_byte(prog: &Path, args: &[&str], want: &str) {
+    let check = |what: &str, o: &Output, _: &Path| {
+        assert!(common::stdout(o).contains(want), "{what}: no {want:?}: {}", common::describe(o));
+    };
+    each_config(prog, args, check);
+    each_config_with(prog, args, &[("MALLOCSHIM_PROF_SAMPLE_BYTES", "1")], true, check);
+}
+
 /// The names of the files in `dir`.
 fn file_names(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir)
@@ -141,11 +151,7 @@ fn thread_churn_keys_and_teardown() {
 #[test]
 fn thread_bursts_of_idle_detached_threads() {
     let prog = common::cc("thread_burst.c", "thread_burst", &[]);
-    let check = |what: &str, o: &Output, _: &Path| {
-        assert!(common::stdout(o).contains("done=2000"), "{what}: {}", common::describe(o));
-    };
-    each_config(&prog, &["4", "500"], check);
-    each_config_with(&prog, &["4", "500"], &[("MALLOCSHIM_PROF_SAMPLE_BYTES", "1")], true, check);
+    each_config_and_every_byte(&prog, &["4", "500"], "done=2000");
 }
 
 #[test]
@@ -170,11 +176,7 @@ fn fork_with_and_without_exec() {
 #[test]
 fn fork_from_a_thread_whose_children_start_threads() {
     let prog = common::cc("hostile_fork.c", "hostile_fork", &[]);
-    let check = |what: &str, o: &Output, _: &Path| {
-        assert!(common::stdout(o).contains("forks=24 bad=0"), "{what}: {}", common::describe(o));
-    };
-    each_config(&prog, &["threads", "24"], check);
-    each_config_with(&prog, &["threads", "24"], &[("MALLOCSHIM_PROF_SAMPLE_BYTES", "1")], true, check);
+    each_config_and_every_byte(&prog, &["threads", "24"], "forks=24 bad=0");
 }
 
 #[test]
