@@ -20,7 +20,8 @@
 //!
 //! Never unmapped; ranges are never returned (a range a caller no longer wants is left untouched:
 //! no memory). Must not allocate or lock: [`take`] runs on the hot path's first call of a thread
-//! (a slot chunk), where its one syscall is the reservation's mmap, once per process.
+//! (a slot chunk), where its syscalls are the reservation's mmap and madvise, once per process
+//! (in practice at initialisation, where the own heap takes its reserve first).
 
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicUsize, Ordering::*};
@@ -108,21 +109,33 @@ pub fn contains(p: *const c_void) -> bool {
     }
 }
 
-/// The worker's stack (its lowest usable byte, [`WORKER_STACK_BYTES`] long), with the guard page
-/// below it made inaccessible; None without the reservation (or when the guard cannot be set).
-pub fn worker_stack() -> Option<*mut c_void> {
-    let b = base()?;
-    // SAFETY: the first page of the reservation, reserved for this guard.
-    if unsafe { libc::mprotect(b as *mut c_void, GUARD_BYTES, libc::PROT_NONE) } != 0 {
-        return None;
+/// The worker's stack (its lowest usable byte, [`WORKER_STACK_BYTES`] long), with an
+/// inaccessible guard page below it: in the reservation, or a mapping of its own (guard first)
+/// without it. Null when neither can be had.
+pub fn worker_stack() -> *mut c_void {
+    let m = match base() {
+        Some(b) => b as *mut c_void,
+        None => crate::base::sys::map_anon(GUARD_BYTES + WORKER_STACK_BYTES, true),
+    };
+    if m.is_null() {
+        return m;
     }
-    Some((b + GUARD_BYTES) as *mut c_void)
+    // SAFETY: the first page of the range just found, reserved for this guard; the rest is the
+    // stack. A guard that cannot be set leaves the stack usable, unguarded.
+    unsafe {
+        libc::mprotect(m, GUARD_BYTES, libc::PROT_NONE);
+        m.cast::<u8>().add(GUARD_BYTES).cast::<c_void>()
+    }
 }
 
-/// Room for the memory-history ring ([`RING_MAX_BYTES`]), just above the worker's stack; None
-/// without the reservation.
-pub fn ring() -> Option<*mut c_void> {
-    base().map(|b| (b + GUARD_BYTES + WORKER_STACK_BYTES) as *mut c_void)
+/// Room for `bytes` (at most [`RING_MAX_BYTES`]) of the memory-history ring: just above the
+/// worker's stack in the reservation, or a mapping of its own without it. Null when neither can
+/// be had.
+pub fn ring(bytes: usize) -> *mut c_void {
+    match base() {
+        Some(b) if bytes <= RING_MAX_BYTES => (b + GUARD_BYTES + WORKER_STACK_BYTES) as *mut c_void,
+        _ => crate::base::sys::map_anon(bytes, false),
+    }
 }
 
 #[cfg(test)]
@@ -137,8 +150,8 @@ mod tests {
         assert!(contains(a as *const c_void) && contains(c as *const c_void));
         assert_eq!(a % PAGE, 0);
         assert!(b >= a + PAGE && c >= b + 2 * PAGE, "{a:x} {b:x} {c:x}");
-        let r = ring().unwrap() as usize;
-        let s = worker_stack().unwrap() as usize;
+        let r = ring(RING_MAX_BYTES) as usize;
+        let s = worker_stack() as usize;
         assert_eq!(r, s + WORKER_STACK_BYTES);
         assert!(a >= r + RING_MAX_BYTES);
         // Writable and zeroed.

@@ -60,7 +60,7 @@ fn ring() -> Option<&'static [Row]> {
     if p.is_null() {
         // In the shim's reservation, just above the worker's stack (one wipe-on-fork mapping with
         // it); its own mapping without the reservation.
-        let m = crate::base::region::ring().unwrap_or_else(|| crate::base::sys::map_anon(RING_BYTES, false));
+        let m = crate::base::region::ring(RING_BYTES);
         if m.is_null() {
             return None;
         }

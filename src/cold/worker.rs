@@ -130,8 +130,6 @@ fn spawn() {
 
 /// Stack of the worker thread (std's default for its threads).
 const STACK_BYTES: usize = crate::base::region::WORKER_STACK_BYTES;
-/// The inaccessible page below the worker's own stack.
-const GUARD_BYTES: usize = crate::base::region::GUARD_BYTES;
 /// The worker's stack (its lowest usable byte; null until mapped): mapped once, never unmapped,
 /// wipe-on-fork, so a fork copies none of it (a child has no worker; a child's own worker reuses
 /// the range). glibc keeps the thread's descriptor and static TLS at its top, which nothing in a
@@ -147,22 +145,11 @@ fn own_stack() -> *mut c_void {
     if !p.is_null() {
         return p;
     }
-    // In the shim's reservation, where the ring above it shares its wipe-on-fork mapping; its
-    // own mapping (guard page first) without the reservation.
-    let p = match crate::base::region::worker_stack() {
-        Some(p) => p,
-        None => {
-            let m = crate::base::sys::map_anon(STACK_BYTES + GUARD_BYTES, true);
-            if m.is_null() {
-                return m;
-            }
-            // SAFETY: the first page of the mapping just made; the rest is the stack.
-            unsafe {
-                libc::mprotect(m, GUARD_BYTES, libc::PROT_NONE);
-                m.cast::<u8>().add(GUARD_BYTES).cast::<c_void>()
-            }
-        }
-    };
+    // In the shim's reservation, where the ring above it shares its wipe-on-fork mapping.
+    let p = crate::base::region::worker_stack();
+    if p.is_null() {
+        return p;
+    }
     crate::base::sys::wipe_on_fork(p, STACK_BYTES);
     STACK.store(p, Relaxed);
     p

@@ -35,6 +35,10 @@ use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering:
 
 mod fold;
 
+/// In a forked child, the heap profile's sample adopts the forking thread's slot before it
+/// records the slot's tid (`fold`).
+pub(crate) use fold::adopt_if_survivor;
+
 /// The exported entry points whose calls are counted, in C API order.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[repr(usize)]
@@ -245,12 +249,6 @@ pub fn claim(st: *mut tls::ThreadState) -> *mut Slot {
     // SAFETY: this thread's TLS block.
     unsafe { (*st).slot = got };
     got
-}
-
-/// In a forked child: gives `s` the child's generation and tid now if it is the forking thread's
-/// slot, not adopted yet (`fold`; the heap profile's sample, before it records the slot's tid).
-pub fn adopt_if_survivor(s: &Slot) {
-    fold::adopt_if_survivor(s);
 }
 
 /// Maps a chunk of zeroed slots and publishes it in `cell` (or adopts a racing thread's).
