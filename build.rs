@@ -7,7 +7,13 @@
 //! the archive into OUT_DIR with `objcopy --remove-section=.init_array` and links the copy first:
 //! the linker resolves every jemalloc symbol from it, so the bundled original is never pulled
 //! in. jemalloc then initialises only when the jemalloc backend loads it (`backend::jemalloc::load`).
-//! The build fails when objcopy (binutils) is missing or the copy still has a constructor.
+//! The same copy moves jemalloc's 2 MiB radix-tree root (`arena_emap_global`, its own section:
+//! jemalloc is built with `-fdata-sections`) from `.bss` into `.lbss`, which the linker places
+//! after every `.bss` section, beside the shim's bootstrap pool (`hot::bootstrap`). In the middle
+//! of `.bss` it spread the small statics every process writes over three 2 MiB page-table ranges,
+//! and every fork copies one page-table page per range (issue 21; docs/results/fork.md).
+//! The build fails when objcopy (binutils) is missing, the copy still has a constructor, or the
+//! root's section is not there to move.
 //!
 //! It also links libgcc's unwinder statically (`libgcc_eh.a`, found with `cc
 //! -print-file-name`, whole-archive, ahead of std's `-lgcc_s`), as `gcc -static-libgcc` does for
@@ -17,6 +23,9 @@
 //! a fork-from-SIGALRM program 2.5x slower). The build fails when the archive is missing.
 
 use std::path::PathBuf;
+
+/// jemalloc's extent map (its 2 MiB radix-tree root), renamed into `.lbss` (see the module doc).
+const EMAP: &str = ".bss._rjem_je_arena_emap_global";
 use std::process::Command;
 
 fn main() {
@@ -28,6 +37,7 @@ fn main() {
     let objcopy = std::env::var("OBJCOPY").unwrap_or_else(|_| "objcopy".into());
     let st = Command::new(&objcopy)
         .args(["--remove-section=.init_array", "--remove-section=.rela.init_array"])
+        .arg(format!("--rename-section={EMAP}=.lbss{}", &EMAP[4..]) + ",alloc")
         .arg(&src)
         .arg(&dst)
         .status()
@@ -39,6 +49,11 @@ fn main() {
         !String::from_utf8_lossy(&objdump.stdout).contains("init_array"),
         "{} still has an .init_array section",
         dst.display()
+    );
+    assert!(
+        String::from_utf8_lossy(&objdump.stdout).contains(&format!(".lbss{}", &EMAP[4..])),
+        "{} has no section {EMAP} to move after .bss (jemalloc built without -fdata-sections?)",
+        src.display()
     );
     println!("cargo:rustc-link-search=native={}", out.display());
     println!("cargo:rustc-link-lib=static=jemalloc_noinit");

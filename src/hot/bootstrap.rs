@@ -3,14 +3,13 @@
 //! thread; the entry table in force until initialisation publishes a backend's (its functions
 //! start initialisation, then re-enter through the published table or serve the pool). It is not
 //! a `Backend`: before publication `backend::published()` is None, and the backend module
-//! answers figures (0), release (nothing) and version (`bootstrap pool`) itself. The pool is a lock-free bump allocator over a 1 MiB
-//! static array; blocks are never reused. Owns the address-range test that keeps pool pointers
+//! answers figures (0), release (nothing) and version (`bootstrap pool`) itself. The pool is a lock-free bump allocator over 1 MiB of
+//! zero-initialised static memory placed after `.bss` (below); blocks are never reused. Owns the address-range test that keeps pool pointers
 //! away from every backend. Must not call any allocator. With `init` and `route` it forms the
 //! one cycle that lazy start-up needs (the first call initialises, then re-enters).
 
 use crate::hot::c_contract;
 use crate::hot::route::{self, Table};
-use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicUsize, Ordering};
 
@@ -18,19 +17,32 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 pub const POOL_BYTES: usize = 1 << 20;
 const HEADER: usize = 16;
 
-#[repr(C, align(4096))]
-struct Pool(UnsafeCell<[u8; POOL_BYTES]>);
+// The pool's bytes: a NOBITS section flagged SHF_X86_64_LARGE ("awl"), which the linker places
+// after every ordinary `.bss` section, beside jemalloc's 2 MiB radix-tree root (moved there by
+// build.rs). A static array would sit in the middle of `.bss` and spread the small statics every
+// process writes over three 2 MiB page-table ranges, and every fork copies one page-table page
+// per range (docs/results/fork.md "Session 17"). Hidden: the cdylib does not export it.
+core::arch::global_asm!(
+    ".pushsection .lbss.mallocshim_bootstrap_pool,\"awl\",@nobits",
+    ".p2align 12",
+    ".globl mallocshim_bootstrap_pool",
+    ".hidden mallocshim_bootstrap_pool",
+    "mallocshim_bootstrap_pool:",
+    ".zero {bytes}",
+    ".size mallocshim_bootstrap_pool, {bytes}",
+    ".popsection",
+    bytes = const POOL_BYTES,
+);
 
-// SAFETY: disjoint ranges of the pool are handed out by an atomic bump pointer; each range is
-// written only by the thread that received it.
-unsafe impl Sync for Pool {}
-
-static POOL: Pool = Pool(UnsafeCell::new([0; POOL_BYTES]));
+extern "C" {
+    /// The pool (above): written only through the disjoint ranges `alloc` hands out.
+    static mallocshim_bootstrap_pool: [u8; POOL_BYTES];
+}
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
 #[inline(always)]
 fn base() -> usize {
-    POOL.0.get() as usize
+    core::ptr::addr_of!(mallocshim_bootstrap_pool) as usize
 }
 
 /// True when `p` points into the pool.

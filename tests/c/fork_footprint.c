@@ -1,7 +1,7 @@
 /* What a fork copies of the shim (tests/fork.rs, issue 21 part 2). A thread that never allocates
  * is started, the process sleeps SLEEP_MS (the shim's thread starts and takes memory-history
  * rows meanwhile), then /proc/self/smaps is read and one line printed:
- *   wipe=W wipe_kb=K maps=M arenas=A child=C
+ *   wipe=W wipe_kb=K maps=M arenas=A bss_ranges=R child=C
  * W: mappings marked wipe-on-fork (VmFlags `wf`: what a fork does not copy), K their KiB;
  * M: mappings (VMAs) in all: each one costs every fork a copy of its descriptor;
  * A: glibc's non-main arena heaps (the idle thread must not have one): an anonymous rw mapping
@@ -9,6 +9,9 @@
  *    exactly 64 MiB after the start. A boundary alone is not enough: since Linux 6.7 anonymous
  *    mappings of 2 MiB or more are placed on 2 MiB boundaries, so the shim's own tables and the
  *    worker's stack start on a 64 MiB boundary about once in 32;
+ * R: the 2 MiB ranges (one page-table page each, which every fork copies) holding the resident
+ *    pages of the shim's .bss, the anonymous mapping that starts where libmallocshim.so's last
+ *    file mapping ends (0 without the shim); read from /proc/self/pagemap's present bits;
  * C: the exit status of a forked child that starts two threads that allocate, joins them,
  *    checks its blocks and exits (0 when all went well).
  * usage: fork_footprint [SLEEP_MS] */
@@ -50,6 +53,25 @@ static void *worker(void *a)
     return NULL;
 }
 
+/* Distinct 2 MiB ranges holding present pages in [lo, hi). */
+static int resident_ranges(unsigned long lo, unsigned long hi)
+{
+    FILE *pm = fopen("/proc/self/pagemap", "r");
+    if (!pm)
+        return -1;
+    int n = 0;
+    unsigned long last = 0;
+    for (unsigned long a = lo; a < hi; a += 4096) {
+        unsigned long long e = 0;
+        if (fseek(pm, (long)(a / 4096 * 8), SEEK_SET) || fread(&e, 8, 1, pm) != 1)
+            break;
+        if ((e >> 63) && (a >> 21) != last)
+            n++, last = a >> 21;
+    }
+    fclose(pm);
+    return n;
+}
+
 static int child(void)
 {
     pthread_t t[2];
@@ -76,6 +98,7 @@ int main(int argc, char **argv)
     int wipe = 0, arenas = 0, maps = 0;
     unsigned long wipe_kb = 0, last_kb = 0;
     unsigned long heap = 0, heap_end = 0; /* an aligned rw anon mapping waiting for its reservation */
+    unsigned long shim_end = 0, bss_lo = 0, bss_hi = 0;
     while (fgets(line, sizeof line, f)) {
         unsigned long lo, hi;
         char perms[8];
@@ -87,6 +110,10 @@ int main(int argc, char **argv)
             maps++;
             last_kb = (hi - lo) >> 10;
             int anon = inode == 0 && (line[name] == '\0' || line[name] == '\n');
+            if (strstr(line + name, "libmallocshim.so"))
+                shim_end = hi;
+            else if (anon && shim_end && lo == shim_end && !bss_hi)
+                bss_lo = lo, bss_hi = hi;
             if (anon && heap && lo == heap_end && strcmp(perms, "---p") == 0 && hi == heap + (64UL << 20))
                 arenas++;
             heap = 0;
@@ -98,6 +125,7 @@ int main(int argc, char **argv)
         }
     }
     fclose(f);
+    int bss_ranges = bss_hi ? resident_ranges(bss_lo, bss_hi) : 0;
     fflush(stdout);
     pid_t p = fork();
     if (p == 0)
@@ -107,6 +135,7 @@ int main(int argc, char **argv)
         return 2;
     atomic_store(&stop, 1);
     pthread_join(t, NULL);
-    printf("wipe=%d wipe_kb=%lu maps=%d arenas=%d child=%d\n", wipe, wipe_kb, maps, arenas, WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+    printf("wipe=%d wipe_kb=%lu maps=%d arenas=%d bss_ranges=%d child=%d\n", wipe, wipe_kb, maps, arenas,
+           bss_ranges, WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
     return 0;
 }
