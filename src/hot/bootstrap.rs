@@ -21,7 +21,9 @@ const HEADER: usize = 16;
 // after every ordinary `.bss` section, beside jemalloc's 2 MiB radix-tree root (moved there by
 // build.rs). A static array would sit in the middle of `.bss` and spread the small statics every
 // process writes over three 2 MiB page-table ranges, and every fork copies one page-table page
-// per range (docs/results/fork.md "Session 17"). Hidden: the cdylib does not export it.
+// per range (docs/results/fork.md "Session 17"). Assembly, because rustc emits a static with
+// `#[link_section = ".lbss..."]` as PROGBITS: 1 MiB of zeros in the file and one more mapping.
+// Hidden: the cdylib does not export it.
 core::arch::global_asm!(
     ".pushsection .lbss.mallocshim_bootstrap_pool,\"awl\",@nobits",
     ".p2align 12",
@@ -34,15 +36,22 @@ core::arch::global_asm!(
     bytes = const POOL_BYTES,
 );
 
-extern "C" {
-    /// The pool (above): written only through the disjoint ranges `alloc` hands out.
-    static mallocshim_bootstrap_pool: [u8; POOL_BYTES];
-}
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
+/// The pool's address: one `lea`, as for a Rust static (an `extern` static would be read from
+/// the GOT: one more load on every `free`).
 #[inline(always)]
 fn base() -> usize {
-    core::ptr::addr_of!(mallocshim_bootstrap_pool) as usize
+    let p: usize;
+    // SAFETY: computes the address of the hidden symbol defined above; reads no memory.
+    unsafe {
+        core::arch::asm!(
+            "lea {}, [rip + mallocshim_bootstrap_pool]",
+            out(reg) p,
+            options(pure, nomem, nostack, preserves_flags)
+        )
+    };
+    p
 }
 
 /// True when `p` points into the pool.
