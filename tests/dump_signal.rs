@@ -317,13 +317,11 @@ fn start_and_signal(
                     Ok(Some(st)) => format!("mariadbd ended with {st:?} (signal {:?})", st.signal()),
                     _ => format!("mariadbd alive ({})", proc_state(pid)),
                 };
-                let err = std::fs::read_to_string(&errlog).unwrap_or_default();
-                let tail: Vec<&str> = err.lines().rev().take(5).collect();
                 return Some(format!(
-                    "mallocshim dump: {}; {state}; its dumps: {:?}; its log's last lines: {:?}",
+                    "mallocshim dump: {}; {state}; its dumps: {:?}; {}",
                     describe(&o).replace('\n', " | "),
                     dumps_of(dumpdir, pid),
-                    tail
+                    server_side(pid, &errlog)
                 ));
             }
         } else {
@@ -349,7 +347,7 @@ fn start_and_signal(
                 return None;
             }
             if Instant::now() > until {
-                return Some("no dump within 30 s".into());
+                return Some(format!("no dump within 30 s; {}", server_side(pid, &errlog)));
             }
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -358,6 +356,32 @@ fn start_and_signal(
     unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
     let _ = child.wait();
     outcome.map(|o| format!("{backend} delay {delay:?} {}: {o}", if by_cli { "dump" } else { "kill" }))
+}
+
+/// What a failure's message says of the server: the shim's lines and the last lines of its
+/// log, and each thread's name, state and kernel wait channel (is the shim's thread there, and
+/// where does it wait?).
+fn server_side(pid: u32, errlog: &Path) -> String {
+    let err = std::fs::read_to_string(errlog).unwrap_or_default();
+    let shim: Vec<&str> = err.lines().filter(|l| l.contains("mallocshim:")).take(20).collect();
+    let tail: Vec<&str> = err.lines().rev().take(5).collect();
+    let task = |tid: &str, f: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/{f}")).unwrap_or_default().trim().to_string()
+    };
+    let mut threads: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| {
+                    let tid = e.file_name().to_string_lossy().into_owned();
+                    let stat = task(&tid, "stat");
+                    let state = stat.rsplit(") ").next().and_then(|r| r.split(' ').next()).unwrap_or("?");
+                    format!("{tid} {} {state} {}", task(&tid, "comm"), task(&tid, "wchan"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    threads.sort();
+    format!("the shim's lines: {shim:?}; its log's last lines: {tail:?}; its threads: {threads:?}")
 }
 
 /// `pid`'s state, threads and caught signals from /proc/PID/status, for a failure's message.
