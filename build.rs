@@ -23,10 +23,10 @@
 //! a fork-from-SIGALRM program 2.5x slower). The build fails when the archive is missing.
 
 use std::path::PathBuf;
+use std::process::Command;
 
 /// jemalloc's extent map (its 2 MiB radix-tree root), renamed into `.lbss` (see the module doc).
 const EMAP: &str = ".bss._rjem_je_arena_emap_global";
-use std::process::Command;
 
 fn main() {
     let root =
@@ -34,10 +34,11 @@ fn main() {
     let src = PathBuf::from(root).join("lib/libjemalloc_pic.a");
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
     let dst = out.join("libjemalloc_noinit.a");
+    let moved = format!(".lbss{}", &EMAP[4..]);
     let objcopy = std::env::var("OBJCOPY").unwrap_or_else(|_| "objcopy".into());
     let st = Command::new(&objcopy)
         .args(["--remove-section=.init_array", "--remove-section=.rela.init_array"])
-        .arg(format!("--rename-section={EMAP}=.lbss{}", &EMAP[4..]) + ",alloc")
+        .arg(format!("--rename-section={EMAP}={moved},alloc"))
         .arg(&src)
         .arg(&dst)
         .status()
@@ -51,7 +52,7 @@ fn main() {
         dst.display()
     );
     assert!(
-        String::from_utf8_lossy(&objdump.stdout).contains(&format!(".lbss{}", &EMAP[4..])),
+        String::from_utf8_lossy(&objdump.stdout).contains(&moved),
         "{} has no section {EMAP} to move after .bss (jemalloc built without -fdata-sections?)",
         src.display()
     );
