@@ -138,7 +138,7 @@ fn check_common(r: &Run, fts_tests: &[String]) {
 // they run.
 #[test]
 fn mtr_subset_same_results_under_each_backend() {
-    for prog in ["bash", "perl", "flock", "mariadbd"] {
+    for prog in ["bash", "perl", "python3", "flock", "mariadbd"] {
         common::require(prog);
     }
     for b in common::BACKENDS {
