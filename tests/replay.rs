@@ -499,7 +499,8 @@ fn recorded_program_replays_its_live_heap_and_rss_under_every_backend() {
         let (mut orig, mut replayed) = (orig, r.net_peak_rss_bytes);
         if dev > 0.15 {
             // Both sides are noisy (jemalloc's original alone peaked at 380-422 MiB between runs,
-            // its replay at 416-433): past the bound, two more pairs, judged by the median.
+            // its replay at 416-433 with every thread started at once, 383-410 with each started
+            // when due): past the bound, two more pairs, judged by the median.
             let mut runs = vec![(dev, orig, replayed)];
             for _ in 0..2 {
                 let (base, peak, _, _) = planted_program(b, None);
@@ -526,9 +527,11 @@ fn recorded_program_replays_its_live_heap_and_rss_under_every_backend() {
     // issue's goal: the allocator's resident bytes (net peak RSS: VmHWM minus RSS before the
     // first call, on both sides) within 15% of the original run (a backend past it in the first
     // pair is judged by the median of three pairs). Medians of 3 runs, recorded
-    // pace and order (docs/replay.md): glibc 0.0%, jemalloc +6.4% (+0.7 to +6.6; its original
-    // itself peaks at 393, 409 or 422 MiB), tcmalloc -0.1%, mimalloc -0.3%. Each thread in its
-    // own order only (`--order threads`, session 11's engine) it was -27% to +13%.
+    // pace and order (docs/replay.md), with each replay thread started when due: glibc -0.2%,
+    // jemalloc -0.5% (-9.2 to +3.3 over 6 runs; its original itself peaks at 396, 409 or 422
+    // MiB), tcmalloc -0.6%, mimalloc 0.0%. With every thread started before the start, jemalloc's
+    // threads were bound to arenas the recorded ones had not shared: +3% to +16%. Each thread in
+    // its own order only (`--order threads`, session 11's engine) it was -27% to +13%.
     for (b, orig, replayed, dev) in devs {
         assert!(
             dev <= 0.15,

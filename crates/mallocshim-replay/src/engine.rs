@@ -1,13 +1,15 @@
 //! The engine: one replay of a plan in this process, under the shim (`LD_PRELOAD`, the backend
-//! chosen by `MALLOCSHIM_BACKEND`). One thread per recorded thread, each step in recorded order;
+//! chosen by `MALLOCSHIM_BACKEND`). One thread per recorded thread, started when its first step
+//! is due and joined as the recorded one was (`launch.rs`), each step in recorded order;
 //! a step that takes a block waits until the block's creator has published it (the block
 //! table's entry, 0 until then: happens-before from the trace's order, which has every free
 //! after its allocation, so the wait always ends); every page of each block is written once
 //! after it is allocated. The pre-window heap is allocated by the main thread before the start.
 //!
 //! Order of one run: map the plan, map the block table and counters (resident before the
-//! baseline), a dump (`mallocshim_dump`) and a trim, spawn the threads (parked at a gate),
-//! baseline RSS, reset the peak, the pre-window heap, start; after the last step: end RSS, peak,
+//! baseline), a dump (`mallocshim_dump`) and a trim, spawn the sampler and the launcher (parked
+//! at a gate), baseline RSS, reset the peak, the pre-window heap, start (the launcher starts the
+//! replay threads, the recorded main thread's steps run on this one); after the last step: end RSS, peak,
 //! a second dump (the command subtracts the first: latency of the replayed calls only), a trim,
 //! trimmed RSS.
 //!
@@ -17,6 +19,7 @@
 use crate::answer::{EngineOut, Errors};
 use crate::backoff::Backoff;
 use crate::image::PlanView;
+use crate::launch::{self, Pacing, Span};
 use crate::mem::{mapped_bytes, MmapVec};
 use crate::order::Epochs;
 use crate::plan::{self, Step, CALLOC, FREE, MALLOC, MEMALIGN, NONE, REALLOC};
@@ -30,6 +33,8 @@ const FAILED: u64 = u64::MAX;
 /// A wait for a block longer than this is an error (the step is skipped), never a hang.
 const WAIT_LIMIT_NS: u64 = 120_000_000_000;
 const PAGE: usize = 4096;
+/// A replay thread's (and the launcher's) stack.
+const STACK: usize = 256 << 10;
 
 struct Ctx<'a> {
     blocks: &'a MmapVec<u64>,
@@ -47,6 +52,9 @@ struct Ctx<'a> {
     peak_live: AtomicU64,
     /// Set when every replay thread has returned (the sampler stops).
     finished: AtomicBool,
+    /// Set when a replay thread could not be started: every thread stops at its next step or
+    /// wait, and the run is an error.
+    stop: AtomicBool,
 }
 
 const WAIT: u8 = 0;
@@ -96,6 +104,7 @@ impl<'a> Ctx<'a> {
             live: AtomicI64::new(0),
             peak_live: AtomicU64::new(0),
             finished: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
         }
     }
 
@@ -120,6 +129,9 @@ impl<'a> Ctx<'a> {
                 0 => {}
                 FAILED => return None,
                 p => return Some(p as *mut u8),
+            }
+            if self.stop.load(Ordering::Relaxed) {
+                return None;
             }
             if !b.wait() {
                 out.wait_timeout += 1;
@@ -191,27 +203,37 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    fn run_thread(&self, steps: &[Step]) -> ThreadOut {
-        let mut out = ThreadOut::default();
+    /// Waits at the start gate: true at [`GO`], false at [`ABORT`].
+    fn started(&self) -> bool {
         loop {
             match self.gate.load(Ordering::Acquire) {
                 WAIT => std::thread::sleep(std::time::Duration::from_micros(200)),
-                GO => break,
-                _ => return out,
+                GO => return true,
+                _ => return false,
             }
+        }
+    }
+
+    fn run_thread(&self, steps: &[Step]) -> ThreadOut {
+        let mut out = ThreadOut::default();
+        if !self.started() {
+            return out;
         }
         let mut local = [(0i64, 0i64); CLASSES];
         let start = self.start_ns.load(Ordering::Acquire);
         let mut sec = 0;
         let mut epoch = (u64::MAX, 0u64); // the epoch this thread is in, and its steps there
         for s in steps {
+            if self.stop.load(Ordering::Relaxed) {
+                break;
+            }
             if let Some(g) = &self.epochs {
                 let e = g.of(s.t_ns);
                 if e != epoch.0 {
                     if epoch.0 != u64::MAX {
                         g.leave(epoch.0, epoch.1);
                     }
-                    if !g.enter(e, WAIT_LIMIT_NS) {
+                    if !g.enter(e, WAIT_LIMIT_NS, &self.stop) {
                         out.wait_timeout += 1;
                     }
                     epoch = (e, 0);
@@ -295,29 +317,32 @@ pub fn run(plan_path: &Path, recorded: bool, ordered: bool) -> Result<EngineOut,
         ..Default::default()
     };
     let mut taken = 0;
+    let spans = launch::spans(&view, busy.iter().copied().filter(|&i| Some(i) != on_main));
+    let pacing = Pacing { recorded, ordered };
+    let run_span = |span: Span| ctx.run_thread(view.thread(span.thread));
     let outs: Vec<ThreadOut> = std::thread::scope(|sc| {
         let sampler = std::thread::Builder::new()
             .stack_size(64 << 10)
             .spawn_scoped(sc, || ctx.sample(&samples))
             .map_err(|e| format!("cannot start the sampler thread: {e}"))?;
-        let hs: Vec<_> = busy
-            .iter()
-            .filter(|&&i| Some(i) != on_main)
-            .map(|&i| {
-                let (ctx, steps) = (&ctx, view.thread(i));
-                std::thread::Builder::new()
-                    .stack_size(256 << 10)
-                    .spawn_scoped(sc, move || ctx.run_thread(steps))
-                    .map_err(|e| format!("cannot start a replay thread: {e}"))
+        let (ctx, spans, run_span) = (&ctx, &spans, &run_span);
+        let launcher = std::thread::Builder::new()
+            .stack_size(STACK)
+            .spawn_scoped(sc, move || {
+                if !ctx.started() {
+                    return Ok(Vec::new());
+                }
+                let start = ctx.start_ns.load(Ordering::Acquire);
+                launch::launch(sc, spans, pacing, start, STACK, &ctx.stop, run_span)
             })
-            .collect();
-        if hs.iter().any(|h| h.is_err()) {
+            .map_err(|e| format!("cannot start the launcher thread: {e}"));
+        if launcher.is_err() {
             ctx.gate.store(ABORT, Ordering::Release);
         }
         o.baseline_rss_bytes = selfproc::rss_bytes();
         o.replayer_bytes = mapped_bytes() + view.mapped_len() as u64;
         selfproc::reset_peak();
-        let pre = pre_window(&ctx, &view);
+        let pre = pre_window(ctx, &view);
         say("start\n");
         let cpu0 = selfproc::cpu_s();
         let t0 = selfproc::now_ns();
@@ -329,18 +354,16 @@ pub fn run(plan_path: &Path, recorded: bool, ordered: bool) -> Result<EngineOut,
         if let Some(i) = on_main {
             outs.push(ctx.run_thread(view.thread(i)));
         }
-        let mut err = None;
-        for h in hs {
-            match h {
-                Ok(h) => outs.push(h.join().unwrap_or_default()),
-                Err(e) => err = Some(e),
-            }
-        }
+        let launched =
+            launcher.and_then(|h| h.join().unwrap_or_else(|_| Err("the launcher panicked".into())));
         o.wall_s = (selfproc::now_ns() - t0) as f64 / 1e9;
         o.cpu_s = selfproc::cpu_s() - cpu0;
         ctx.finished.store(true, Ordering::Release);
         taken = sampler.join().unwrap_or(0);
-        err.map_or(Ok(outs), Err)
+        launched.map(|l| {
+            outs.extend(l);
+            outs
+        })
     })?;
     o.end_rss_bytes = selfproc::rss_bytes();
     o.peak_rss_bytes = selfproc::peak_rss_bytes().max(o.end_rss_bytes);

@@ -4,8 +4,8 @@
 //! - [`engine`]: the replayer process. `mallocshim replay` starts it once per backend (the
 //!   hidden `mallocshim replay-engine`, under `LD_PRELOAD=libmallocshim.so`). It maps the plan
 //!   and its tables from mmap (never from malloc: the replayer's own bytes are not the
-//!   allocator's, and are stated), allocates the pre-window heap, runs one thread per recorded thread with each
-//!   call in its recorded order, orders every free after its allocation, writes every page of
+//!   allocator's, and are stated), allocates the pre-window heap, runs one thread per recorded thread (started when
+//!   its first call is due: [`launch`]) with each call in its recorded order, orders every free after its allocation, writes every page of
 //!   each block once, and prints what it measured ([`answer::EngineOut`]).
 //! - [`plan`]: the trace resolved into per-thread steps and block instances, built once by the
 //!   command (not preloaded) and mapped by each engine as a memory image (`image.rs`);
@@ -20,6 +20,7 @@ pub mod answer;
 mod backoff;
 pub mod engine;
 mod image;
+pub mod launch;
 mod mem;
 mod order;
 pub mod plan;

@@ -18,7 +18,7 @@
 use crate::backoff::Backoff;
 use crate::image::PlanView;
 use crate::mem::MmapVec;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// One epoch of recorded time.
 pub const EPOCH_NS: u64 = 1_000_000;
@@ -66,11 +66,11 @@ impl Epochs {
     }
 
     /// Waits until every step of the epochs before `e` is done. False when the wait ran past
-    /// `limit_ns` (the caller counts it and goes on).
-    pub fn enter(&self, e: u64, limit_ns: u64) -> bool {
+    /// `limit_ns` (the caller counts it and goes on) or `stop` was set (the run is ending).
+    pub fn enter(&self, e: u64, limit_ns: u64, stop: &AtomicBool) -> bool {
         let mut b = Backoff::new(1024, std::time::Duration::from_micros(20), limit_ns);
         while self.front.load(Ordering::Acquire) < e {
-            if !b.wait() {
+            if stop.load(Ordering::Relaxed) || !b.wait() {
                 return false;
             }
         }
