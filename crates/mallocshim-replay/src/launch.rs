@@ -47,7 +47,7 @@ const NAP_NS: u64 = 50_000_000;
 /// How the launcher paces the starts.
 #[derive(Clone, Copy, Debug)]
 pub struct Pacing {
-    /// Start each thread [`LEAD_NS`] before its first step's recorded time.
+    /// Start each thread `LEAD_NS` (1 ms) before its first step's recorded time.
     pub recorded: bool,
     /// Join the threads that ended before a thread's first step before starting it.
     pub ordered: bool,

@@ -1,7 +1,7 @@
 //! The replay plan: a trace (read through `mallocshim_format::trace`, the one schema shared with
 //! the recorder) resolved into per-thread steps over block instances, built once by the command
 //! (`mallocshim replay`, not preloaded) and handed to each engine process as a memory image
-//! ([`Plan::write`] / [`PlanView::map`]: plain `repr(C)` arrays, mapped read-only, so the engine
+//! ([`Plan::write`] / [`PlanView::map`](crate::PlanView::map): plain `repr(C)` arrays, mapped read-only, so the engine
 //! decodes nothing and calls malloc for nothing before the replay starts). Not a trace format:
 //! the file lives for one `mallocshim replay` run, next to the dumps, and is removed after.
 //!
