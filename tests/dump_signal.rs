@@ -14,7 +14,9 @@
 //!   dies and gives a dump for each signal;
 //! - `mallocshim dump` given the pid of a wrapper under the shim that execs the program (as
 //!   `numactl`, `nohup`, `setsid` do) never signals the image in between (exec resets the
-//!   shim's handler to the default action until the new image's shim has started).
+//!   shim's handler to the default action until the new image's shim has started);
+//! - `mallocshim dump` on a process whose main thread is held in a system call (its signals
+//!   stay pending there) never sends a signal that would merge into a pending one.
 //!
 //! Long because: every black-box test of the dump signal and `mallocshim dump` in one place,
 //! sharing its helpers (fresh directories, the shim and command under test, the busy program).
@@ -263,6 +265,62 @@ fn dump_command_follows_the_process_signal_and_formats() {
         assert_eq!(o.status.code(), Some(1), "{backend} none: {}", describe(&o));
         assert!(stderr(&o).contains("MALLOCSHIM_DUMP_SIGNAL=none"), "{backend}: {}", stderr(&o));
         end_busy(child, &format!("{backend}, none"));
+    }
+}
+
+/// `mallocshim dump` on a process whose main thread is held in one system call for 3 s (as a
+/// starting mariadbd's can be): its attach signal stays pending there, and the plain signal it
+/// sends after a second must not be merged into it (a standard signal sent while one is
+/// pending is lost). The command waits until the pending signal is taken, then sends the plain
+/// one and prints the dump. Before that fix the channel opened once the main thread took the
+/// attach signal, and no dump came (`DUMP_SIGNAL_TEST_CLI` runs another command).
+#[test]
+fn dump_command_waits_out_a_pending_signal() {
+    let prog = cc("stuck_main.c", "stuck_main", &[]);
+    let (_, cli) = under_test();
+    for backend in BACKENDS {
+        let dir = fresh_dir(&format!("pending-{backend}"));
+        let mut c = preloaded(&prog, backend);
+        c.arg("3").env("MALLOCSHIM_DUMP_DIR", &dir).env("MALLOCSHIM_DUMP_FORMATS", "json");
+        let mut child = c.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("start stuck_main");
+        let pid = child.id();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert!(line.starts_with("stuck pid="), "{backend}: {line:?}");
+        let t0 = Instant::now();
+        let dumper = std::thread::spawn({
+            let cli = cli.clone();
+            move || Command::new(cli).args(["dump", &pid.to_string(), "--timeout", "20"]).output().unwrap()
+        });
+        // The condition is real: the command's first signal is pending while the main thread
+        // is held.
+        let mut seen_pending = false;
+        while t0.elapsed() < Duration::from_millis(2500) && !seen_pending {
+            let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            seen_pending = st
+                .lines()
+                .find_map(|l| l.strip_prefix("ShdPnd:"))
+                .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
+                .is_some_and(|m| m >> (libc::SIGUSR1 - 1) & 1 == 1);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let o = dumper.join().unwrap();
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        drop(child.stdin.take());
+        let st = child.wait().unwrap();
+        assert!(st.success(), "{backend}: stuck_main ended with {st:?} (signal {:?})", st.signal());
+        eprintln!("{backend}: dumped after {:.1} s", t0.elapsed().as_secs_f64());
+        assert!(seen_pending, "{backend}: SIGUSR1 was never pending (ShdPnd): the test tests nothing");
+        assert_eq!(line, "free\n", "{backend}");
+        assert!(
+            o.status.success() && stdout(&o).contains(&format!("mallocshim.{pid}.")),
+            "{backend}: mallocshim dump after {:.1} s: {}; dumps there: {:?}",
+            t0.elapsed().as_secs_f64(),
+            describe(&o),
+            dumps_of(&dir, pid)
+        );
     }
 }
 
