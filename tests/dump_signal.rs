@@ -288,6 +288,17 @@ fn dump_command_waits_out_a_pending_signal() {
         let mut line = String::new();
         out.read_line(&mut line).unwrap();
         assert!(line.starts_with("stuck pid="), "{backend}: {line:?}");
+        // The command starts once the main thread is held (its vfork child exists), so its
+        // first signal cannot be taken before.
+        let until = Instant::now() + Duration::from_secs(10);
+        while std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .unwrap_or_default()
+            .trim()
+            .is_empty()
+        {
+            assert!(Instant::now() < until, "{backend}: stuck_main never vforked");
+            std::thread::sleep(Duration::from_millis(1));
+        }
         let t0 = Instant::now();
         let dumper = std::thread::spawn({
             let cli = cli.clone();
