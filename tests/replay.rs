@@ -528,7 +528,7 @@ fn recorded_program_replays_its_live_heap_and_rss_under_every_backend() {
     // first call, on both sides) within 15% of the original run (a backend past it in the first
     // pair is judged by the median of three pairs). Medians of 3 runs, recorded
     // pace and order (docs/replay.md), with each replay thread started when due: glibc -0.2%,
-    // jemalloc -0.5% (-9.2 to +3.3 over 6 runs; its original itself peaks at 396, 409 or 422
+    // jemalloc -1.9% (-9.2 to +3.3, median of 6 runs; its original itself peaks at 396, 409 or 422
     // MiB), tcmalloc -0.6%, mimalloc 0.0%. With every thread started before the start, jemalloc's
     // threads were bound to arenas the recorded ones had not shared: +3% to +16%. Each thread in
     // its own order only (`--order threads`, session 11's engine) it was -27% to +13%.
