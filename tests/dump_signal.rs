@@ -308,12 +308,7 @@ fn dump_command_waits_out_a_pending_signal() {
         // is held.
         let mut seen_pending = false;
         while t0.elapsed() < Duration::from_millis(2500) && !seen_pending {
-            let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-            seen_pending = st
-                .lines()
-                .find_map(|l| l.strip_prefix("ShdPnd:"))
-                .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
-                .is_some_and(|m| m >> (libc::SIGUSR1 - 1) & 1 == 1);
+            seen_pending = status_bit(pid, "ShdPnd:", libc::SIGUSR1);
             std::thread::sleep(Duration::from_millis(5));
         }
         let o = dumper.join().unwrap();
@@ -462,12 +457,15 @@ fn proc_state(pid: u32) -> String {
 
 /// Whether `pid` catches `sig` (/proc/PID/status SigCgt).
 fn catches(pid: u32, sig: i32) -> bool {
+    status_bit(pid, "SigCgt:", sig)
+}
+
+/// `sig`'s bit in the signal mask on /proc/PID/status line `field` (false when unreadable).
+fn status_bit(pid: u32, field: &str, sig: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("SigCgt:"))
-                .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
+            s.lines().find_map(|l| l.strip_prefix(field)).and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
         })
         .is_some_and(|m| m >> (sig - 1) & 1 == 1)
 }
