@@ -136,8 +136,7 @@ mod tests {
             s.thread
         };
         let pacing = Pacing { recorded: false, ordered: true };
-        let outs = std::thread::scope(|sc| launch(sc, &spans, pacing, 0, 64 << 10, &stop, &run)).unwrap();
-        let mut outs = outs;
+        let mut outs = std::thread::scope(|sc| launch(sc, &spans, pacing, 0, 64 << 10, &stop, &run)).unwrap();
         outs.sort();
         assert_eq!(outs, vec![0, 1, 2]);
         let seen = seen.into_inner().unwrap();
