@@ -66,6 +66,7 @@ fn ring() -> Option<&'static [Row]> {
         }
         // A child starts with an empty ring (`HEAD` 0): zeroed rows are as good as the parent's,
         // and the fork then copies none of the ring's page tables (up to 183 written pages).
+        // The reservation marked it with the stack already; this marks a mapping of its own.
         crate::base::sys::wipe_on_fork(m, RING_BYTES);
         p = m.cast();
         RING.store(p, Release);
