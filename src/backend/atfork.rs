@@ -71,6 +71,14 @@ static CHILD_STATE: AtomicUsize = AtomicUsize::new(NONE);
 const NONE: usize = 0;
 const OWED: usize = 1;
 
+// Aligns `.data.mallocshim_fork` (the statics the child handlers write, about 120 bytes) to 256
+// bytes, more than the section holds, so that it never straddles a page whatever precedes it in
+// `.data`: the linker starts `.data` at the page offset the file layout gives it (0xf80 in one
+// build, where the section crossed into the next page; `tests/fork.rs`
+// `child_handlers_write_one_page`). Assembly, because a Rust static cannot raise a section's
+// alignment without growing it by as much, and a `#[used]` one gets a section of its own.
+core::arch::global_asm!(".pushsection .data.mallocshim_fork,\"aw\",@progbits", ".p2align 8", ".popsection");
+
 fn call(h: &AtomicUsize) {
     let f = h.load(Acquire);
     if f != 0 {
