@@ -201,8 +201,16 @@ fn fork_canaries_report() {
 /// 10 mappings to the program's (each one a descriptor every fork copies: the library's 5, the
 /// reservation's 3 — guard page, wipe-on-fork range, the rest — and the worker's glibc arena's 2;
 /// 14 before the reservation; 11 when sampling every byte); the shim's `.bss` pages lie in at
-/// most two 2 MiB ranges, not three (backends but jemalloc); and a forked child that starts
-/// threads (its worker reuses the wiped stack) and allocates exits 0.
+/// most two 2 MiB ranges, not three (backends but jemalloc); the shim's walks leave at most
+/// [`MOST_ZERO_PAGES`] zero-page mappings (memory read, never written: each an entry every fork
+/// copies; 103-122 when the walks read every slot of a chunk and every exited-thread aggregate,
+/// 12-27 since); and a forked child that starts threads (its worker reuses the wiped stack) and
+/// allocates exits 0.
+/// Zero-page mappings the shim may add in `fork_footprint` (its line's `zero=`; 0 alone): the
+/// heap profile's free filter (16 pages, read at hashed bits by every free), the unused pages of
+/// the exited-thread aggregate and the latency table, which the walks read whole.
+const MOST_ZERO_PAGES: u64 = 48;
+
 #[test]
 fn fork_copies_no_shim_stack_ring_or_idle_arena() {
     let prog = common::cc("fork_footprint.c", "fork_footprint", &["-pthread"]);
@@ -213,6 +221,7 @@ fn fork_copies_no_shim_stack_ring_or_idle_arena() {
     c.arg("300");
     let alone = common::stdout(&common::run_ok(c, "fork_footprint alone"));
     let maps_alone = common::kv(&alone, "maps").unwrap_or_else(|| panic!("no maps= in {alone}"));
+    let zero_alone = common::kv(&alone, "zero").unwrap_or_else(|| panic!("no zero= in {alone}"));
     for (backend, setting, env) in cells {
         let mut c = common::preloaded(&prog, backend);
         c.envs(env.iter().copied()).env("MALLOCSHIM_HISTORY_MS", "50").arg("300");
@@ -239,6 +248,11 @@ fn fork_copies_no_shim_stack_ring_or_idle_arena() {
         if backend != "jemalloc" {
             assert!(v("bss_ranges") <= 2, "{what}: the shim's .bss spreads over more than two 2 MiB ranges");
         }
+        assert!(
+            v("zero") <= zero_alone + MOST_ZERO_PAGES,
+            "{what}: more than {MOST_ZERO_PAGES} zero-page mappings over the program's {zero_alone} \
+             (memory read, never written: a walk over the slots no thread claimed?)"
+        );
         if backend == "glibc" {
             assert_eq!(v("arenas"), 1, "{what}: a glibc arena beside the worker's (the idle thread's?)");
             // Sampling every byte, the profiler's own blocks (its unwind memo: two of 192 KiB,

@@ -186,6 +186,12 @@ const CHUNK_SLOTS: usize = 64;
 const MAX_CHUNKS: usize = 256;
 
 static CHUNKS: [AtomicPtr<Slot>; MAX_CHUNKS] = [const { AtomicPtr::new(ptr::null_mut()) }; MAX_CHUNKS];
+/// Per chunk, the slots ever claimed: the highest index a claim tried, plus 1. Walks read no
+/// slot at or above it. A slot is about 13 KiB, so every slot's `in_use` lies on a page of its
+/// own; reading a page never written maps the zero page, and every fork copies that mapping,
+/// and a page-table page for each 2 MiB range it reaches (docs/results/fork.md, "Session 19"):
+/// a walk over a whole chunk of 64 mapped 60 such pages in a process of three threads.
+static CLAIMED: [AtomicUsize; MAX_CHUNKS] = [const { AtomicUsize::new(0) }; MAX_CHUNKS];
 
 /// Counts of exited threads, and of calls made by threads without a slot.
 pub static EXITED: Slot = Slot::new();
@@ -220,7 +226,7 @@ pub fn claim(st: *mut tls::ThreadState) -> *mut Slot {
     let _g = Reentry::enter();
     let mut got = exited_ptr();
     let mark = fold::claim_mark();
-    'outer: for c in CHUNKS.iter() {
+    'outer: for (c, claimed) in CHUNKS.iter().zip(CLAIMED.iter()) {
         let mut chunk = c.load(Acquire);
         if chunk.is_null() {
             chunk = new_chunk(c);
@@ -231,7 +237,13 @@ pub fn claim(st: *mut tls::ThreadState) -> *mut Slot {
         for i in 0..CHUNK_SLOTS {
             // SAFETY: `chunk` holds CHUNK_SLOTS initialised slots for the process's lifetime.
             let s = unsafe { &*chunk.add(i) };
-            if s.in_use.load(Relaxed) == 0 && s.in_use.compare_exchange(0, mark, Acquire, Relaxed).is_ok() {
+            if s.in_use.load(Relaxed) != 0 {
+                continue;
+            }
+            // Raised before the claim, so a walk (or a forked child) that sees the slot in use
+            // reads up to it.
+            claimed.fetch_max(i + 1, SeqCst);
+            if s.in_use.compare_exchange(0, mark, Acquire, Relaxed).is_ok() {
                 // SAFETY: gettid has no preconditions.
                 s.tid.store(unsafe { libc::gettid() } as u32, Relaxed);
                 // No backend call here: the counter is adopted later (`front`), see the module doc.
@@ -311,6 +323,9 @@ unsafe extern "C" fn release(p: *mut c_void) {
 /// Exited aggregates per start routine, besides `EXITED` (the "other" row).
 pub const ROUTINE_SINKS: usize = 31;
 static SINKS: [Slot; ROUTINE_SINKS] = [const { Slot::new() }; ROUTINE_SINKS];
+/// The aggregates ever claimed: the highest index a claim tried, plus 1 (as [`CLAIMED`]: the
+/// walk reads none above it, so the pages of unused aggregates are never mapped).
+static SINKS_CLAIMED: AtomicUsize = AtomicUsize::new(0);
 
 /// The aggregate an exiting thread of routine `r` folds into: the routine's own (claimed by
 /// CAS on first use), or `EXITED` when `r` is 0 or the table is full.
@@ -318,7 +333,13 @@ fn routine_sink(r: usize) -> &'static Slot {
     if r == 0 {
         return &EXITED;
     }
-    for s in SINKS.iter() {
+    for (i, s) in SINKS.iter().enumerate() {
+        match s.start_routine.load(Relaxed) {
+            v if v == r => return s,
+            0 => {}
+            _ => continue,
+        }
+        SINKS_CLAIMED.fetch_max(i + 1, SeqCst);
         match s.start_routine.compare_exchange(0, r, Relaxed, Relaxed) {
             Ok(_) => return s,
             Err(v) if v == r => return s,
@@ -339,14 +360,15 @@ pub fn for_each(f: impl FnMut(&Slot, bool)) {
     fold::leave_walk();
 }
 
-/// Calls `f` with every slot in use and its `in_use` mark.
+/// Calls `f` with every slot in use and its `in_use` mark. Reads no slot above a chunk's
+/// [`CLAIMED`] mark.
 fn each_in_use(mut f: impl FnMut(&Slot, u32)) {
-    for c in CHUNKS.iter() {
+    for (c, claimed) in CHUNKS.iter().zip(CLAIMED.iter()) {
         let chunk = c.load(Acquire);
         if chunk.is_null() {
             break;
         }
-        for i in 0..CHUNK_SLOTS {
+        for i in 0..claimed.load(SeqCst).min(CHUNK_SLOTS) {
             // SAFETY: published chunks hold CHUNK_SLOTS initialised slots forever.
             let s = unsafe { &*chunk.add(i) };
             let mark = s.in_use.load(Acquire);
@@ -360,7 +382,7 @@ fn each_in_use(mut f: impl FnMut(&Slot, u32)) {
 fn walk(mut f: impl FnMut(&Slot, bool)) {
     each_in_use(|s, _| f(s, true));
     f(&EXITED, false);
-    for s in SINKS.iter() {
+    for s in SINKS.iter().take(SINKS_CLAIMED.load(SeqCst)) {
         if s.start_routine.load(Relaxed) != 0 {
             f(s, false);
         }

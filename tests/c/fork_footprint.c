@@ -1,7 +1,7 @@
 /* What a fork copies of the shim (tests/fork.rs, issue 21 part 2). A thread that never allocates
  * is started, the process sleeps SLEEP_MS (the shim's thread starts and takes memory-history
  * rows meanwhile), then /proc/self/smaps is read and one line printed:
- *   wipe=W wipe_kb=K maps=M arenas=A bss_ranges=R child=C
+ *   wipe=W wipe_kb=K maps=M arenas=A bss_ranges=R zero=Z child=C
  * W: mappings marked wipe-on-fork (VmFlags `wf`: what a fork does not copy), K their KiB;
  * M: mappings (VMAs) in all: each one costs every fork a copy of its descriptor;
  * A: glibc's non-main arena heaps (the idle thread must not have one): an anonymous rw mapping
@@ -12,6 +12,10 @@
  * R: the 2 MiB ranges (one page-table page each, which every fork copies) holding the resident
  *    pages of the shim's .bss, the anonymous mapping that starts where libmallocshim.so's last
  *    file mapping ends (0 without the shim); read from /proc/self/pagemap's present bits;
+ * Z: pages of the process's private writable mappings that are present in /proc/self/pagemap
+ *    but not counted in their Rss (smaps): the zero page, mapped where memory never written was
+ *    read. Every fork copies those entries too, and a page-table page for each 2 MiB range they
+ *    reach; the shim's walks must not read the slots no thread claimed;
  * C: the exit status of a forked child that starts two threads that allocate, joins them,
  *    checks its blocks and exits (0 when all went well).
  * usage: fork_footprint [SLEEP_MS] */
@@ -72,6 +76,22 @@ static int resident_ranges(unsigned long lo, unsigned long hi)
     return n;
 }
 
+/* Present pages in [lo, hi) by /proc/self/pagemap, read in blocks. */
+static long present_pages(FILE *pm, unsigned long lo, unsigned long hi)
+{
+    unsigned long long e[512];
+    long n = 0;
+    for (unsigned long a = lo; a < hi;) {
+        size_t want = (hi - a) / 4096 < 512 ? (hi - a) / 4096 : 512;
+        if (fseek(pm, (long)(a / 4096 * 8), SEEK_SET) || fread(e, 8, want, pm) != want)
+            return -1;
+        for (size_t i = 0; i < want; i++)
+            n += (long)(e[i] >> 63);
+        a += want * 4096;
+    }
+    return n;
+}
+
 static int child(void)
 {
     pthread_t t[2];
@@ -99,6 +119,10 @@ int main(int argc, char **argv)
     unsigned long wipe_kb = 0, last_kb = 0;
     unsigned long heap = 0, heap_end = 0; /* an aligned rw anon mapping waiting for its reservation */
     unsigned long shim_end = 0, bss_lo = 0, bss_hi = 0;
+    /* Private writable mappings up to 256 MiB and their Rss, for the zero-page count. */
+    enum { MAX_RW = 256 };
+    unsigned long rw_lo[MAX_RW], rw_hi[MAX_RW], rw_kb[MAX_RW];
+    int nrw = 0, in_rw = 0;
     while (fgets(line, sizeof line, f)) {
         unsigned long lo, hi;
         char perms[8];
@@ -109,6 +133,9 @@ int main(int argc, char **argv)
             name > 0) {
             maps++;
             last_kb = (hi - lo) >> 10;
+            in_rw = strcmp(perms, "rw-p") == 0 && hi - lo <= (256UL << 20) && nrw < MAX_RW;
+            if (in_rw)
+                rw_lo[nrw] = lo, rw_hi[nrw] = hi, rw_kb[nrw] = 0, nrw++;
             int anon = inode == 0 && (line[name] == '\0' || line[name] == '\n');
             if (strstr(line + name, "libmallocshim.so"))
                 shim_end = hi;
@@ -119,6 +146,8 @@ int main(int argc, char **argv)
             heap = 0;
             if (anon && lo % (64UL << 20) == 0 && strcmp(perms, "rw-p") == 0)
                 heap = lo, heap_end = hi;
+        } else if (strncmp(line, "Rss:", 4) == 0 && in_rw) {
+            rw_kb[nrw - 1] = strtoul(line + 4, NULL, 10);
         } else if (strncmp(line, "VmFlags:", 8) == 0 && strstr(line, " wf")) {
             wipe++;
             wipe_kb += last_kb;
@@ -126,6 +155,18 @@ int main(int argc, char **argv)
     }
     fclose(f);
     int bss_ranges = bss_hi ? resident_ranges(bss_lo, bss_hi) : 0;
+    long zero = 0;
+    FILE *pm = fopen("/proc/self/pagemap", "r");
+    if (!pm)
+        return 2;
+    for (int i = 0; i < nrw; i++) {
+        long present = present_pages(pm, rw_lo[i], rw_hi[i]);
+        if (present < 0)
+            return 2;
+        if (present > (long)(rw_kb[i] / 4))
+            zero += present - (long)(rw_kb[i] / 4);
+    }
+    fclose(pm);
     fflush(stdout);
     pid_t p = fork();
     if (p == 0)
@@ -135,7 +176,7 @@ int main(int argc, char **argv)
         return 2;
     atomic_store(&stop, 1);
     pthread_join(t, NULL);
-    printf("wipe=%d wipe_kb=%lu maps=%d arenas=%d bss_ranges=%d child=%d\n", wipe, wipe_kb, maps, arenas,
-           bss_ranges, WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+    printf("wipe=%d wipe_kb=%lu maps=%d arenas=%d bss_ranges=%d zero=%ld child=%d\n", wipe, wipe_kb, maps,
+           arenas, bss_ranges, zero, WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
     return 0;
 }
