@@ -186,11 +186,9 @@ const CHUNK_SLOTS: usize = 64;
 const MAX_CHUNKS: usize = 256;
 
 static CHUNKS: [AtomicPtr<Slot>; MAX_CHUNKS] = [const { AtomicPtr::new(ptr::null_mut()) }; MAX_CHUNKS];
-/// Per chunk, the slots ever claimed: the highest index a claim tried, plus 1. Walks read no
-/// slot at or above it. A slot is about 13 KiB, so every slot's `in_use` lies on a page of its
-/// own; reading a page never written maps the zero page, and every fork copies that mapping,
-/// and a page-table page for each 2 MiB range it reaches (docs/results/fork.md, "Session 19"):
-/// a walk over a whole chunk of 64 mapped 60 such pages in a process of three threads.
+/// Per chunk, the highest slot index a claim tried, plus 1: walks read no slot above it. Each
+/// slot's `in_use` is on a page of its own, and reading a page never written maps the zero
+/// page, which every fork copies (docs/results/fork.md, "Session 19": 60 such pages a walk).
 static CLAIMED: [AtomicUsize; MAX_CHUNKS] = [const { AtomicUsize::new(0) }; MAX_CHUNKS];
 
 /// Counts of exited threads, and of calls made by threads without a slot.
