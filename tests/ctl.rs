@@ -147,6 +147,13 @@ fn trim_get_set() {
     assert!(o.status.success(), "trim: {}", describe(&o));
     let after = rss_kib(t.pid);
     assert!(stdout(&o).starts_with("RSS "), "{}", stdout(&o));
+    // Both counts of the free bytes before it: the backend's and the RSS account's.
+    let line = stdout(&o);
+    assert!(
+        line.contains(" MiB by the backend's count, ")
+            && line.contains(" MiB allocator free by the RSS account)"),
+        "trim's line does not give both free counts: {line}"
+    );
     // 128 MiB freed, all but the block pinning the top: at least half comes back.
     assert!(
         before - after > 64 * 1024,

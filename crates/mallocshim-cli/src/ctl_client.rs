@@ -192,8 +192,11 @@ pub fn request(pid: u32, line: &str, timeout: f64) -> Result<String, Fail> {
     about = "Give a running process's free memory back to the OS now (the backend's release call)",
     long_about = "Through the control channel (docs/control.md), run the backend's release call in \
                   process PID now (glibc malloc_trim(0), jemalloc arena purge, tcmalloc \
-                  ReleaseFreeMemory, mimalloc mi_collect) and print its RSS before and after and \
-                  the bytes released (RSS from /proc/PID/statm, in the process).\n\n\
+                  ReleaseFreeMemory, mimalloc mi_collect) and print its RSS before and after, \
+                  the bytes released (RSS from /proc/PID/statm, in the process) and the free \
+                  bytes before it by two counts: the backend's own (under mimalloc its committed \
+                  bytes less live bytes, which may not be resident) and the RSS account's \
+                  allocator free (resident only; docs/memory-account.md).\n\n\
                   Exit status: 0 done; 1 no channel (see mallocshim get); 2 bad arguments.",
     after_help = "Example:\n  mallocshim trim $(pgrep -o -x mariadbd)"
 )]
@@ -221,12 +224,14 @@ pub fn trim(a: &TrimArgs) -> Result<String, Fail> {
         body.lines().find_map(|l| l.strip_prefix(k)?.strip_prefix('=')?.parse().ok()).unwrap_or(0)
     };
     let mut o = format!(
-        "RSS {} -> {}: released {} in {} ms (the backend held {} free before)\n",
+        "RSS {} -> {}: released {} in {} ms (free before it: {} by the backend's count, {} allocator free \
+         by the RSS account)\n",
         mib(kv("rss_before_bytes")),
         mib(kv("rss_after_bytes")),
         mib(kv("released_bytes")),
         kv("duration_us") / 1000,
-        mib(kv("backend_free_before_bytes"))
+        mib(kv("backend_free_before_bytes")),
+        mib(kv("allocator_free_before_bytes"))
     );
     if body.lines().any(|l| l.starts_with("trimmable_before_bytes=")) {
         o += &format!(
