@@ -119,9 +119,9 @@ fn mark_wipe(b: usize) {
     crate::base::sys::wipe_on_fork(stack, WORKER_STACK_BYTES + RING_MAX_BYTES);
 }
 
-/// The worker's stack (its lowest usable byte, [`WORKER_STACK_BYTES`] long), with an
-/// inaccessible guard page below it: in the reservation (wipe-on-fork with the ring), or a
-/// mapping of its own (guard first) without it. Null when neither can be had.
+/// The worker's stack (its lowest usable byte, [`WORKER_STACK_BYTES`] long), wipe-on-fork, with
+/// an inaccessible guard page below it: in the reservation (marked with the ring), or a mapping
+/// of its own (guard first) without it. Null when neither can be had.
 pub fn worker_stack() -> *mut c_void {
     let m = match base() {
         Some(b) => {
@@ -135,22 +135,32 @@ pub fn worker_stack() -> *mut c_void {
     }
     // SAFETY: the first page of the range just found, reserved for this guard; the rest is the
     // stack. A guard that cannot be set leaves the stack usable, unguarded.
-    unsafe {
+    let stack = unsafe {
         libc::mprotect(m, GUARD_BYTES, libc::PROT_NONE);
         m.cast::<u8>().add(GUARD_BYTES).cast::<c_void>()
+    };
+    if !contains(m) {
+        crate::base::sys::wipe_on_fork(stack, WORKER_STACK_BYTES);
     }
+    stack
 }
 
 /// Room for `bytes` (at most [`RING_MAX_BYTES`]) of the memory-history ring: just above the
 /// worker's stack in the reservation (wipe-on-fork with it), or a mapping of its own without
-/// it. Null when neither can be had.
+/// it (wipe-on-fork too). Null when neither can be had.
 pub fn ring(bytes: usize) -> *mut c_void {
     match base() {
         Some(b) if bytes <= RING_MAX_BYTES => {
             mark_wipe(b);
             (b + GUARD_BYTES + WORKER_STACK_BYTES) as *mut c_void
         }
-        _ => crate::base::sys::map_anon(bytes, false),
+        _ => {
+            let m = crate::base::sys::map_anon(bytes, false);
+            if !m.is_null() {
+                crate::base::sys::wipe_on_fork(m, bytes);
+            }
+            m
+        }
     }
 }
 

@@ -64,10 +64,9 @@ fn ring() -> Option<&'static [Row]> {
         if m.is_null() {
             return None;
         }
-        // A child starts with an empty ring (`HEAD` 0): zeroed rows are as good as the parent's,
-        // and the fork then copies none of the ring's page tables (up to 183 written pages).
-        // The reservation marked it with the stack already; this marks a mapping of its own.
-        crate::base::sys::wipe_on_fork(m, RING_BYTES);
+        // Wipe-on-fork (`region` marks it): a child starts with an empty ring (`HEAD` 0), zeroed
+        // rows are as good as the parent's, and the fork copies none of the ring's page tables
+        // (up to 183 written pages).
         p = m.cast();
         RING.store(p, Release);
     }

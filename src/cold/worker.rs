@@ -150,8 +150,6 @@ fn own_stack() -> *mut c_void {
     if p.is_null() {
         return p;
     }
-    // The reservation marked it with the ring already; this marks a mapping of its own.
-    crate::base::sys::wipe_on_fork(p, STACK_BYTES);
     STACK.store(p, Relaxed);
     p
 }
