@@ -57,37 +57,23 @@ static void *worker(void *a)
     return NULL;
 }
 
-/* Distinct 2 MiB ranges holding present pages in [lo, hi). */
-static int resident_ranges(unsigned long lo, unsigned long hi)
-{
-    FILE *pm = fopen("/proc/self/pagemap", "r");
-    if (!pm)
-        return -1;
-    int n = 0;
-    unsigned long last = 0;
-    for (unsigned long a = lo; a < hi; a += 4096) {
-        unsigned long long e = 0;
-        if (fseek(pm, (long)(a / 4096 * 8), SEEK_SET) || fread(&e, 8, 1, pm) != 1)
-            break;
-        if ((e >> 63) && (a >> 21) != last)
-            n++, last = a >> 21;
-    }
-    fclose(pm);
-    return n;
-}
-
-/* Present pages in [lo, hi) by /proc/self/pagemap, read in blocks. */
-static long present_pages(FILE *pm, unsigned long lo, unsigned long hi)
+/* Present pages in [lo, hi) by /proc/self/pagemap, read in blocks; with `ranges`, also the
+ * distinct 2 MiB ranges holding them. -1 when pagemap cannot be read. */
+static long present_pages(FILE *pm, unsigned long lo, unsigned long hi, int *ranges)
 {
     unsigned long long e[512];
+    unsigned long last = 0;
     long n = 0;
     for (unsigned long a = lo; a < hi;) {
         size_t want = (hi - a) / 4096 < 512 ? (hi - a) / 4096 : 512;
         if (fseek(pm, (long)(a / 4096 * 8), SEEK_SET) || fread(e, 8, want, pm) != want)
             return -1;
-        for (size_t i = 0; i < want; i++)
-            n += (long)(e[i] >> 63);
-        a += want * 4096;
+        for (size_t i = 0; i < want; i++, a += 4096)
+            if (e[i] >> 63) {
+                n++;
+                if (ranges && (a >> 21) != last)
+                    (*ranges)++, last = a >> 21;
+            }
     }
     return n;
 }
@@ -154,13 +140,15 @@ int main(int argc, char **argv)
         }
     }
     fclose(f);
-    int bss_ranges = bss_hi ? resident_ranges(bss_lo, bss_hi) : 0;
-    long zero = 0;
     FILE *pm = fopen("/proc/self/pagemap", "r");
     if (!pm)
         return 2;
+    int bss_ranges = 0;
+    if (bss_hi && present_pages(pm, bss_lo, bss_hi, &bss_ranges) < 0)
+        return 2;
+    long zero = 0;
     for (int i = 0; i < nrw; i++) {
-        long present = present_pages(pm, rw_lo[i], rw_hi[i]);
+        long present = present_pages(pm, rw_lo[i], rw_hi[i], NULL);
         if (present < 0)
             return 2;
         if (present > (long)(rw_kb[i] / 4))
