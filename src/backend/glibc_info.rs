@@ -9,6 +9,15 @@
 //! arithmetic (pure, unit-tested) and the one `malloc_info` call; must not run on the hot path
 //! or in a signal handler (malloc_info takes every arena's lock and allocates for its stream):
 //! worker, dump or control channel only, under the reentrancy guard.
+//! The stream: one `fopencookie` stream with a static buffer, made by [`prepare`] on the thread
+//! that starts the worker and kept for the life of the process, whose writes go to a buffer of
+//! the reader's (on the worker: its own heap). So the worker's readings make no allocation in
+//! glibc (an `open_memstream` allocates its FILE and buffer there, and the worker's first one
+//! would give it an arena). A reading that finds the stream in use (a dump on another thread)
+//! uses an `open_memstream` of its own.
+
+use core::ffi::{c_char, c_void};
+use core::sync::atomic::{AtomicBool, AtomicPtr, Ordering::*};
 
 /// The estimate, in bytes, from one `malloc_info` reading.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -96,6 +105,103 @@ pub type MallocInfo = unsafe extern "C" fn(libc::c_int, *mut libc::FILE) -> libc
 /// imports no backend) into memory and estimates from it; None when it is missing or fails.
 pub fn read(page: u64, info: Option<MallocInfo>) -> Option<TrimEstimate> {
     let info = info?;
+    let text = read_kept(info).or_else(|| read_memstream(info))?;
+    core::str::from_utf8(&text).ok().and_then(|s| estimate(s, page))
+}
+
+/// glibc's `cookie_io_functions_t` (stdio.h), by value to `fopencookie`.
+#[repr(C)]
+struct CookieIo {
+    read: *const c_void,
+    write: Option<unsafe extern "C" fn(*mut c_void, *const c_char, usize) -> isize>,
+    seek: *const c_void,
+    close: *const c_void,
+}
+
+extern "C" {
+    fn fopencookie(cookie: *mut c_void, mode: *const c_char, io: CookieIo) -> *mut libc::FILE;
+}
+
+/// The kept stream (null until [`prepare`] made it, or when it could not).
+static KEPT: AtomicPtr<libc::FILE> = AtomicPtr::new(core::ptr::null_mut());
+/// Held by the one reading that uses [`KEPT`]; it guards [`SINK`] and [`BUF`] too.
+static BUSY: AtomicBool = AtomicBool::new(false);
+const BUF_BYTES: usize = 4096;
+
+struct Shared<T>(core::cell::UnsafeCell<T>);
+// SAFETY: reached only by the holder of `BUSY`.
+unsafe impl<T> Sync for Shared<T> {}
+/// The kept stream's buffer (stdio would otherwise allocate one at its first write).
+static BUF: Shared<[u8; BUF_BYTES]> = Shared(core::cell::UnsafeCell::new([0; BUF_BYTES]));
+/// Where the kept stream's writes go: the current reading's text.
+static SINK: Shared<Option<Vec<u8>>> = Shared(core::cell::UnsafeCell::new(None));
+
+/// The kept stream's write function: appends to [`SINK`]; -1 (a write error, so the reading
+/// fails) when no memory is left for the text.
+unsafe extern "C" fn sink_write(_: *mut c_void, buf: *const c_char, n: usize) -> isize {
+    // SAFETY: stdio calls this inside `read_kept`, whose caller holds `BUSY`; `buf` holds `n` bytes.
+    unsafe {
+        let Some(v) = (*SINK.0.get()).as_mut() else { return -1 };
+        if v.try_reserve(n).is_err() {
+            return -1;
+        }
+        v.extend_from_slice(core::slice::from_raw_parts(buf.cast::<u8>(), n));
+    }
+    n as isize
+}
+
+/// Makes the kept stream (once). From the thread that starts the worker, under the reentrancy
+/// guard: glibc allocates the FILE on that thread's arena. Idempotent; on failure readings use
+/// `open_memstream`.
+pub fn prepare() {
+    if !KEPT.load(Acquire).is_null() || BUSY.swap(true, Acquire) {
+        return;
+    }
+    let io = CookieIo {
+        read: core::ptr::null(),
+        write: Some(sink_write),
+        seek: core::ptr::null(),
+        close: core::ptr::null(),
+    };
+    // SAFETY: a write-only cookie stream with a valid function table; its buffer is static and
+    // used only by the holder of `BUSY` (as we are now).
+    unsafe {
+        let fp = fopencookie(core::ptr::null_mut(), c"w".as_ptr(), io);
+        if !fp.is_null() {
+            if libc::setvbuf(fp, BUF.0.get().cast(), libc::_IOFBF, BUF_BYTES) == 0 {
+                KEPT.store(fp, Release);
+            } else {
+                libc::fclose(fp);
+            }
+        }
+    }
+    BUSY.store(false, Release);
+}
+
+/// `malloc_info`'s text through the kept stream; None when there is none or it is in use.
+fn read_kept(info: MallocInfo) -> Option<Vec<u8>> {
+    let fp = KEPT.load(Acquire);
+    if fp.is_null() || BUSY.swap(true, Acquire) {
+        return None;
+    }
+    // SAFETY: we hold `BUSY`: `SINK` and the stream are ours until it is released.
+    let out = unsafe {
+        *SINK.0.get() = Some(Vec::with_capacity(16 << 10));
+        let ok = info(0, fp) == 0 && libc::fflush(fp) == 0;
+        let text = (*SINK.0.get()).take();
+        libc::clearerr(fp);
+        if ok {
+            text
+        } else {
+            None
+        }
+    };
+    BUSY.store(false, Release);
+    out
+}
+
+/// `malloc_info`'s text through an `open_memstream` of its own.
+fn read_memstream(info: MallocInfo) -> Option<Vec<u8>> {
     let mut buf: *mut libc::c_char = core::ptr::null_mut();
     let mut len: libc::size_t = 0;
     // SAFETY: open_memstream writes the buffer's pointer and length through valid pointers.
@@ -112,12 +218,10 @@ pub fn read(page: u64, info: Option<MallocInfo>) -> Option<TrimEstimate> {
         return None;
     }
     // SAFETY: `buf` holds `len` bytes written by the stream.
-    let bytes = unsafe { core::slice::from_raw_parts(buf as *const u8, len) };
-    let out =
-        if ok && closed { core::str::from_utf8(bytes).ok().and_then(|s| estimate(s, page)) } else { None };
+    let text = (ok && closed).then(|| unsafe { core::slice::from_raw_parts(buf as *const u8, len) }.to_vec());
     // SAFETY: the stream's buffer was allocated by malloc and is ours to free.
     unsafe { libc::free(buf.cast()) };
-    out
+    text
 }
 
 #[cfg(test)]

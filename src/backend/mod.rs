@@ -186,6 +186,26 @@ impl Backend {
         matches!(self, Backend::Jemalloc)
     }
 
+    /// Whether the shim's thread meets the backend once as it starts (a malloc/free pair), so
+    /// that the backend sets up its state for the thread while the program still has memory
+    /// (jemalloc 5.3 dereferences NULL when a new thread's arena cannot be created; mimalloc
+    /// and tcmalloc set up a thread heap or cache the thread's figure calls then find). Not
+    /// glibc: the worker's allocations come from its own heap (`base::worker_heap`), glibc's
+    /// figure and trim calls need no state of the thread's, and the set-up itself would be a
+    /// new arena, a heap mapping every fork copies.
+    pub fn worker_meets_at_start(self) -> bool {
+        !matches!(self, Backend::Glibc)
+    }
+
+    /// Prepares, on the thread that starts the shim's worker (under the reentrancy guard), what
+    /// the worker would otherwise allocate through the backend: glibc's kept `malloc_info`
+    /// stream (`glibc_info::prepare`).
+    pub fn prepare_for_worker(self) {
+        if self == Backend::Glibc {
+            glibc_info::prepare();
+        }
+    }
+
     /// [`Backend::default_lib`] as `&str`, for the option table's defaults.
     pub const fn default_lib_str(self) -> &'static str {
         match self.default_lib().to_str() {

@@ -1,6 +1,8 @@
-//! The shim's own heap: Rust's global allocator inside the .so. Every allocation of the shim's
-//! cold path (dumps, symbol tables, /proc readers) goes to std's `System` allocator, that is
-//! the interposed malloc family and so, under the thread's reentrancy guard, to the backend.
+//! The shim's own heap: Rust's global allocator inside the .so. An allocation made on the shim's
+//! own thread comes from its heap (`worker_heap`), so that the thread is no client of the
+//! backend; every other allocation of the shim's cold path (a dump written by a program's
+//! thread, the C API) and one the worker's heap cannot serve goes to std's `System` allocator,
+//! that is the interposed malloc family and so, under the thread's reentrancy guard, to the backend.
 //! When that returns NULL (an exhausted `RLIMIT_AS`, `vm.overcommit_memory=2`), the block comes
 //! from a reserve of [`RESERVE_BYTES`] mapped at start-up instead: Rust aborts the process on a
 //! failed infallible allocation, and the shim must never abort its host, least of all when a
@@ -16,6 +18,8 @@
 use core::alloc::{GlobalAlloc, Layout};
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
 use std::alloc::System;
+
+use crate::base::worker_heap;
 
 /// Size of the reserve, bytes.
 pub const RESERVE_BYTES: usize = 32 << 20;
@@ -48,6 +52,11 @@ pub fn map() {
 /// (allocations served from the reserve, allocations it could not hold) since start.
 pub fn counts() -> (u64, u64) {
     (SERVED.load(Relaxed), REFUSED.load(Relaxed))
+}
+
+/// True when `p` is a block of the reserve (the shim's own allocator found no other memory).
+pub fn in_reserve(p: *mut u8) -> bool {
+    contains(p)
 }
 
 fn contains(p: *mut u8) -> bool {
@@ -104,6 +113,12 @@ pub struct ShimHeap;
 // back to it, recognised by address); sizes and alignments are those of the layouts given.
 unsafe impl GlobalAlloc for ShimHeap {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        if worker_heap::on_worker() {
+            let p = worker_heap::alloc(l);
+            if !p.is_null() {
+                return p;
+            }
+        }
         // SAFETY: forwarded GlobalAlloc contract.
         let p = unsafe { System.alloc(l) };
         if p.is_null() {
@@ -114,6 +129,14 @@ unsafe impl GlobalAlloc for ShimHeap {
     }
 
     unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        if worker_heap::on_worker() {
+            let p = worker_heap::alloc(l);
+            if !p.is_null() {
+                // SAFETY: `alloc` returned `l.size()` writable bytes (reused ones are not zero).
+                unsafe { core::ptr::write_bytes(p, 0, l.size()) };
+                return p;
+            }
+        }
         // SAFETY: forwarded GlobalAlloc contract.
         let p = unsafe { System.alloc_zeroed(l) };
         if !p.is_null() {
@@ -128,7 +151,10 @@ unsafe impl GlobalAlloc for ShimHeap {
     }
 
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        if contains(p) {
+        if worker_heap::contains(p) {
+            // SAFETY: `p` came from the worker's heap with layout `l`.
+            unsafe { worker_heap::free(p, l) }
+        } else if contains(p) {
             give_back();
         } else {
             // SAFETY: `p` came from `System` with layout `l`.
@@ -137,6 +163,28 @@ unsafe impl GlobalAlloc for ShimHeap {
     }
 
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new_size: usize) -> *mut u8 {
+        if worker_heap::contains(p) {
+            if worker_heap::on_worker() {
+                // SAFETY: `p` came from the worker's heap with layout `l`.
+                let q = unsafe { worker_heap::realloc(p, l, new_size) };
+                if !q.is_null() {
+                    return q;
+                }
+            }
+            // Elsewhere (or full): a new block, the bytes copied, the old block freed.
+            // SAFETY: `new_size` with `l`'s alignment is a valid layout (the caller's contract).
+            let nl = unsafe { Layout::from_size_align_unchecked(new_size, l.align()) };
+            // SAFETY: forwarded contract.
+            let q = unsafe { self.alloc(nl) };
+            if !q.is_null() {
+                // SAFETY: both blocks hold at least the smaller size; they are distinct blocks.
+                unsafe {
+                    core::ptr::copy_nonoverlapping(p, q, l.size().min(new_size));
+                    worker_heap::free(p, l);
+                }
+            }
+            return q;
+        }
         if !contains(p) {
             // SAFETY: `p` came from `System` with layout `l`; forwarded contract.
             let q = unsafe { System.realloc(p, l, new_size) };

@@ -334,21 +334,28 @@ fn publish_free(
     r.map_err(|source| DumpError::Write { dir: dir.to_path_buf(), name, source })
 }
 
-/// The block a dump asks the backend for before it starts: a sign that the backend can still
-/// serve the dump's allocations (what fails later comes from the reserve; symbol files are read
-/// fallibly).
+/// The block a dump asks the shim's allocator for before it starts (on the worker, its own
+/// heap; elsewhere, the backend): a sign that the dump's allocations can still be served (what
+/// fails later comes from the reserve; symbol files are read fallibly).
 const PROBE_BYTES: usize = 256 << 10;
 
-/// False when the backend cannot give a [`PROBE_BYTES`] block: memory has run out (an exhausted
-/// `RLIMIT_AS`, strict overcommit), and a dump would have to live on the shim's small reserve
-/// (`reserve`) or fail. Nothing is touched: the probe costs no RSS.
+/// False when the shim's allocator (`own_heap`) cannot give a [`PROBE_BYTES`] block: memory has
+/// run out (an exhausted `RLIMIT_AS`, strict overcommit), and a dump would have to live on the
+/// shim's small reserve (`reserve`) or fail. Not `libc::malloc`: on the worker that would make
+/// glibc set up an arena for it (`base::worker_heap`). Nothing is written: the probe costs no RSS.
 fn memory_to_spare() -> bool {
-    // SAFETY: malloc/free of a block of our own, under the caller's reentrancy guard (black_box:
-    // the compiler removes an unused malloc/free pair and would call the probe a success).
+    // SAFETY: a non-zero size and a power-of-two alignment.
+    let l = unsafe { std::alloc::Layout::from_size_align_unchecked(PROBE_BYTES, 16) };
+    // SAFETY: an allocation of a non-zero size, freed with its layout (black_box: the compiler
+    // removes an unused allocation and would call the probe a success).
     unsafe {
-        let p = core::hint::black_box(libc::malloc(PROBE_BYTES));
-        libc::free(p);
-        !p.is_null()
+        let p = core::hint::black_box(std::alloc::alloc(l));
+        if p.is_null() {
+            return false;
+        }
+        let spare = !crate::base::own_heap::in_reserve(p);
+        std::alloc::dealloc(p, l);
+        spare
     }
 }
 

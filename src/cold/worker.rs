@@ -100,6 +100,7 @@ pub fn start() {
 
 fn spawn() {
     let _g = Reentry::enter();
+    crate::backend::active().prepare_for_worker();
     let mut fds = [0; 2];
     // SAFETY: a valid two-int array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {
@@ -186,6 +187,18 @@ unsafe fn create_detached() -> c_int {
     }
 }
 
+/// Gives the worker its own heap (`worker_heap`) when it runs on its own stack in the process
+/// that loaded the shim; a forked child's worker uses the backend (the heap is the parent's).
+fn adopt_heap() {
+    let lo = STACK.load(Relaxed) as usize;
+    let here = 0u8;
+    let on_own_stack = (core::ptr::addr_of!(here) as usize).wrapping_sub(lo) < STACK_BYTES;
+    // SAFETY: getpid has no preconditions.
+    if lo != 0 && on_own_stack && unsafe { libc::getpid() } == LOADED_PID.load(Relaxed) {
+        crate::base::worker_heap::adopt(lo, STACK_BYTES);
+    }
+}
+
 /// Waits, at most `READY_WAIT_NS`, for the new worker's `READY`.
 fn wait_ready() {
     let deadline = crate::base::clock::mono_ns().saturating_add(READY_WAIT_NS);
@@ -212,6 +225,7 @@ unsafe extern "C" fn after_fork_child() {
     crate::cold::textfile::after_fork_child();
     crate::cold::ctl::after_fork_child();
     crate::cold::record::after_fork_child();
+    crate::base::worker_heap::disown();
     if STARTED.load(Relaxed) {
         STARTED.store(false, Relaxed);
     }
@@ -327,12 +341,15 @@ impl Jobs {
 // channel's listener with the nearest deadline, then each periodic duty in turn (dump, trim,
 // ceiling, pressure, memlog, textfile); the deadlines are its locals, shared by the duties.
 fn run() {
-    // SAFETY: this thread's TLS: everything it allocates goes straight to the backend.
+    // SAFETY: this thread's TLS: everything it allocates goes unrecorded.
     unsafe { (*tls::state()).guard = 1 };
+    adopt_heap();
     // The backend's per-thread set-up for this thread, now (module doc: start-up handshake).
-    // SAFETY: a malloc/free pair through the interposed entry points, under this thread's guard
-    // (black_box: the compiler removes an unused malloc/free pair).
-    unsafe { libc::free(core::hint::black_box(libc::malloc(64))) };
+    if crate::backend::active().worker_meets_at_start() {
+        // SAFETY: a malloc/free pair through the interposed entry points, under this thread's
+        // guard (black_box: the compiler removes an unused malloc/free pair).
+        unsafe { libc::free(core::hint::black_box(libc::malloc(64))) };
+    }
     READY.store(true, Release);
     // From now on this thread drains the trace's rings, not a thread whose ring filled.
     crate::hot::tracebuf::set_inline_drain(None);

@@ -1,8 +1,9 @@
 /* A dump asked for when memory has run out (tests/hostile.rs): the process limits RLIMIT_AS to
  * 256 MiB above its size, starts an idle thread (the shim's worker starts with it), allocates
  * 64 KiB and then 1 KiB blocks until malloc returns NULL and holds them, sends itself SIGUSR1
- * twice (kill: a process-directed signal) and waits: the shim must skip the dump (it cannot have memory), not abort the process. Then
- * it frees everything and sends SIGUSR1 again: that dump must be written. Prints
+ * twice (kill: a process-directed signal) and waits: the shim must write the dump from its
+ * thread's own heap, or skip it with one line where it has no memory, never abort the process.
+ * Then it frees everything and sends SIGUSR1 again: that dump must be written. Prints
  * `exhausted blocks=N` and `freed`; exits 0. */
 #include <errno.h>
 #include <pthread.h>

@@ -26,9 +26,27 @@ pub fn is_datadir(cwd: &Path) -> bool {
 /// True when absolute `dir` is `datadir` or below it (compared after resolving symlinks where
 /// the path exists, else as written).
 fn inside(dir: &Path, datadir: &Path) -> bool {
-    let d = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-    let root = std::fs::canonicalize(datadir).unwrap_or_else(|_| datadir.to_path_buf());
+    let d = resolved(dir).unwrap_or_else(|| dir.to_path_buf());
+    let root = resolved(datadir).unwrap_or_else(|| datadir.to_path_buf());
     d.starts_with(&root)
+}
+
+/// `path` with its symlinks resolved, by realpath(3) into a buffer of ours; None when it does
+/// not exist. Not `std::fs::canonicalize`, whose realpath(path, NULL) has glibc allocate the
+/// answer: in the shim, that would be its thread's one allocation in glibc, and it would give
+/// the thread an arena (src/base/worker_heap.rs).
+fn resolved(path: &Path) -> Option<PathBuf> {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut buf = vec![0u8; libc::PATH_MAX as usize];
+    // SAFETY: a NUL-terminated path and a buffer of PATH_MAX bytes, as realpath(3) requires.
+    let r = unsafe { libc::realpath(c.as_ptr(), buf.as_mut_ptr().cast()) };
+    if r.is_null() {
+        return None;
+    }
+    let n = buf.iter().position(|&b| b == 0)?;
+    buf.truncate(n);
+    Some(PathBuf::from(std::ffi::OsString::from_vec(buf)))
 }
 
 /// The dump directory from the candidates in order (`MALLOCSHIM_DUMP_DIR`, `TMPDIR`; None or
@@ -76,6 +94,13 @@ mod tests {
         // Not a datadir: the same directory is fine.
         assert_eq!(choose([Some(&inner), None], Some(&base)).0, inner);
         assert_eq!(choose([None, None], None), (p(FALLBACK), None));
+        // A symlink into the datadir is inside it; a path that does not exist is compared as
+        // written.
+        let link = base.join("link");
+        std::os::unix::fs::symlink(&dd, &link).unwrap();
+        assert_eq!(resolved(&link.join("mysql")), Some(dd.join("mysql")));
+        assert_eq!(choose([Some(&link), Some(&base)], Some(&dd)).0, base);
+        assert_eq!(resolved(&base.join("nothing")), None);
         let _ = std::fs::remove_dir_all(&base);
     }
 }
