@@ -2,11 +2,12 @@
 //! /proc readings, history rows, the control channel), from a TLSF allocator (`rlsf`) over
 //! [`BYTES`] of the shim's reservation (`region`: no mapping of its own).
 //!
-//! Why: a thread's first allocator call makes the backend set up state for it, and a fork copies
-//! that state in every child. Under glibc the worker's first call created an arena of its own: a
-//! 64 MiB-aligned heap mapping (two more mappings and a page-table range for each fork to copy,
-//! about 0.06 of the fork+wait ratio, docs/results/fork.md "Session 20"). What the worker freed
-//! also stayed in the backend's free lists, counted as the host's allocator-free bytes.
+//! Why: the shim's allocations were the host's. Under glibc the worker's first call created an
+//! arena of its own (a 64 MiB-aligned heap mapping: two more mappings and a page-table range for
+//! each fork to copy, about one page fault a fork, docs/results/fork.md "Session 20"); what it
+//! held and freed counted as the host's live and allocator-free bytes; and a dump asked for when
+//! the host had exhausted its memory could not be written. From its own heap, mapped at its
+//! start, the worker writes that dump (with the host's figures of that moment).
 //!
 //! Ownership: only the worker allocates here, and only in the process that loaded the shim
 //! ([`adopt`], from the worker's start; "on the worker" is "on the worker's stack", so no TLS).
