@@ -307,13 +307,18 @@ pub(super) unsafe fn mem_stats() -> MemStats {
 
 /// The account's figures (see `crate::cold::account`): no live figure (mimalloc counts none: the
 /// account takes the heap profile's estimate, else counts its resident bytes as live);
-/// resident, the pages of its segments found resident by mincore(2), else (no segment
-/// recognised, or process_vm_readv refused by a seccomp filter) its committed bytes; no
-/// metadata figure.
+/// resident, the pages of its segments found resident by mincore(2), else (segments cannot be
+/// recognised: no cookie learned, another mimalloc version; or process_vm_readv refused by a
+/// seccomp filter) its committed bytes; no metadata figure. A scan that can recognise segments
+/// and finds none resident says 0, not the committed bytes: those count the segment cache
+/// (committed, not resident: at least the 32 MiB of the cookie's probe), and taken for resident
+/// they made a program that holds nothing in mimalloc look like 36 MiB retained (seen when no
+/// thread of the program had allocated yet and the shim's thread allocates from its own heap).
 pub(super) fn account() -> super::AccountFigures {
     // SAFETY: the backend is loaded (the account is measured only once the shim is ready).
     let stats = unsafe { mem_stats() };
-    let resident = segment_cookie().map(|(at, key)| segments_resident(at, key)).filter(|&r| r > 0);
+    let reads = super::figures::read_word(core::ptr::addr_of!(COOKIE_KEY) as u64).is_some();
+    let resident = segment_cookie().filter(|_| reads).map(|(at, key)| segments_resident(at, key));
     super::AccountFigures {
         stats,
         live: None,
