@@ -163,39 +163,26 @@ unsafe impl GlobalAlloc for ShimHeap {
     }
 
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new_size: usize) -> *mut u8 {
-        if worker_heap::contains(p) {
-            if worker_heap::on_worker() {
-                // SAFETY: `p` came from the worker's heap with layout `l`.
-                let q = unsafe { worker_heap::realloc(p, l, new_size) };
-                if !q.is_null() {
-                    return q;
-                }
-            }
-            // Elsewhere (or full): a new block, the bytes copied, the old block freed.
-            // SAFETY: `new_size` with `l`'s alignment is a valid layout (the caller's contract).
-            let nl = unsafe { Layout::from_size_align_unchecked(new_size, l.align()) };
-            // SAFETY: forwarded contract.
-            let q = unsafe { self.alloc(nl) };
+        let mine = worker_heap::contains(p);
+        if mine && worker_heap::on_worker() {
+            // SAFETY: `p` came from the worker's heap with layout `l`.
+            let q = unsafe { worker_heap::realloc(p, l, new_size) };
             if !q.is_null() {
-                // SAFETY: both blocks hold at least the smaller size; they are distinct blocks.
-                unsafe {
-                    core::ptr::copy_nonoverlapping(p, q, l.size().min(new_size));
-                    worker_heap::free(p, l);
-                }
+                return q;
             }
-            return q;
-        }
-        if !contains(p) {
+        } else if !mine && !contains(p) {
             // SAFETY: `p` came from `System` with layout `l`; forwarded contract.
             let q = unsafe { System.realloc(p, l, new_size) };
             if !q.is_null() {
                 return q;
             }
         }
+        // Moved: a block of the worker's heap (off the worker, or the heap full) or of the
+        // reserve to a new one from `alloc`; a block `System` could not grow to the reserve.
         // SAFETY: `new_size` with `l`'s alignment is a valid layout (the caller's contract).
         let nl = unsafe { Layout::from_size_align_unchecked(new_size, l.align()) };
-        let q = if contains(p) {
-            // SAFETY: forwarded contract; System first, the reserve after.
+        let q = if mine || contains(p) {
+            // SAFETY: forwarded contract; the worker's heap or System first, the reserve after.
             unsafe { self.alloc(nl) }
         } else {
             take(nl)

@@ -65,9 +65,13 @@ struct Node {
 }
 
 /// From the worker's start, in the process that loaded the shim: maps the heap (once) and makes
-/// the thread running on `stack_lo..stack_lo + stack_len` its owner. Without a range for the heap
-/// (the reservation full or missing) nothing changes: the worker uses the backend.
+/// the thread running on `stack_lo..stack_lo + stack_len` its owner. Nothing changes when the
+/// caller does not run on that stack (glibc gave it one of its own) or there is no range for the
+/// heap (the reservation full or missing): the worker uses the backend.
 pub fn adopt(stack_lo: usize, stack_len: usize) {
+    if !on_stack(stack_lo, stack_len) {
+        return;
+    }
     if BASE.load(Acquire) == 0 {
         let m = crate::base::region::take(BYTES);
         if m.is_null() {
@@ -99,9 +103,14 @@ pub fn disown() {
 /// True when the caller runs on the worker's stack and the heap is this process's.
 #[inline]
 pub fn on_worker() -> bool {
+    ENABLED.load(Acquire) && on_stack(STACK_LO.load(Relaxed), STACK_LEN.load(Relaxed))
+}
+
+/// True when the caller's frame lies in `lo..lo + len`.
+#[inline(always)]
+fn on_stack(lo: usize, len: usize) -> bool {
     let here = 0u8;
-    let sp = core::ptr::addr_of!(here) as usize;
-    ENABLED.load(Acquire) && sp.wrapping_sub(STACK_LO.load(Relaxed)) < STACK_LEN.load(Relaxed)
+    (core::ptr::addr_of!(here) as usize).wrapping_sub(lo) < len
 }
 
 /// True when `p` points into the heap's range.

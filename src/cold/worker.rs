@@ -191,10 +191,8 @@ unsafe fn create_detached() -> c_int {
 /// that loaded the shim; a forked child's worker uses the backend (the heap is the parent's).
 fn adopt_heap() {
     let lo = STACK.load(Relaxed) as usize;
-    let here = 0u8;
-    let on_own_stack = (core::ptr::addr_of!(here) as usize).wrapping_sub(lo) < STACK_BYTES;
     // SAFETY: getpid has no preconditions.
-    if lo != 0 && on_own_stack && unsafe { libc::getpid() } == LOADED_PID.load(Relaxed) {
+    if lo != 0 && unsafe { libc::getpid() } == LOADED_PID.load(Relaxed) {
         crate::base::worker_heap::adopt(lo, STACK_BYTES);
     }
 }
