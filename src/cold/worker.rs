@@ -7,8 +7,8 @@
 //! `trim::WATCH_MS` when `MALLOCSHIM_TRIM_ABOVE_RSS` or `MALLOCSHIM_TRIM_ON_PRESSURE` is set; the
 //! Prometheus textfile every `MALLOCSHIM_PROM_INTERVAL_S` (`textfile`); each second, until fd 2
 //! is seen reopened onto another file, the check that writes the start-up lines again there
-//! (`diag::replay_if_stderr_moved`); the control channel (`ctl`: its listener, opened when the
-//! pipe brings an `a`, is polled beside the pipe and closed when idle). A burst of wake-ups while
+//! (`diag::replay_if_stderr_moved`); the control channel (`ctl`: its listener, opened at the thread's
+//! start and again when the pipe brings an `a`, is polled beside the pipe). A burst of wake-ups while
 //! a dump runs is drained into one more dump, at most one per `MALLOCSHIM_DUMP_MIN_INTERVAL_MS`
 //! (`dumpbound`; a request inside the interval is written at its end). Its allocations bypass
 //! recording (its guard is always set).
@@ -368,7 +368,10 @@ fn run() {
     // The shim's thread never keeps a process alive once the program's threads have ended.
     let mut alone = Job::new(crate::cold::last_thread::CHECK_MS, now_ms());
     crate::base::diag::replay_if_stderr_moved();
+    // Listening from the start: a client then needs no signal (which would interrupt the
+    // program's blocking calls).
     let mut ctl = crate::cold::ctl::Channel::default();
+    ctl.open();
     // A request made before this thread existed.
     let mut asked = crate::cold::dump::take_waiting();
     loop {
@@ -382,7 +385,7 @@ fn run() {
         let timeout =
             [j.dump.wait(now), j.trim.wait(now), j.memlog.wait(now), j.history.wait(now), j.watch.wait(now)]
                 .into_iter()
-                .chain([j.textfile.wait(now), restderr.wait(now), alone.wait(now), ctl.wait(now)])
+                .chain([j.textfile.wait(now), restderr.wait(now), alone.wait(now)])
                 .chain([
                     crate::cold::dump::deferred_wait(now),
                     crate::cold::record::wait_ms(),
@@ -410,7 +413,7 @@ fn run() {
                 }
                 for &b in &buf[..r as usize] {
                     if b == b'a' {
-                        ctl.open(now_ms());
+                        ctl.open();
                     } else {
                         asked = true;
                     }
@@ -418,10 +421,9 @@ fn run() {
             }
         }
         if n > 0 && p[1].revents != 0 && ctl.fd() >= 0 {
-            ctl.serve(now_ms());
+            ctl.serve();
             jobs.retune(now_ms());
         }
-        ctl.tick(now_ms());
         if alone.due(now_ms()) && crate::cold::last_thread::only_worker_left() {
             crate::cold::last_thread::exit_as_glibc_would();
         }

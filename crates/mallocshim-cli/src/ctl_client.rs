@@ -1,8 +1,9 @@
 //! The control channel's client (docs/control.md): finds a process's socket
 //! (`<dir>/<pid>.sock`, the directory by `mallocshim_format::ctl::dir` from the process's
-//! effective uid and its `MALLOCSHIM_CTL_DIR`), asks the process to open it when nothing listens
-//! (its dump signal queued with the attach value, only once the signal is caught), sends one
-//! request line and reads the reply. Also the `trim`, `get` and `set` subcommands. Owns no
+//! effective uid and its `MALLOCSHIM_CTL_DIR`; the shim's thread listens there from its start),
+//! asks the process to open it only when nothing listens (its dump signal queued with the attach
+//! value, only once the signal is caught), removes the sockets of dead processes it finds there,
+//! sends one request line and reads the reply. Also the `trim`, `get` and `set` subcommands. Owns no
 //! server state: each request is one connection.
 
 use crate::dump_cmd::{check_process, dump_signal, wait_caught, Fail};
@@ -32,7 +33,35 @@ fn euid(pid: u32) -> Result<u32, Fail> {
 fn socket_paths(pid: u32) -> Result<Vec<PathBuf>, Fail> {
     let dir = proto::dir(euid(pid)?, environ_var(pid, "MALLOCSHIM_CTL_DIR").as_deref());
     let p = format!("{dir}/{}", proto::socket_name(pid));
+    remove_stale(std::path::Path::new(&dir));
     Ok(vec![PathBuf::from(format!("/proc/{pid}/root{p}")), PathBuf::from(p)])
+}
+
+/// Removes the sockets of dead processes from a channel directory (a process killed with
+/// SIGKILL leaves its socket: the shim removes it at exit only). A socket is stale when
+/// `kill(pid, 0)` says no such process; one of a live process, or a pid reused by another
+/// program, stays (a shim that starts under a reused pid binds anew). Best effort: a directory
+/// this user cannot read is left alone.
+fn remove_stale(dir: &std::path::Path) {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(pid) =
+            name.to_str().and_then(|n| n.strip_suffix(".sock")).and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid <= 0 || !e.file_type().is_ok_and(|t| t.is_socket()) {
+            continue;
+        }
+        // SAFETY: kill with signal 0 sends nothing; it only checks that the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 fn connect_now(paths: &[PathBuf]) -> Option<UnixStream> {

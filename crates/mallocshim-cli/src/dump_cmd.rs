@@ -30,9 +30,10 @@ use std::time::{Duration, Instant};
                   in the exec), and never while the signal is still pending for it (ShdPnd in \
                   /proc/PID/status: a signal sent then would be merged into the pending one and \
                   lost). The dump is asked for through the control channel \
-                  (the signal queued with the attach value, then a `dump` request: docs/control.md) \
-                  when the process opens one within a second, else (and always with --dir) by the \
-                  plain signal. The directory is --dir, else the process's \
+                  (a `dump` request on the socket the shim's thread listens on: no signal, so no \
+                  blocking call of the process is cut short; docs/control.md), else through an \
+                  attach (the signal queued with the attach value) when the process opens one \
+                  within a second, else (and always with --dir) by the plain signal. The directory is --dir, else the process's \
                   MALLOCSHIM_DUMP_DIR, else its TMPDIR, else /tmp. The shim answers at most one \
                   signal per MALLOCSHIM_DUMP_MIN_INTERVAL_MS (default 1000 ms): a dump asked for \
                   sooner comes at the end of that interval.\n\n\

@@ -1,5 +1,7 @@
 //! The control channel's protocol constants, shared by the shim (`src/cold/ctl/`, the server)
-//! and the `mallocshim` command (the client): how a client asks a process to listen, where the
+//! and the `mallocshim` command (the client): how a client asks a process to listen again (the
+//! shim's thread listens from its start; the attach signal is for a process where nothing
+//! listens), where the
 //! socket is, and the request and reply framing. Described in docs/control.md.
 
 /// The `sigval` a client queues with the process's dump signal (`sigqueue(2)`, si_code
@@ -8,9 +10,6 @@ pub const ATTACH_MAGIC: usize = 0x6d61_6c6c_6374_6c31;
 
 /// Longest request line, newline included, in bytes; a longer one gets one error reply.
 pub const MAX_REQUEST: usize = 4096;
-
-/// The listener closes after this many ms without a connection.
-pub const IDLE_MS: u64 = 30_000;
 
 /// How long the server waits for a client's request line and for its reply to be taken, each.
 pub const CLIENT_MS: u64 = 2_000;

@@ -1,7 +1,10 @@
-//! The control channel (docs/control.md): a UNIX stream socket the shim's thread opens on
-//! demand, like the JDK's dynamic attach. Nothing listens until a client asks: the client
-//! queues the process's dump signal with the attach value (`mallocshim_format::ctl`), the
-//! signal's handler writes `a` to the worker's pipe, and the worker calls [`Channel::open`].
+//! The control channel (docs/control.md): a UNIX stream socket the shim's thread listens on
+//! from its start ([`Channel::open`] in the worker's loop), so a client connects without
+//! signalling the process: a signal would make a blocking call of the program's (sleep, poll,
+//! select, pause) return early with EINTR. Only where nothing listens (the thread has not
+//! started, an earlier listen failed, the socket was removed) does a client queue the process's
+//! dump signal with the attach value (`mallocshim_format::ctl`); its handler writes `a` to the
+//! worker's pipe and the worker listens again.
 //! The socket is `<dir>/<pid>.sock` in a directory the shim makes with mode 0700
 //! (`MALLOCSHIM_CTL_DIR`, default `/run/mallocshim` for root, else `/tmp/mallocshim-<uid>`); a
 //! directory that `lstat` does not show as a directory owned by the effective uid with mode
@@ -9,8 +12,8 @@
 //! listener. Only root and the process's effective uid get in (SO_PEERCRED); others are closed.
 //! A secure-execution process (AT_SECURE) never opens it. One client at a time, one request
 //! line (at most `MAX_REQUEST` bytes) and one reply per connection, each side bounded by
-//! `CLIENT_MS` of poll(2), so a stalled or killed client leaves nothing behind; the listener is
-//! closed (and its socket removed) after `IDLE_MS` without a connection. The commands are the
+//! `CLIENT_MS` of poll(2), so a stalled or killed client leaves nothing behind; the socket is
+//! removed at exit (a killed process's is removed by the next client). The commands are the
 //! table in [`commands`].
 //! Worker-only (its thread blocks every signal and holds the reentrancy guard), except
 //! [`after_fork_child`]. Never on the hot path; the hot path does not change.
@@ -27,17 +30,15 @@ static LISTEN_FD: AtomicI32 = AtomicI32::new(-1);
 /// A refusal was reported (one line per process).
 static REFUSED: AtomicBool = AtomicBool::new(false);
 
-/// The worker's listener: none until a client asks.
+/// The worker's listener.
 pub struct Channel {
     fd: i32,
     path: Option<CString>,
-    /// Monotonic ms of the last attach request or connection.
-    last_ms: u64,
 }
 
 impl Default for Channel {
     fn default() -> Self {
-        Channel { fd: -1, path: None, last_ms: 0 }
+        Channel { fd: -1, path: None }
     }
 }
 
@@ -47,12 +48,18 @@ impl Channel {
         self.fd
     }
 
-    /// A client asked (the attach signal): listen, or keep listening for another `IDLE_MS`.
-    pub fn open(&mut self, now: u64) {
-        self.last_ms = now;
+    /// Listens, at the thread's start and again on an attach signal: a no-op while listening on
+    /// a socket that is still there (one removed by hand or by a /tmp cleaner is made anew).
+    pub fn open(&mut self) {
         // SAFETY: getauxval has no preconditions.
-        if self.fd >= 0 || unsafe { libc::getauxval(libc::AT_SECURE) } != 0 {
+        if unsafe { libc::getauxval(libc::AT_SECURE) } != 0 {
             return;
+        }
+        if self.fd >= 0 {
+            if self.path.as_ref().is_some_and(still_there) {
+                return;
+            }
+            self.close();
         }
         match listen() {
             Ok((fd, path)) => {
@@ -65,18 +72,6 @@ impl Channel {
                     crate::base::diag::warn!("control channel refused: {}; no listener", msg);
                 }
             }
-        }
-    }
-
-    /// Ms until the idle close, while listening.
-    pub fn wait(&self, now: u64) -> Option<u64> {
-        (self.fd >= 0).then(|| (self.last_ms + proto::IDLE_MS).saturating_sub(now))
-    }
-
-    /// Closes the listener once idle for `IDLE_MS`.
-    pub fn tick(&mut self, now: u64) {
-        if self.fd >= 0 && now >= self.last_ms + proto::IDLE_MS {
-            self.close();
         }
     }
 
@@ -97,7 +92,7 @@ impl Channel {
     }
 
     /// Serves the clients waiting on the listener, one at a time.
-    pub fn serve(&mut self, now: u64) {
+    pub fn serve(&mut self) {
         for _ in 0..16 {
             // SAFETY: accept4 on our listener with no address out-parameters.
             let c = unsafe {
@@ -111,7 +106,6 @@ impl Channel {
             if c < 0 {
                 break;
             }
-            self.last_ms = now;
             if peer_allowed(c) {
                 serve_client(c);
             }
@@ -123,6 +117,14 @@ impl Channel {
             }
         }
     }
+}
+
+/// Whether the socket at `p` is still a socket (not removed or replaced by another file).
+fn still_there(p: &CString) -> bool {
+    // SAFETY: a zeroed stat struct is valid plain data.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: lstat of a NUL-terminated path into the local struct.
+    unsafe { libc::lstat(p.as_ptr(), &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFSOCK }
 }
 
 /// The channel directory, made and checked (module doc), or why not.
