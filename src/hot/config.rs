@@ -192,7 +192,7 @@ pub static OPTIONS: [Opt; 31] = [
     opt("MALLOCSHIM_PROM_HISTOGRAMS", "on", switch!(prom_histograms, "off", "on"), "off leaves the per-op and size-class latency histograms out of the textfile (fewer series)").live(),
     opt("MALLOCSHIM_INSTANCE", "the pid", other!(parse_instance, show_instance), "value of the instance label and name of the textfile: letters, digits, . _ - (1 to 64)"),
     opt("MALLOCSHIM_CTL_DIR", "auto", path!(ctl_dir, "auto"), "directory of the control channel's socket, made 0700 by the shim: auto = /run/mallocshim for root, else /tmp/mallocshim-<uid>"),
-    opt("MALLOCSHIM_RECORD", "off", path!(record, "off"), "record every allocator call from start into this trace file (%p = pid; docs/record.md)"),
+    opt("MALLOCSHIM_RECORD", "off", path!(record, "off"), "record every allocator call from start into this trace file (%p = pid; FILE.<pid> when FILE is taken, never replaced; docs/record.md)"),
     opt("MALLOCSHIM_RECORD_SECONDS", "0", number!(record_seconds, 0, 31536000), "end that recording after N seconds (0 = at exit)"),
     opt("MALLOCSHIM_RECORD_MAX_BYTES", "1G", other!(parse_record_max, |c, out| put_u64(out, c.record_max_bytes)), "a recording ends when its file reaches SIZE (bytes, or K/M/G suffix; at least 64K)"),
 ];

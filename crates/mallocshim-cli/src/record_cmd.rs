@@ -78,7 +78,16 @@ pub fn run(a: &RecordArgs) -> Result<String, Fail> {
         .filter(|&b| b >= 64 << 10)
         .ok_or_else(|| fail(2, format!("--max-bytes {}: expected a size of at least 64K", a.max_bytes)))?;
     let out = absolute(a.out.as_deref().expect("clap: --out"))?;
-    request(a.pid, &format!("record {} {} {max}", out.display(), a.seconds), a.timeout)?;
+    let reply = request(a.pid, &format!("record {} {} {max}", out.display(), a.seconds), a.timeout)?;
+    // The process names the file: FILE.<pid> when FILE was taken (an existing file, another
+    // recording); it is FILE.part until whole.
+    let out = match reply.trim().strip_prefix("recording=") {
+        Some(named) if named != out.display().to_string() => {
+            eprintln!("mallocshim record: {} is taken; process {} records to {named}", out.display(), a.pid);
+            PathBuf::from(named)
+        }
+        _ => out,
+    };
     if a.seconds == 0 {
         return Ok(format!(
             "recording process {} into {} until `mallocshim record {} --stop` or exit\n",

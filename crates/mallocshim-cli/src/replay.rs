@@ -118,6 +118,13 @@ pub fn run(a: &Args) -> Result<String, Fail> {
     }
     let shim = mallocshim_cli::shim_lib::find().map_err(|e| fail(2, e))?;
     let plan = mallocshim_replay::plan::build(&a.file).map_err(|e| fail(2, e))?;
+    if plan.cut_short {
+        eprintln!(
+            "mallocshim replay: {}: the trace was {}; replaying up to there",
+            a.file.display(),
+            plan.end_reason
+        );
+    }
     let scratch = Scratch::new().map_err(|e| fail(2, e))?;
     let plan_path = scratch.0.join("plan.bin");
     plan.write(&plan_path).map_err(|e| fail(2, e))?;

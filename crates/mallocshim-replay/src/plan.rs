@@ -16,7 +16,7 @@
 
 use crate::answer::{ClassLive, LiveSecond};
 use mallocshim_format::classes::{class_of, class_range, CLASSES};
-use mallocshim_format::trace::{TraceOp, TraceReader, PRE_WINDOW};
+use mallocshim_format::trace::{TraceError, TraceOp, TraceReader, PRE_WINDOW};
 use std::path::Path;
 
 /// No block.
@@ -82,6 +82,8 @@ pub struct Plan {
     /// The recorded process's backend and why the window ended (trace header and footer).
     pub backend: String,
     pub end_reason: String,
+    /// The trace has no footer: it ends at its last whole block (`end_reason` says where).
+    pub cut_short: bool,
     /// The footer's calls whose order the recorder could not restore (taken as freed where the
     /// address came back).
     pub reordered: u64,
@@ -193,8 +195,18 @@ pub fn build(path: &Path) -> Result<Plan, String> {
     }
     let mut events = 0u64;
     let mut last_t = 0u64;
+    let mut cut = false;
     for e in rd.by_ref() {
-        let e = e.map_err(|e| format!("{}: {e}", path.display()))?;
+        let e = match e {
+            Ok(e) => e,
+            // A trace cut short (its writer killed, its disk full: a `.part` file) replays up to
+            // its last whole block; one cut before any is an error.
+            Err(TraceError::Truncated) if events > 0 => {
+                cut = true;
+                break;
+            }
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
         events += 1;
         last_t = e.t_ns;
         let mut step = Step {
@@ -260,8 +272,16 @@ pub fn build(path: &Path) -> Result<Plan, String> {
         last_t.max(footer.window_ns),
         footer.dropped,
         header.backend,
-        footer.ended.name().into(),
+        if cut {
+            format!(
+                "cut short after {events} calls, {:.1} s into the window (no footer)",
+                last_t as f64 / 1e9
+            )
+        } else {
+            footer.ended.name().into()
+        },
     )?;
+    plan.cut_short = cut;
     plan.summary.main_thread = main.filter(|&m| m < plan.summary.threads).unwrap_or(NO_THREAD);
     plan.reordered = footer.reordered;
     Ok(plan)
@@ -316,6 +336,7 @@ fn finish(
         block_size,
         backend,
         end_reason: end,
+        cut_short: false,
         reordered: 0,
         curve,
     })

@@ -35,7 +35,7 @@ pub static COMMANDS: &[Command] = &[
     cmd("set", "NAME=VALUE", "change a run-time option (NAME with or without MALLOCSHIM_); replies NAME=VALUE (was OLD)", set),
     cmd("dump", "", "write a dump now (every format of MALLOCSHIM_DUMP_FORMATS); one file path per line", dump),
     cmd("json", "", "the dump's JSON, written to no file", json),
-    cmd("record", "FILE SECONDS MAX_BYTES | stop | status", "record every allocator call into the trace FILE (absolute path, created 0600) for SECONDS (0 = until stop or exit) within MAX_BYTES; stop ends it; status: recording=0|1", record),
+    cmd("record", "FILE SECONDS MAX_BYTES | stop | status", "record every allocator call into the trace FILE (absolute path, created 0600; written as FILE.part, renamed when whole; FILE.<pid> when FILE is taken) for SECONDS (0 = until stop or exit) within MAX_BYTES: recording=<the file's name>; stop ends it; status: recording=0|1", record),
 ];
 
 /// Answers one request line.
@@ -202,8 +202,8 @@ fn record(args: &str) -> Result<String, String> {
             if max < config::RECORD_MIN_BYTES {
                 return Err(format!("record: MAX_BYTES below the minimum of {}", config::RECORD_MIN_BYTES));
             }
-            crate::cold::record::open(path, seconds, max).map_err(|e| format!("record: {e}"))?;
-            Ok(format!("recording={file}\n"))
+            let named = crate::cold::record::open(path, seconds, max).map_err(|e| format!("record: {e}"))?;
+            Ok(format!("recording={}\n", named.display()))
         }
         _ => Err("record: expected FILE SECONDS MAX_BYTES, stop or status".into()),
     }

@@ -8,8 +8,11 @@
 //! Fork: the child records nothing: its handler ends the window in the child (`tracebuf`, the
 //! traced table) and the recorder's state, a copy of the parent's, is never used there (every
 //! entry point checks the pid).
+//! The file: written as `PATH.part` and renamed to PATH when whole, never replacing a file or
+//! another recording ([`file`]: a taken PATH becomes `PATH.<pid>`, said in one line).
 
 pub mod drain;
+pub mod file;
 
 use crate::base::{clock, diag};
 use crate::hot::{route, tls::Reentry, tracebuf};
@@ -30,7 +33,10 @@ const FLUSH_NS: u64 = 1_000_000_000;
 
 struct Recorder {
     w: TraceWriter<File>,
+    /// Where the trace is written until it is whole.
     path: PathBuf,
+    /// The name it gets then.
+    target: PathBuf,
     drain: Drain,
     seconds: u64,
     max_bytes: u64,
@@ -72,7 +78,9 @@ fn env_path() -> Option<PathBuf> {
         return None;
     }
     let s = String::from_utf8_lossy(raw).replace("%p", &pid().to_string());
-    Some(PathBuf::from(std::ffi::OsStr::from_bytes(s.as_bytes())))
+    let p = PathBuf::from(std::ffi::OsStr::from_bytes(s.as_bytes()));
+    // Absolute, so that a program that changes its directory still renames the right file.
+    Some(if p.is_absolute() { p } else { std::env::current_dir().map(|d| d.join(&p)).unwrap_or(p) })
 }
 
 /// From the library constructor: opens the whole-run window `MALLOCSHIM_RECORD` asks for.
@@ -108,23 +116,20 @@ fn live_by_class() -> Vec<ClassLive> {
         .collect()
 }
 
-/// Opens a window recording into `path` (created 0600, replacing a regular file there, never
-/// following a symlink) for `seconds` (0 = until exit or stop) within `max_bytes`.
-pub fn open(path: &Path, seconds: u64, max_bytes: u64) -> Result<(), String> {
-    use std::os::unix::fs::OpenOptionsExt;
+/// Opens a window recording for `seconds` (0 = until exit or stop) within `max_bytes` into
+/// `path`, or `PATH.<pid>` when `path` is taken ([`file`]; created 0600, never following a
+/// symlink, never replacing a file): returns the name the trace will have when whole.
+pub fn open(path: &Path, seconds: u64, max_bytes: u64) -> Result<PathBuf, String> {
     let _g = Reentry::enter();
     let mut st = STATE.lock().unwrap_or_else(|e| e.into_inner());
     if active() {
         return Err("a recording is already running".into());
     }
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| e.to_string())?;
+    let claimed = file::claim(path, pid())?;
+    if let Some(note) = &claimed.note {
+        diag::warn!("{note}");
+    }
+    let f = claimed.file;
     let window = WINDOWS.fetch_add(1, Relaxed) + 1;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let header = Header {
@@ -138,11 +143,15 @@ pub fn open(path: &Path, seconds: u64, max_bytes: u64) -> Result<(), String> {
         seconds,
         shim_version: env!("CARGO_PKG_VERSION").into(),
     };
-    let w = TraceWriter::new(f, &header).map_err(|e| e.to_string())?;
+    let mut w = TraceWriter::new(f, &header).map_err(|e| e.to_string())?;
+    // The header on disk now: a later process reads whose `.part` this is (`file`).
+    w.flush().map_err(|e| e.to_string())?;
     let opened_ns = clock::mono_ns();
+    let target = claimed.target.clone();
     *st = Some(Recorder {
         w,
-        path: path.to_path_buf(),
+        path: claimed.part,
+        target: claimed.target,
         drain: Drain::new(window),
         seconds,
         max_bytes: max_bytes.max(crate::hot::config::RECORD_MIN_BYTES),
@@ -158,7 +167,7 @@ pub fn open(path: &Path, seconds: u64, max_bytes: u64) -> Result<(), String> {
         tracebuf::set_inline_drain(Some(inline_drain));
     }
     route::set_traced(true);
-    Ok(())
+    Ok(target)
 }
 
 /// A drain pass from a full ring in a process without the shim's thread.
@@ -264,7 +273,7 @@ fn step(r: &mut Recorder, all: bool) -> Result<(), TraceError> {
 }
 
 fn finish(r: Recorder) {
-    let Recorder { w, path, drain, opened_ns, ended, max_bytes, .. } = r;
+    let Recorder { w, path, target, drain, opened_ns, ended, max_bytes, .. } = r;
     let ended = ended.unwrap_or(EndReason::Stopped);
     let no_buffer = tracebuf::NO_BUFFER.swap(0, Relaxed);
     let footer = Footer {
@@ -276,12 +285,36 @@ fn finish(r: Recorder) {
         window_ns: clock::mono_ns().saturating_sub(opened_ns),
     };
     let events = w.events();
-    match w.finish(&footer) {
-        Ok((bytes, _)) if ended == EndReason::MaxBytes => diag::warn!(
+    let (bytes, f) = match w.finish(&footer) {
+        Ok(done) if ended != EndReason::Error => done,
+        Ok(_) => {
+            return diag::warn!(
+                "the trace cut short stays in {} (replays up to its last whole block)",
+                path.display()
+            )
+        }
+        Err(e) => {
+            return diag::warn!(
+                "recording to {}: cannot write its end: {e}; the trace cut short stays there",
+                path.display()
+            )
+        }
+    };
+    // Renamed while this process still holds the `.part`'s lock.
+    let named = match file::publish(&path, &target, pid()) {
+        Ok((named, note)) => {
+            if let Some(note) = note {
+                diag::warn!("{note}");
+            }
+            named
+        }
+        Err(e) => return diag::warn!("recording: {e}"),
+    };
+    drop(f);
+    if ended == EndReason::MaxBytes {
+        diag::warn!(
             "recording to {} stopped at its size budget ({max_bytes} bytes, MALLOCSHIM_RECORD_MAX_BYTES / --max-bytes): {events} calls in {bytes} bytes",
-            path.display()
-        ),
-        Ok(_) => {}
-        Err(e) => diag::warn!("recording to {}: cannot write its end: {e}", path.display()),
+            named.display()
+        );
     }
 }

@@ -158,3 +158,27 @@ fn cut_after_a_flush_still_reads_the_flushed_events() {
     assert_eq!(ok, 1000);
     assert!(got.last().unwrap().is_err());
 }
+
+/// A writer killed mid-block (every cut after a flush, to the byte): the flushed events read,
+/// then `Truncated`, never `Corrupt`: a cut-short trace replays up to its last whole block.
+#[test]
+fn cut_anywhere_after_a_flush_is_truncated_not_corrupt() {
+    let mut w = TraceWriter::new(Vec::new(), &header()).unwrap();
+    w.thread(&threads()[0]).unwrap();
+    for i in 1..=1000 {
+        w.write(&ev(i, 0, TraceOp::Malloc, 32, i, 0)).unwrap();
+    }
+    w.flush().unwrap();
+    let flushed = w.bytes_written() as usize;
+    for i in 1001..=30000 {
+        w.write(&ev(i * 3, 0, TraceOp::Malloc, 32 + i % 97, i, 0)).unwrap();
+    }
+    let (_, bytes) = w.finish(&footer()).unwrap();
+    for cut in flushed..bytes.len() {
+        let mut r = TraceReader::new(&bytes[..cut]).unwrap();
+        let got: Vec<_> = r.by_ref().collect();
+        let ok = got.iter().filter(|e| e.is_ok()).count();
+        assert!(ok >= 1000, "cut at {cut}: {ok} events");
+        assert!(matches!(got.last(), Some(Err(TraceError::Truncated))), "cut at {cut}: {:?}", got.last());
+    }
+}

@@ -1,0 +1,154 @@
+//! The trace file's names and life (issue 37): a recording never corrupts or replaces another.
+//! A window claims its path PATH by holding an exclusive `flock` on `PATH.part`, where it
+//! writes; when the trace is whole (footer written) `PATH.part` is renamed to PATH without
+//! replacing anything (`renameat2(RENAME_NOREPLACE)`). PATH is taken when it exists, or when
+//! `PATH.part` is locked (a live recording: a wrapper such as `timeout`, `sh` or `mysqld_safe`
+//! preloaded with the same `MALLOCSHIM_RECORD`) or was left by another process (one killed
+//! mid-window: its trace replays up to its last whole block). A taken PATH makes the window
+//! record to `PATH.<pid>` instead, with one line saying so. A `PATH.part` left unlocked by an
+//! earlier image of this same pid (a wrapper that exec'd the program: the exec closed its
+//! descriptor) is this process's to reuse. Cold path only (the recorder's lock held, under the
+//! reentrancy guard); owns no state.
+
+use std::fs::File;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// A claimed trace file: the open `.part` (locked), where it is, and the name it gets when whole.
+pub struct Claimed {
+    pub file: File,
+    pub part: PathBuf,
+    pub target: PathBuf,
+    /// Why the requested path was not used (one line for the caller to print), if it was not.
+    pub note: Option<String>,
+}
+
+/// `PATH` with `suffix` appended to its file name.
+fn with_suffix(p: &Path, suffix: &str) -> PathBuf {
+    let mut s = p.as_os_str().to_os_string();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+/// The name a window writes under until its trace is whole.
+pub fn part_of(target: &Path) -> PathBuf {
+    with_suffix(target, ".part")
+}
+
+/// The name used when `target` is taken.
+fn alternative(target: &Path, pid: u32) -> PathBuf {
+    with_suffix(target, &format!(".{pid}"))
+}
+
+/// Why a path cannot be claimed now (it is taken), or the claimed file.
+enum Try {
+    Mine(File),
+    Taken(&'static str),
+}
+
+/// The pid in the header of a trace at `p`, if it has a readable one.
+fn header_pid(p: &Path) -> Option<u32> {
+    let f = File::open(p).ok()?;
+    let r = mallocshim_format::trace::TraceReader::new(std::io::BufReader::new(f)).ok()?;
+    Some(r.header().pid)
+}
+
+fn try_claim(target: &Path, pid: u32) -> Result<Try, String> {
+    if std::fs::symlink_metadata(target).is_ok() {
+        return Ok(Try::Taken("an existing file"));
+    }
+    let part = part_of(target);
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&part)
+        .map_err(|e| format!("{}: {e}", part.display()))?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Ok(Try::Taken("a recording in progress"));
+    }
+    // Still the file at that name (not one renamed away by its finished writer meanwhile).
+    let (Ok(open), Ok(named)) = (f.metadata(), std::fs::symlink_metadata(&part)) else {
+        return Ok(Try::Taken("a recording that just ended"));
+    };
+    if open.ino() != named.ino() || open.dev() != named.dev() || !named.file_type().is_file() {
+        return Ok(Try::Taken("a recording that just ended"));
+    }
+    if open.len() > 0 && header_pid(&part).is_some_and(|p| p != pid) {
+        return Ok(Try::Taken("a recording cut short (its .part file)"));
+    }
+    f.set_len(0).map_err(|e| format!("{}: {e}", part.display()))?;
+    Ok(Try::Mine(f))
+}
+
+/// Claims `path` for this process's window, else `PATH.<pid>`; an error when both are taken
+/// or the directory refuses the file.
+pub fn claim(path: &Path, pid: u32) -> Result<Claimed, String> {
+    let first = match try_claim(path, pid)? {
+        Try::Mine(file) => return Ok(Claimed { file, part: part_of(path), target: path.into(), note: None }),
+        Try::Taken(why) => why,
+    };
+    let alt = alternative(path, pid);
+    match try_claim(&alt, pid)? {
+        Try::Mine(file) => Ok(Claimed {
+            file,
+            part: part_of(&alt),
+            note: Some(format!(
+                "{} is taken ({first}); recording to {} instead",
+                path.display(),
+                alt.display()
+            )),
+            target: alt,
+        }),
+        Try::Taken(why) => {
+            Err(format!("{} is taken ({first}) and so is {} ({why})", path.display(), alt.display()))
+        }
+    }
+}
+
+/// Renames `from` to `to` unless `to` exists: `Ok(false)` when it does.
+fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<bool> {
+    let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(std::io::Error::other);
+    let (f, t) = (c(from)?, c(to)?);
+    // SAFETY: two NUL-terminated paths, relative to the working directory (both absolute here).
+    let r = unsafe {
+        libc::renameat2(libc::AT_FDCWD, f.as_ptr(), libc::AT_FDCWD, t.as_ptr(), libc::RENAME_NOREPLACE)
+    };
+    if r == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EEXIST) => Ok(false),
+        // A file system without RENAME_NOREPLACE: link(2) never replaces either.
+        Some(libc::EINVAL) | Some(libc::ENOSYS) => match std::fs::hard_link(from, to) {
+            Ok(()) => std::fs::remove_file(from).map(|_| true),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(e),
+        },
+        _ => Err(e),
+    }
+}
+
+/// Gives a whole trace its name: `target`, else (taken meanwhile) `target.<pid>`. Returns the
+/// name, and a line to print when it is not `target`; on failure the trace stays at `part`.
+pub fn publish(part: &Path, target: &Path, pid: u32) -> Result<(PathBuf, Option<String>), String> {
+    let failed = |e: std::io::Error| format!("cannot rename {} to {}: {e}", part.display(), target.display());
+    if rename_noreplace(part, target).map_err(failed)? {
+        return Ok((target.into(), None));
+    }
+    let alt = alternative(target, pid);
+    if !target.as_os_str().as_bytes().ends_with(format!(".{pid}").as_bytes())
+        && rename_noreplace(part, &alt).map_err(failed)?
+    {
+        let why =
+            format!("{} appeared during the recording; the trace is {}", target.display(), alt.display());
+        return Ok((alt, Some(why)));
+    }
+    Err(format!("{} exists; the trace stays in {}", target.display(), part.display()))
+}
