@@ -19,13 +19,15 @@
  * DRAIN_EVERY pairs each thread frees what its inbox holds. A full inbox means a local free.
  *
  * Every thread runs `iterations` pairs after a warm-up, pinned (unless `nopin`) to the t-th CPU
- * of the process's affinity mask; only the timed loop is inside the CLOCK_MONOTONIC bracket. The
- * inboxes are drained after a barrier that follows every thread's timed loop. Output on stdout:
+ * of the process's affinity mask; only the timed loop is inside the brackets of CLOCK_MONOTONIC
+ * (wall) and CLOCK_THREAD_CPUTIME_ID (the thread's CPU time: what it spent running, spinning
+ * included, but not time it waited descheduled or asleep on a futex). The inboxes are drained
+ * after a barrier that follows every thread's timed loop. Output on stdout:
  *
- *   ns_per_pair=X.XX ns_per_pair_max=Y.YY xfer_frees=N
+ *   ns_per_pair=X.XX ns_per_pair_max=Y.YY cpu_ns_per_pair=Z.ZZ xfer_frees=N
  *
- * (the mean over threads of thread_ns / iterations, the slowest thread's, and how many blocks
- * another thread freed). On stderr: `malloc_lib=<path>` (dladdr of `malloc`), so that the harness
+ * (the mean over threads of wall ns / iterations, the slowest thread's, the mean over threads of
+ * CPU ns / iterations, and how many blocks another thread freed). On stderr: `malloc_lib=<path>` (dladdr of `malloc`), so that the harness
  * can check that the preload took effect.
  *
  * Build: gcc -O2 -pthread -o scale scale.c
@@ -45,7 +47,7 @@
 #define SEQ 8192         /* precomputed (slot, size, handoff) sequence (power of two) */
 #define XFER_EVERY 8     /* one free in 8 is done by another thread */
 #define DRAIN_EVERY 32   /* pairs between two drains of a thread's inbox */
-#define INBOX 1024       /* inbox capacity (power of two) */
+#define INBOX 4096       /* inbox capacity (power of two) */
 #define MAX_THREADS 256
 
 /* (lo, hi] bytes and calls: docs/compare-overhead/report.md, glibc malloc calls per size class. */
@@ -66,7 +68,7 @@ struct inbox {
 struct thread_arg {
     _Alignas(64) int id;
     int cpu;
-    double ns;
+    double ns, cpu_ns;
     unsigned long xfer;
 };
 
@@ -93,10 +95,10 @@ static uint64_t xorshift64(uint64_t *s)
     return x;
 }
 
-static double now_ns(void)
+static double now_ns(clockid_t clock)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
@@ -203,9 +205,9 @@ static void *worker(void *vp)
     unsigned long acc = loop(st, warm);
     pthread_barrier_wait(&g_barrier);
     st->xfer = 0;
-    double t0 = now_ns();
+    double c0 = now_ns(CLOCK_THREAD_CPUTIME_ID), t0 = now_ns(CLOCK_MONOTONIC);
     acc += loop(st, g_iters);
-    double t1 = now_ns();
+    double t1 = now_ns(CLOCK_MONOTONIC), c1 = now_ns(CLOCK_THREAD_CPUTIME_ID);
     pthread_barrier_wait(&g_barrier); /* nobody hands a block over after this */
     drain(st->in);
     for (int k = 0; k < RING; k++)
@@ -214,6 +216,7 @@ static void *worker(void *vp)
     free(st);
     g_sink += acc;
     a->ns = t1 - t0;
+    a->cpu_ns = c1 - c0;
     return NULL;
 }
 
@@ -270,17 +273,19 @@ int main(int argc, char **argv)
         if (pthread_create(&tids[t], NULL, worker, &args[t]) != 0)
             die("pthread_create failed");
     }
-    double sum = 0, max = 0;
+    double sum = 0, max = 0, cpu = 0;
     unsigned long xfer = 0;
     for (int t = 0; t < g_threads; t++) {
         pthread_join(tids[t], NULL);
         double ns = args[t].ns / (double)g_iters;
         sum += ns;
         max = ns > max ? ns : max;
+        cpu += args[t].cpu_ns / (double)g_iters;
         xfer += args[t].xfer;
     }
     pthread_barrier_destroy(&g_barrier);
     free(g_inbox);
-    printf("ns_per_pair=%.2f ns_per_pair_max=%.2f xfer_frees=%lu\n", sum / g_threads, max, xfer);
+    printf("ns_per_pair=%.2f ns_per_pair_max=%.2f cpu_ns_per_pair=%.2f xfer_frees=%lu\n", sum / g_threads, max,
+           cpu / g_threads, xfer);
     return 0;
 }

@@ -4,24 +4,29 @@
 //! only, asserting nothing but that every run ran the allocator it claims.
 //!
 //! `cargo bench --bench scale -- [--threads 1,2,4,8,16] [--backends glibc,jemalloc,...]
-//! [--mix all,small] [--rounds 5] [--target-ms 200] [--iters N] [--nopin] [--json PATH]
-//! [--md PATH] [--shim PATH] [--prog PATH]`
+//! [--mix all,small] [--configs shim,shim-profile-off] [--rounds 5] [--target-ms 200]
+//! [--iters N] [--nopin] [--json PATH] [--md PATH] [--shim PATH] [--prog PATH]`
 //!
-//! Per backend three configurations: `direct` (the backend's library preloaded without the shim;
-//! glibc: no preload), `shim` (libmallocshim.so at all defaults) and `shim-profile-off`
-//! (`MALLOCSHIM_PROFILE=off`: routing only). Per mix (`all`: mariadbd's size mix with its 64 KiB-
-//! 2 MiB per-query buffers; `small`: its classes up to 32 KiB; see scale.c) and thread count T
-//! (default 1, 2, 4, 8, 16 capped to the CPUs this process may use; `--threads` is taken as
-//! given), every thread runs the same number of pairs: `--iters`, else calibrated once per mix so
-//! that glibc direct at T=1 takes `--target-ms`. Rounds are interleaved: round r runs every
-//! (T, configuration) of a mix once, in an order rotated by r, one process per run.
+//! Per backend the configurations: `direct` (the backend's library preloaded without the shim;
+//! glibc: no preload; always measured), `shim` (libmallocshim.so at all defaults) and
+//! `shim-profile-off` (`MALLOCSHIM_PROFILE=off`: routing only); `--configs` may add
+//! `shim-heap-profiles-off` (`MALLOCSHIM_PROF_SAMPLE_BYTES=0`: counting and latency sampling,
+//! no heap profiles), to tell the two apart. Per mix (`all`: mariadbd's size mix with its
+//! 64 KiB-2 MiB per-query buffers; `small`: its classes up to 32 KiB; see scale.c) and thread
+//! count T (default 1, 2, 4, 8, 16 capped to the CPUs this process may use; `--threads` is
+//! taken as given), every thread runs the same number of pairs: `--iters`, else calibrated once
+//! per mix so that glibc direct at T=1 takes `--target-ms` of wall time. Rounds are
+//! interleaved: round r runs every (T, configuration) of a mix once, in an order rotated by r,
+//! one process per run.
 //!
-//! Reported: the median ns per pair (mean over threads of thread time / pairs) over rounds; what
-//! the shim adds per pair at each T (the median over rounds of shim - direct of the same round);
-//! and the ratio added(T) / added(1) (goal: at most 1.10 at 16 threads, every backend). Output:
-//! Markdown on stdout and in `--md` (default target/bench/scale.md), JSON in `--json` (default
-//! target/bench/scale.json, schema [`Report`]). `--shim` and `--prog` take prebuilt files (the
-//! 16-core machine has no cargo or gcc: scripts/scale-device.sh); otherwise both are built.
+//! Reported per metric (`cpu`: each thread's CPU time, which a busy shared machine leaves
+//! intact; `wall`: CLOCK_MONOTONIC, which also sees waits on a futex): the median ns per pair
+//! (mean over threads of time / pairs) over rounds; what the shim adds per pair at each T (the
+//! median over rounds of shim - direct of the same round); and the ratio added(T) / added(1)
+//! (goal: at most 1.10 at 16 threads, every backend). Output: Markdown on stdout and in `--md`
+//! (default target/bench/scale.md), JSON in `--json` (default target/bench/scale.json, schema
+//! [`Report`]). `--shim` and `--prog` take prebuilt files (the 16-core machine has no cargo or
+//! gcc: scripts/scale-device.sh); otherwise both are built.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -34,13 +39,18 @@ use serde::Serialize;
 mod common;
 use common::median_or_nan;
 
-const KINDS: [&str; 3] = ["direct", "shim", "shim-profile-off"];
+/// The configurations `--configs` may name; `direct` is always measured, first (the base).
+const KINDS: [&str; 4] = ["direct", "shim", "shim-profile-off", "shim-heap-profiles-off"];
+/// `cpu`: the thread's CPU time per pair (blind to time a thread waits descheduled, so a busy
+/// shared machine still gives the cost of the code); `wall`: CLOCK_MONOTONIC ns per pair.
+const METRICS: [&str; 2] = ["cpu", "wall"];
 
 /// The bench's options, from the command line.
 struct Opts {
     threads: Vec<u32>,
     backends: Vec<String>,
     mixes: Vec<String>,
+    kinds: Vec<&'static str>,
     rounds: usize,
     target_ms: u64,
     iters: Option<u64>,
@@ -65,15 +75,19 @@ struct Report {
     cells: Vec<Cell>,
 }
 
-/// One (mix, backend, configuration, T): ns per pair and, for shim rows, what the shim adds.
+/// One (mix, metric, backend, configuration, T): ns per pair and, for shim rows, what the shim
+/// adds.
 #[derive(Serialize)]
 struct Cell {
     mix: String,
+    metric: &'static str,
     backend: String,
     config: &'static str,
     threads: u32,
     /// Pairs per thread in each run.
     iters: u64,
+    /// Median over rounds of the blocks freed by another thread than their allocator's.
+    xfer_frees: f64,
     /// Median over rounds of the mean over threads of ns per pair.
     ns_per_pair: f64,
     samples: Vec<f64>,
@@ -104,6 +118,7 @@ fn parse_opts() -> Opts {
         threads: [1, 2, 4, 8, 16].into_iter().filter(|&t| t <= cpus.max(1)).collect(),
         backends: common::BACKENDS.iter().map(|s| s.to_string()).collect(),
         mixes: vec!["all".into(), "small".into()],
+        kinds: KINDS[..3].to_vec(),
         rounds: 5,
         target_ms: 200,
         iters: None,
@@ -122,6 +137,7 @@ fn parse_opts() -> Opts {
             "--threads" => o.threads = list(&val()).iter().map(|t| number("--threads", t) as u32).collect(),
             "--backends" => o.backends = list(&val()),
             "--mix" => o.mixes = list(&val()),
+            "--configs" => o.kinds = configs(&val()),
             "--rounds" => o.rounds = number("--rounds", &val()).max(1) as usize,
             "--target-ms" => o.target_ms = number("--target-ms", &val()).max(1),
             "--iters" => o.iters = Some(number("--iters", &val()).max(1)),
@@ -144,6 +160,15 @@ fn parse_opts() -> Opts {
     o
 }
 
+/// `--configs`: the named configurations of [`KINDS`], `direct` first whether named or not.
+fn configs(v: &str) -> Vec<&'static str> {
+    let named = list(v);
+    if let Some(c) = named.iter().find(|c| !KINDS.contains(&c.as_str())) {
+        fail(&format!("unknown configuration {c:?} (known: {})", KINDS.join(", ")));
+    }
+    KINDS.into_iter().filter(|k| *k == "direct" || named.iter().any(|c| c == k)).collect()
+}
+
 fn build_prog() -> PathBuf {
     let gcc = common::require("gcc");
     let dir = common::target_dir().join("bench");
@@ -156,9 +181,9 @@ fn build_prog() -> PathBuf {
     dst
 }
 
-/// What one run printed.
+/// What one run printed: ns per pair by [`METRICS`], and the blocks another thread freed.
 struct Run {
-    ns: f64,
+    ns: [f64; 2],
     xfer: u64,
 }
 
@@ -181,9 +206,11 @@ impl Runner {
             }
         } else {
             c.env("LD_PRELOAD", &self.shim).env("MALLOCSHIM_BACKEND", backend);
-            if kind == "shim-profile-off" {
-                c.env("MALLOCSHIM_PROFILE", "off");
-            }
+            match kind {
+                "shim-profile-off" => c.env("MALLOCSHIM_PROFILE", "off"),
+                "shim-heap-profiles-off" => c.env("MALLOCSHIM_PROF_SAMPLE_BYTES", "0"),
+                _ => &mut c,
+            };
         }
         c
     }
@@ -202,38 +229,43 @@ impl Runner {
         assert!(lib.contains(&want), "{what}: malloc resolves into {lib}, not {want}\n{err}");
         let line =
             out.lines().find(|l| l.starts_with("ns_per_pair=")).unwrap_or_else(|| panic!("{what}: {out}"));
-        let ns = common::kv_str(line, "ns_per_pair").and_then(|v| v.parse().ok());
-        let ns: f64 = ns.unwrap_or_else(|| panic!("{what}: bad line {line:?}"));
-        Run { ns, xfer: common::kv(line, "xfer_frees").unwrap_or(0) }
+        let num = |k: &str| -> f64 {
+            let v = common::kv_str(line, k).and_then(|v| v.parse().ok());
+            v.unwrap_or_else(|| panic!("{what}: no {k} in {line:?}"))
+        };
+        Run { ns: [num("cpu_ns_per_pair"), num("ns_per_pair")], xfer: num("xfer_frees") as u64 }
     }
 }
 
 /// Pairs per thread for `mix`: glibc direct at T=1 takes about `target_ms`.
 fn calibrate(r: &Runner, mix: &str, target_ms: u64) -> u64 {
     let probe = 20_000;
-    let ns = r.run("glibc", "direct", mix, 1, probe).ns.max(1.0);
+    let ns = r.run("glibc", "direct", mix, 1, probe).ns[1].max(1.0);
     ((target_ms as f64 * 1e6 / ns) as u64).clamp(probe, 50_000_000)
 }
 
-/// The samples of one mix: (T, backend index, kind index) -> ns per pair, one per round.
-type Samples = BTreeMap<(u32, usize, usize), Vec<f64>>;
+/// The samples of one mix: (metric index, T, backend index, kind index) -> ns per pair, one per
+/// round; metric index 2 holds the blocks freed by another thread.
+type Samples = BTreeMap<(usize, u32, usize, usize), Vec<f64>>;
 
 fn measure(r: &Runner, o: &Opts, mix: &str, iters: u64) -> Samples {
     let mut s = Samples::new();
     let runs: Vec<(usize, usize)> =
-        (0..o.backends.len()).flat_map(|b| (0..KINDS.len()).map(move |k| (b, k))).collect();
+        (0..o.backends.len()).flat_map(|b| (0..o.kinds.len()).map(move |k| (b, k))).collect();
     for round in 0..o.rounds {
         for &t in &o.threads {
             for i in 0..runs.len() {
                 let (b, k) = runs[(i + round) % runs.len()];
-                let run = r.run(&o.backends[b], KINDS[k], mix, t, iters);
+                let run = r.run(&o.backends[b], o.kinds[k], mix, t, iters);
                 assert!(
                     run.xfer > 0 || iters < 64,
                     "{} {} T={t}: no block was handed over",
                     o.backends[b],
-                    KINDS[k]
+                    o.kinds[k]
                 );
-                s.entry((t, b, k)).or_default().push(run.ns);
+                for (m, v) in run.ns.into_iter().chain([run.xfer as f64]).enumerate() {
+                    s.entry((m, t, b, k)).or_default().push(v);
+                }
             }
         }
         eprintln!("scale: mix {mix} round {}/{} done", round + 1, o.rounds);
@@ -243,29 +275,33 @@ fn measure(r: &Runner, o: &Opts, mix: &str, iters: u64) -> Samples {
 
 fn cells(o: &Opts, mix: &str, iters: u64, s: &Samples) -> Vec<Cell> {
     let mut v = Vec::new();
-    for (b, backend) in o.backends.iter().enumerate() {
-        for (k, kind) in KINDS.iter().enumerate() {
-            let added_at = |t: u32| -> Vec<f64> {
-                let (mine, direct) = (&s[&(t, b, k)], &s[&(t, b, 0)]);
-                mine.iter().zip(direct).map(|(a, d)| a - d).collect()
-            };
-            let base = o.threads.contains(&1).then(|| median_or_nan(added_at(1)));
-            for &t in &o.threads {
-                let samples = s[&(t, b, k)].clone();
-                let added_samples = if k == 0 { Vec::new() } else { added_at(t) };
-                let added_ns = (k > 0).then(|| median_or_nan(&added_samples));
-                v.push(Cell {
-                    mix: mix.to_string(),
-                    backend: backend.clone(),
-                    config: kind,
-                    threads: t,
-                    iters,
-                    ns_per_pair: median_or_nan(&samples),
-                    samples,
-                    added_ns,
-                    added_samples,
-                    added_ratio_to_t1: added_ns.zip(base).map(|(a, b1)| a / b1),
-                });
+    for (m, metric) in METRICS.iter().enumerate() {
+        for (b, backend) in o.backends.iter().enumerate() {
+            for (k, kind) in o.kinds.iter().enumerate() {
+                let added_at = |t: u32| -> Vec<f64> {
+                    let (mine, direct) = (&s[&(m, t, b, k)], &s[&(m, t, b, 0)]);
+                    mine.iter().zip(direct).map(|(a, d)| a - d).collect()
+                };
+                let base = o.threads.contains(&1).then(|| median_or_nan(added_at(1)));
+                for &t in &o.threads {
+                    let samples = s[&(m, t, b, k)].clone();
+                    let added_samples = if k == 0 { Vec::new() } else { added_at(t) };
+                    let added_ns = (k > 0).then(|| median_or_nan(&added_samples));
+                    v.push(Cell {
+                        mix: mix.to_string(),
+                        metric,
+                        backend: backend.clone(),
+                        config: kind,
+                        threads: t,
+                        iters,
+                        xfer_frees: median_or_nan(&s[&(2, t, b, k)]),
+                        ns_per_pair: median_or_nan(&samples),
+                        samples,
+                        added_ns,
+                        added_samples,
+                        added_ratio_to_t1: added_ns.zip(base).map(|(a, b1)| a / b1),
+                    });
+                }
             }
         }
     }
@@ -289,12 +325,12 @@ fn markdown(o: &Opts, rep: &Report) -> String {
         rep.command, rep.rounds, rep.pinned
     )
     .unwrap();
-    for mix in &o.mixes {
-        let mine: Vec<&Cell> = rep.cells.iter().filter(|c| &c.mix == mix).collect();
+    for (mix, metric) in o.mixes.iter().flat_map(|m| METRICS.map(|x| (m, x))) {
+        let mine: Vec<&Cell> = rep.cells.iter().filter(|c| &c.mix == mix && c.metric == metric).collect();
         let iters = mine.first().map_or(0, |c| c.iters);
         writeln!(
             md,
-            "\n## mix `{mix}`: ns per pair, median of {} rounds ({iters} pairs per thread)\n",
+            "\n## mix `{mix}`, {metric}: ns per pair, median of {} rounds ({iters} pairs per thread)\n",
             rep.rounds
         )
         .unwrap();
@@ -305,7 +341,7 @@ fn markdown(o: &Opts, rep: &Report) -> String {
         }
         writeln!(
             md,
-            "\n## mix `{mix}`: what the shim adds per pair (ns, median of per-round shim - direct; min..max)\n\n\
+            "\n## mix `{mix}`, {metric}: what the shim adds per pair (ns, median of per-round shim - direct; min..max)\n\n\
              | backend | config |{cols} added(T={0})/added(T=1) |\n|---|---|{rule}---:|",
             o.threads.last().unwrap()
         )
@@ -351,7 +387,7 @@ fn main() {
     let mut all = Vec::new();
     for mix in &o.mixes {
         for b in &o.backends {
-            for k in KINDS {
+            for &k in &o.kinds {
                 r.run(b, k, mix, 2, 2_000);
             }
         }
