@@ -27,6 +27,9 @@
 //! (default target/bench/scale.md), JSON in `--json` (default target/bench/scale.json, schema
 //! [`Report`]). `--shim` and `--prog` take prebuilt files (the 16-core machine has no cargo or
 //! gcc: scripts/scale-device.sh); otherwise both are built.
+//!
+//! Long because: the options, the interleaved runner and the report in two forms (Markdown and
+//! JSON) of one bench; the C program is apart.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -377,6 +380,19 @@ fn machine() -> String {
     format!("{}, Linux {}", model.unwrap_or("?"), kernel.trim())
 }
 
+/// How this run was started: `cargo bench --bench scale -- ARGS` under cargo (argv[0] in
+/// target/*/deps), else the program's own name (the device's copy) and its arguments.
+fn command_line() -> String {
+    let mut args = std::env::args();
+    let argv0 = args.next().unwrap_or_default();
+    let start = if argv0.contains("/deps/scale-") {
+        "cargo bench --bench scale --".to_string()
+    } else {
+        argv0.rsplit('/').next().unwrap_or("scale").to_string()
+    };
+    args.filter(|a| a != "--bench").fold(start, |c, a| c + " " + &a)
+}
+
 fn main() {
     let o = parse_opts();
     let load_before = loadavg();
@@ -401,10 +417,7 @@ fn main() {
         cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         load_before,
         load_after: loadavg(),
-        command: std::env::args()
-            .skip(1)
-            .filter(|a| a != "--bench")
-            .fold("cargo bench --bench scale --".into(), |c, a| c + " " + &a),
+        command: command_line(),
         rounds: o.rounds,
         pinned: o.pin,
         cells: all,

@@ -7,7 +7,8 @@
 #
 # prepare builds the release workspace and the bench, packs the Debian userland with
 # ../shared/device/make-bundle.sh (the allocators, libmallocshim.so), and puts the bench's executable
-# and benches/scale.c's program, debug info stripped, in .device/scale/; it adds /.device/ to
+# and benches/scale.c's program, debug info stripped, in .device/scale/ (make-bundle.sh is looked
+# for in $SHARED/device, ../shared/device, ../../shared/device, /work/shared/device); it adds /.device/ to
 # .git/info/exclude. run (as root on the device) unpacks the userland (run.sh), copies the two
 # programs into it and runs the bench in the chroot, first the `small` mix, then `all`, each
 # under its own time limit so that one that runs late still leaves the other's result; it
@@ -26,7 +27,12 @@ prepare)
     nice -n 5 cargo build --release --workspace
     exe=$(nice -n 5 cargo bench --bench scale --no-run 2>&1 | sed -n 's/.*Executable benches\/scale.rs (\(.*\))/\1/p')
     [ -x "$exe" ] || { echo "scale-device.sh: cannot find the bench's executable" >&2; exit 1; }
-    bash ../shared/device/make-bundle.sh .device
+    bundle=
+    for d in ${SHARED:-} ../shared ../../shared /work/shared; do
+        [ -f "$d/device/make-bundle.sh" ] && { bundle=$d/device/make-bundle.sh; break; }
+    done
+    [ -n "$bundle" ] || { echo "scale-device.sh: no shared/device/make-bundle.sh (set SHARED=the shared folder)" >&2; exit 1; }
+    bash "$bundle" .device
     mkdir -p .device/scale
     strip --strip-debug -o .device/scale/scale-bench "$exe"
     gcc -O2 -Wall -pthread -o .device/scale/scale benches/scale.c
