@@ -355,8 +355,27 @@ fn markdown(o: &Opts, rep: &Report) -> String {
                 row.last().and_then(|c| c.added_ratio_to_t1).map_or("-".into(), |r| format!("{r:.2}"));
             writeln!(md, "| {} | {} |{vals} {ratio} |", row[0].backend, row[0].config).unwrap();
         }
+        md.push_str(&verdict(&mine));
     }
     md
+}
+
+/// The goal of issue 36 for the `shim` rows of one table: added(T) / added(1) at the largest T
+/// measured, at most 1.10 (the goal is stated at T = 16).
+fn verdict(cells: &[&Cell]) -> String {
+    let tmax = cells.iter().map(|c| c.threads).max().unwrap_or(1);
+    let mut parts = Vec::new();
+    for c in cells.iter().filter(|c| c.config == "shim" && c.threads == tmax && tmax > 1) {
+        let r = c.added_ratio_to_t1.unwrap_or(f64::NAN);
+        parts.push(format!("{} {r:.3} ({})", c.backend, if r <= 1.10 { "met" } else { "missed" }));
+    }
+    if parts.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\nGoal, shim at defaults, added(T={tmax})/added(T=1) <= 1.10 (stated at T=16): {}.\n",
+        parts.join(", ")
+    )
 }
 
 fn spread(c: &Cell) -> String {
