@@ -11,7 +11,10 @@
 //! glibc: no preload; always measured), `shim` (libmallocshim.so at all defaults) and
 //! `shim-profile-off` (`MALLOCSHIM_PROFILE=off`: routing only); `--configs` may add
 //! `shim-heap-profiles-off` (`MALLOCSHIM_PROF_SAMPLE_BYTES=0`: counting and latency sampling,
-//! no heap profiles), to tell the two apart. Per mix (`all`: mariadbd's size mix with its
+//! no heap profiles), to tell the two apart, and two that magnify one path each to show what
+//! it does under threads: `shim-every-call-timed` (heap profiles off, `MALLOCSHIM_SAMPLE=1`:
+//! the latency path on every call) and `shim-heap-8k` (`MALLOCSHIM_PROF_SAMPLE_BYTES=8192`:
+//! one heap-profile sample in ~6 pairs of the `small` mix). Per mix (`all`: mariadbd's size mix with its
 //! 64 KiB-2 MiB per-query buffers; `small`: its classes up to 32 KiB; see scale.c) and thread
 //! count T (default 1, 2, 4, 8, 16 capped to the CPUs this process may use; `--threads` is
 //! taken as given), every thread runs the same number of pairs: `--iters`, else calibrated once
@@ -43,7 +46,19 @@ mod common;
 use common::median_or_nan;
 
 /// The configurations `--configs` may name; `direct` is always measured, first (the base).
-const KINDS: [&str; 4] = ["direct", "shim", "shim-profile-off", "shim-heap-profiles-off"];
+const KINDS: [&str; 6] =
+    ["direct", "shim", "shim-profile-off", "shim-heap-profiles-off", "shim-every-call-timed", "shim-heap-8k"];
+
+/// The shim's environment of each configuration of [`KINDS`] but `direct`.
+fn kind_env(kind: &str) -> &'static [(&'static str, &'static str)] {
+    match kind {
+        "shim-profile-off" => &[("MALLOCSHIM_PROFILE", "off")],
+        "shim-heap-profiles-off" => &[("MALLOCSHIM_PROF_SAMPLE_BYTES", "0")],
+        "shim-every-call-timed" => &[("MALLOCSHIM_PROF_SAMPLE_BYTES", "0"), ("MALLOCSHIM_SAMPLE", "1")],
+        "shim-heap-8k" => &[("MALLOCSHIM_PROF_SAMPLE_BYTES", "8192")],
+        _ => &[],
+    }
+}
 /// `cpu`: the thread's CPU time per pair (blind to time a thread waits descheduled, so a busy
 /// shared machine still gives the cost of the code); `wall`: CLOCK_MONOTONIC ns per pair.
 const METRICS: [&str; 2] = ["cpu", "wall"];
@@ -209,11 +224,7 @@ impl Runner {
             }
         } else {
             c.env("LD_PRELOAD", &self.shim).env("MALLOCSHIM_BACKEND", backend);
-            match kind {
-                "shim-profile-off" => c.env("MALLOCSHIM_PROFILE", "off"),
-                "shim-heap-profiles-off" => c.env("MALLOCSHIM_PROF_SAMPLE_BYTES", "0"),
-                _ => &mut c,
-            };
+            c.envs(kind_env(kind).iter().copied());
         }
         c
     }

@@ -17,7 +17,9 @@
 #
 # Environment (run): THREADS (default 1,2,4,8,16), BACKENDS (default every backend), ROUNDS
 # (default 5), TARGET_MS (default 150: glibc direct at T=1; a run at 16 threads takes longer),
-# LIMIT_S (default 220: each mix's time limit, so two mixes stay under 8 minutes).
+# LIMIT_S (default 220: each mix's time limit, so two mixes stay under 8 minutes), MIXES
+# (default "small all"), CONFIGS (the bench's --configs, default shim,shim-profile-off; e.g.
+# shim,shim-every-call-timed,shim-heap-8k to see the two shared paths at 16 threads).
 # Estimate, from this machine's runs: 24 runs per T and round per mix (4 backends x 3
 # configurations), about 0.25 s each with the process start, so 5 T x 5 rounds ~ 150 s per mix.
 set -euo pipefail
@@ -54,8 +56,10 @@ run)
     args="--threads ${THREADS:-1,2,4,8,16} --rounds ${ROUNDS:-5} --target-ms ${TARGET_MS:-150}"
     args="$args --shim /opt/mallocshim/libmallocshim.so --prog /opt/mallocshim/scale"
     [ -n "${BACKENDS:-}" ] && args="$args --backends $BACKENDS"
+    [ -n "${CONFIGS:-}" ] && args="$args --configs $CONFIGS"
+    [ -n "${MIXES:-}" ] || MIXES="small all"
     rc=0
-    for mix in small all; do
+    for mix in $MIXES; do
         bash .device/run.sh "timeout ${LIMIT_S:-220} scale-bench $args --mix $mix \
             --json /out/scale-$mix.json --md /out/scale-$mix.md" >>"$OUT/log.txt" 2>&1 || rc=$?
         echo "scale-device.sh: mix $mix exit $rc" >>"$OUT/log.txt"
