@@ -20,8 +20,9 @@
 # LIMIT_S (default 220: each mix's time limit, so two mixes stay under 8 minutes), MIXES
 # (default "small all"), CONFIGS (the bench's --configs, default shim,shim-profile-off; e.g.
 # shim,shim-every-call-timed,shim-heap-8k to see the two shared paths at 16 threads).
-# Estimate, from this machine's runs: 24 runs per T and round per mix (4 backends x 3
-# configurations), about 0.25 s each with the process start, so 5 T x 5 rounds ~ 150 s per mix.
+# Estimate: 12 runs per T and round per mix (4 backends x 3 configurations); `run` here (2 CPUs,
+# THREADS=1,2, the defaults otherwise) took 98 s for both mixes, ~0.2 s a run; every thread runs
+# the same pairs, so 5 T take ~2.5x that where threads scale: ~125 s per mix, within LIMIT_S.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case ${1:-} in
