@@ -147,13 +147,19 @@ fn trim_get_set() {
     assert!(o.status.success(), "trim: {}", describe(&o));
     let after = rss_kib(t.pid);
     assert!(stdout(&o).starts_with("RSS "), "{}", stdout(&o));
-    // Both counts of the free bytes before it: the backend's and the RSS account's.
-    let line = stdout(&o);
-    assert!(
-        line.contains(" MiB by the backend's count, ")
-            && line.contains(" MiB allocator free by the RSS account)"),
-        "trim's line does not give both free counts: {line}"
-    );
+    // One free figure (the RSS account's), and under glibc its two parts, which add up to it.
+    let out = stdout(&o);
+    let mibs = |l: &str| -> Vec<f64> {
+        l.split(" MiB").filter_map(|w| w.rsplit(' ').next()?.parse().ok()).collect::<Vec<f64>>()
+    };
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "trim prints two lines: {out}");
+    assert!(lines[0].ends_with(" MiB was free in the allocator before it (resident)"), "{out}");
+    assert!(!out.contains("backend's count") && out.matches("free in the allocator").count() == 1, "{out}");
+    let free = *mibs(lines[0]).last().unwrap();
+    let parts = mibs(lines[1]);
+    assert_eq!(parts.len(), 2, "{out}");
+    assert!((parts[0] + parts[1] - free).abs() <= 0.11, "the parts do not add up to the free figure: {out}");
     // 128 MiB freed, all but the block pinning the top: at least half comes back.
     assert!(
         before - after > 64 * 1024,
@@ -175,6 +181,12 @@ fn trim_get_set() {
         assert_eq!(stderr(&o).lines().count(), 1, "one line: {}", describe(&o));
     }
     assert_eq!(t.row("MALLOCSHIM_TRIM_MIN_BYTES")[1], "1024");
+    // `set` takes the size suffixes the environment takes (the one parser).
+    for (kv, shown) in [("TRIM_MIN_BYTES=16M", "16777216"), ("TRIM_ABOVE_RSS=2g", "2147483648")] {
+        let o = t.set(kv);
+        assert!(o.status.success(), "set {kv}: {}", describe(&o));
+        assert!(stdout(&o).starts_with(&format!("MALLOCSHIM_{}={shown} (was ", &kv[..kv.find('=').unwrap()])));
+    }
     assert_eq!(t.row("MALLOCSHIM_BACKEND")[1..3], ["glibc".to_string(), "env".into()]);
     t.finish();
 }
