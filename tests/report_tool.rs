@@ -372,10 +372,8 @@ fn reads_a_real_dump_with_every_size_class() {
     let o = child.wait_with_output().expect("wait for malloc_edges");
     assert!(o.status.success(), "malloc_edges under the shim: {:?}\n{}", o.status, stderr(&o));
     let dir = d.to_str().unwrap();
-    let out = ok(
-        report(&["--full", "--dir", dir, "--pid", &pid.to_string()]),
-        "report --pid on malloc_edges' dump",
-    );
+    let pid_s = pid.to_string();
+    let out = ok(report(&["--full", "--dir", dir, "--pid", &pid_s]), "report --full --pid");
     assert!(out.contains(&format!("pid {pid}")), "{out}");
     for size in ["<=16", "<=1K", "<=1M", "<=64M", ">64M"] {
         let r = row(&out, "malloc", size);
@@ -383,19 +381,16 @@ fn reads_a_real_dump_with_every_size_class() {
     }
     // 40 malloc(64 MiB + 1): the calls and bytes of the open class.
     assert_eq!(row(&out, "malloc", ">64M")[2..4], ["40".to_string(), (40 * ((64u64 << 20) + 1)).to_string()]);
-    let kv = ok(report(&["--format", "kv", "--dir", dir, "--pid", &pid.to_string()]), "report --format kv");
+    let kv = ok(report(&["--format", "kv", "--dir", dir, "--pid", &pid_s]), "report --format kv");
     assert!(kv.lines().any(|l| l == format!("pid={pid}")), "{kv}");
     assert!(kv.lines().any(|l| l == "backend=glibc"), "{kv}");
     let calls: u64 =
         kv.lines().find_map(|l| l.strip_prefix("calls_malloc=")).expect("calls_malloc").parse().unwrap();
     assert!(calls >= 170_000, "{kv}");
-    // Without --full: the 5 busiest classes only, no absurd address-space figure, a short screen.
-    let folded = ok(report(&["--dir", dir, "--pid", &pid.to_string()]), "report --pid, folded");
+    let folded = ok(report(&["--dir", dir, "--pid", &pid_s]), "report --pid, folded: the 5 busiest classes");
     let classes = folded.lines().filter(|l| l.split_whitespace().count() == 8 && l.contains("<=")).count();
-    assert!(classes <= 5, "{folded}");
-    assert!(folded.contains("busiest of") && folded.contains("--full lists all"), "{folded}");
-    assert!(!folded.contains("vsz") && !out.contains("vsz"), "{folded}");
-    assert!(folded.lines().count() <= 40, "{} lines:\n{folded}", folded.lines().count());
+    assert!(classes <= 5 && folded.contains("busiest of") && folded.contains("--full lists all"), "{folded}");
+    assert!(!folded.contains("vsz") && !out.contains("vsz") && folded.lines().count() <= 40, "{folded}");
     // --format json is the dump again, on one line, readable by the schema.
     let path = mallocshim_format::newest_dump(&d, pid, "json").expect("read dir").expect("a dump");
     let js = ok(report(&["--format", "json", path.to_str().unwrap()]), "report --format json");
