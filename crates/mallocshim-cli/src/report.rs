@@ -184,7 +184,7 @@ fn class_table(d: &Dump, fmt: Format, full: bool, o: &mut String) {
     if full || n <= FOLDED {
         heading(fmt, "calls by op and size class (latencies in ns, from sampled calls)", o);
     } else {
-        rows.sort_by(|a, b| b.count.cmp(&a.count));
+        rows.sort_by_key(|r| std::cmp::Reverse(r.count));
         rows.truncate(FOLDED);
         heading(
             fmt,
@@ -290,7 +290,7 @@ fn live_class_line(d: &Dump, o: &mut String) {
         return;
     }
     let mut cs: Vec<_> = d.live_by_class.iter().collect();
-    cs.sort_by(|a, b| b.live_bytes.cmp(&a.live_bytes));
+    cs.sort_by_key(|c| std::cmp::Reverse(c.live_bytes));
     let shown: Vec<String> = cs
         .iter()
         .take(3)
