@@ -295,9 +295,11 @@ pub fn get(a: &GetArgs) -> Result<String, Fail> {
                   MALLOCSHIM_ prefix. Only options `mallocshim get` shows as settable: the trim \
                   interval, minimum, RSS ceiling and pressure trims, the heap-profile rate, latency \
                   sampling, dump formats, interval, keep and rate limit, the memlog and the textfile. \
-                  A bad value changes nothing. Prints NAME=VALUE (was OLD).\n\n\
+                  Sizes take a K, M or G suffix as in the environment (TRIM_MIN_BYTES=16M). A bad \
+                  value changes nothing. Prints NAME=VALUE (was OLD).\n\n\
                   Exit status: 0 set; 1 refused (its reason on stderr) or no channel; 2 bad arguments.",
-    after_help = "Example:\n  mallocshim set $(pgrep -o -x mariadbd) TRIM_INTERVAL_MS=1000"
+    after_help = "Examples:\n  mallocshim set $(pgrep -o -x mariadbd) TRIM_INTERVAL_MS=1000\n  \
+                  mallocshim set $(pgrep -o -x mariadbd) TRIM_ABOVE_RSS=2G"
 )]
 pub struct SetArgs {
     #[arg(value_name = "PID")]
