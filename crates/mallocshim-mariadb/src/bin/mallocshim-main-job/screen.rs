@@ -174,33 +174,41 @@ fn account(m: &Memory, o: &mut String) {
     );
 }
 
-/// The last line: which backend to run. Among the backends whose run had no problem, the
-/// lowest RSS at the dump whose qps is within 5% of the best; said against glibc (the
-/// default) with the figures, and how sure a single short run can be.
+/// The last line: which backend to run. glibc (the default) stays unless another backend, at
+/// 95% of glibc's qps or more, had an RSS at the dump lower by more than the noise margin
+/// (the larger of 5% of glibc's RSS and 16 MiB: `diagnose`'s growth threshold); without glibc
+/// in the run, the lowest RSS within 5% of the best qps. Says how sure one short run can be.
 pub fn recommendation(rows: &[(String, Row)], ok: bool, secs: u64) -> String {
     if !ok {
         return "recommendation: none until the failures above are fixed (their details are in the files named above)".into();
     }
     let runs: Vec<(&str, f64, u64)> =
         rows.iter().filter_map(|(b, r)| Some((b.as_str(), r.qps?, r.memory.as_ref()?.rss_bytes))).collect();
-    let best_qps = runs.iter().map(|r| r.1).fold(0.0, f64::max);
-    let Some(pick) = runs.iter().filter(|r| r.1 >= 0.95 * best_qps).min_by_key(|r| r.2) else {
-        return "recommendation: none (no run gave qps and a dump)".into();
-    };
     let sure = format!("one {secs} s run each: confirm with `mallocshim compare`, which repeats rounds");
-    let rule = "the lowest RSS at the dump among the backends within 5% of the best qps";
-    match runs.iter().find(|r| r.0 == "glibc") {
-        Some(_) if pick.0 == "glibc" => format!("recommendation: keep glibc, the default ({rule}; {sure})"),
-        Some(g) => format!(
-            "recommendation: MALLOCSHIM_BACKEND={} ({rule}): against glibc qps {:+.1}%, RSS {:+.1} MiB ({sure})",
-            pick.0,
-            100.0 * (pick.1 / g.1 - 1.0),
-            (pick.2 as f64 - g.2 as f64) / 1048576.0
+    let Some(&(_, gq, gr)) = runs.iter().find(|r| r.0 == "glibc") else {
+        let best = runs.iter().map(|r| r.1).fold(0.0, f64::max);
+        return match runs.iter().filter(|r| r.1 >= 0.95 * best).min_by_key(|r| r.2) {
+            Some(p) => format!(
+                "recommendation: MALLOCSHIM_BACKEND={} (the lowest RSS at the dump, {} MiB, within 5% of the best qps; {sure})",
+                p.0,
+                mib(p.2)
+            ),
+            None => "recommendation: none (no run gave qps and a dump)".into(),
+        };
+    };
+    let margin = (gr / 20).max(16 << 20);
+    let pick = runs.iter().filter(|r| r.0 != "glibc" && r.1 >= 0.95 * gq).min_by_key(|r| r.2);
+    match pick {
+        Some(p) if p.2 + margin < gr => format!(
+            "recommendation: MALLOCSHIM_BACKEND={}: RSS {} MiB against glibc's {} MiB at the dump, qps {:+.1}% ({sure})",
+            p.0,
+            mib(p.2),
+            mib(gr),
+            100.0 * (p.1 / gq - 1.0)
         ),
-        None => format!(
-            "recommendation: MALLOCSHIM_BACKEND={} ({rule}: {} MiB; {sure})",
-            pick.0,
-            mib(pick.2)
+        _ => format!(
+            "recommendation: keep glibc, the default: no backend had an RSS lower by more than {} MiB (5% of glibc's, at least 16 MiB) at 95% of its qps or more ({sure})",
+            mib(margin)
         ),
     }
 }
