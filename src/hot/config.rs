@@ -58,7 +58,7 @@ pub struct Config {
     pub memlog_interval_ms: u64,
     /// Milliseconds between memory-history rows (`cold::history`); 0 = off.
     pub history_ms: u64,
-    /// Mean bytes between heap-profile samples; 0 = off.
+    /// Mean bytes between heap-profile samples; 0 = off (made 0 by `load` when profiling is off).
     pub prof_sample_bytes: u64,
     /// Heap-profile stacks by frame pointers only (`MALLOCSHIM_PROF_UNWIND=fp`).
     pub prof_unwind_fp: bool,
