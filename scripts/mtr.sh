@@ -235,12 +235,13 @@ emit procs_other_preload "$(servers |
     grep -v 'ld_preload=- ' | grep -vc "ld_preload=${so:-NONE} ")"
 emit sample_cmdline "$(servers | head -n1 | sed 's/.* cmdline=//')"
 
-# --- the shim's own evidence: options table at each start, summary at each clean exit, exit dumps
+# --- the shim's own evidence: options line at each start, summary at each clean exit, exit dumps
 # (not anchored at the start of a line: a test may leave an unterminated line in the log, e.g.
 # a lone `"` before the next line, seen in the baseline too)
 emit shim_tables "$(sum_grep 'mallocshim: mallocshim .* options in effect')"
 emit shim_tables_backend "$(sum_grep "mallocshim: mallocshim .* options in effect \\(backend ${config}\\)")"
-emit shim_profile_env "$(sum_grep 'mallocshim: +MALLOCSHIM_PROFILE += on +\[env;')"
+# MALLOCSHIM_VERBOSE=1's one line names the options the environment set (MALLOCSHIM_PROFILE=on)
+emit shim_profile_env "$(sum_grep 'mallocshim: mallocshim .* options in effect .* MALLOCSHIM_PROFILE=on[ ;]')"
 emit summaries "$(sum_grep 'mallocshim: summary ')"
 emit summaries_backend "$(sum_grep "mallocshim: summary backend=${config} ")"
 emit fallback_lines "$(sum_grep 'mallocshim: .*continuing with glibc')"

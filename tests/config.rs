@@ -59,8 +59,8 @@ fn unloadable_tcmalloc_falls_back_to_glibc() {
 }
 
 #[test]
-fn verbose_prints_every_option_row() {
-    let (_, lines) = run(&[("MALLOCSHIM_VERBOSE", "1"), ("MALLOCSHIM_BACKEND", "jemalloc")]);
+fn verbose_2_prints_every_option_row() {
+    let (_, lines) = run(&[("MALLOCSHIM_VERBOSE", "2"), ("MALLOCSHIM_BACKEND", "jemalloc")]);
     for name in ["MALLOCSHIM_BACKEND", "MALLOCSHIM_TCMALLOC_LIB", "MALLOCSHIM_PROFILE", "MALLOCSHIM_VERBOSE"]
     {
         assert!(
@@ -72,6 +72,82 @@ fn verbose_prints_every_option_row() {
     let summary = lines.iter().find(|l| l.starts_with("mallocshim: summary ")).expect("summary line at exit");
     assert!(summary.contains("backend=jemalloc"), "{summary}");
     assert!(kv(summary, "malloc").unwrap() >= 100, "{summary}");
+}
+
+/// `MALLOCSHIM_VERBOSE=1` prints one start-up line (and the summary at exit): the options set by
+/// the environment or not at their default, with the values in effect, and how many are left at
+/// their defaults. A value the environment gave that equals the default is still named.
+#[test]
+fn verbose_1_prints_one_line_of_options() {
+    let env = [
+        ("MALLOCSHIM_VERBOSE", "1"),
+        ("MALLOCSHIM_BACKEND", "jemalloc"),
+        ("MALLOCSHIM_TRIM_MIN_BYTES", "16M"),
+        ("MALLOCSHIM_SAMPLE", "64"),
+    ];
+    let (out, lines) = run(&env);
+    assert!(out.contains("backend=jemalloc"), "{out}");
+    assert_eq!(lines.len(), 2, "one options line and the summary: {lines:?}");
+    let l = &lines[0];
+    assert!(
+        l.starts_with("mallocshim: mallocshim ") && l.contains("options in effect (backend jemalloc): "),
+        "{l}"
+    );
+    for set in [
+        "MALLOCSHIM_VERBOSE=1",
+        "MALLOCSHIM_BACKEND=jemalloc",
+        "MALLOCSHIM_TRIM_MIN_BYTES=16777216",
+        "MALLOCSHIM_SAMPLE=64",
+    ] {
+        assert!(l.split([' ', ';']).any(|w| w == set), "{set} not in {l}");
+    }
+    assert!(!l.contains("MALLOCSHIM_DUMP_DIR") && !l.contains("MALLOCSHIM_PROF_SAMPLE_BYTES"), "{l}");
+    assert!(l.ends_with("; the other 27 at their defaults (MALLOCSHIM_VERBOSE=2 prints the table)"), "{l}");
+    assert!(lines[1].starts_with("mallocshim: summary "), "{lines:?}");
+}
+
+/// With `MALLOCSHIM_PROFILE=off` no heap profile is taken: the line and the table say
+/// `MALLOCSHIM_PROF_SAMPLE_BYTES` is 0, and why, not the rate that would have applied.
+#[test]
+fn profile_off_shows_heap_profile_rate_in_effect() {
+    let (_, lines) = run(&[("MALLOCSHIM_VERBOSE", "1"), ("MALLOCSHIM_PROFILE", "off")]);
+    assert!(
+        lines[0].contains(" MALLOCSHIM_PROFILE=off MALLOCSHIM_VERBOSE=1 MALLOCSHIM_PROF_SAMPLE_BYTES=0 (off with PROFILE=off);"),
+        "{lines:?}"
+    );
+    let (_, lines) = run(&[("MALLOCSHIM_VERBOSE", "2"), ("MALLOCSHIM_PROFILE", "off")]);
+    let row = lines.iter().find(|l| l.contains("MALLOCSHIM_PROF_SAMPLE_BYTES")).expect("row");
+    assert!(row.contains("= 0 (off with PROFILE=off)") && row.contains("[default; default 524288]"), "{row}");
+}
+
+/// Every byte-valued option takes K, M and G suffixes through the one parser; the value in
+/// effect is shown in bytes. A bad size names the range.
+#[test]
+fn byte_options_take_suffixes() {
+    let env = [
+        ("MALLOCSHIM_VERBOSE", "1"),
+        ("MALLOCSHIM_TRIM_MIN_BYTES", "16M"),
+        ("MALLOCSHIM_TRIM_ABOVE_RSS", "922m"),
+        ("MALLOCSHIM_PROF_SAMPLE_BYTES", "256K"),
+        ("MALLOCSHIM_RECORD_MAX_BYTES", "2G"),
+    ];
+    let (_, lines) = run(&env);
+    assert!(!lines.iter().any(|l| l.contains("not valid")), "{lines:?}");
+    for set in [
+        "MALLOCSHIM_TRIM_MIN_BYTES=16777216",
+        "MALLOCSHIM_TRIM_ABOVE_RSS=966787072",
+        "MALLOCSHIM_PROF_SAMPLE_BYTES=262144",
+        "MALLOCSHIM_RECORD_MAX_BYTES=2147483648",
+    ] {
+        assert!(lines[0].split([' ', ';']).any(|w| w == set), "{set} not in {lines:?}");
+    }
+    let (_, lines) = run(&[("MALLOCSHIM_TRIM_MIN_BYTES", "16Q"), ("MALLOCSHIM_PROF_SAMPLE_BYTES", "2048G")]);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines.iter().any(|l| l.contains("MALLOCSHIM_TRIM_MIN_BYTES=16Q is not valid (expected a size from 0 to 9223372036854775807 bytes, or with a K, M or G suffix); using default 67108864")),
+        "{lines:?}"
+    );
+    assert!(lines.iter().any(|l| l.contains("MALLOCSHIM_PROF_SAMPLE_BYTES=2048G is not valid")), "{lines:?}");
 }
 
 /// Backend names are parsed in any case; the bad-value line lists every backend.
@@ -90,9 +166,9 @@ fn backend_names_in_any_case() {
 #[test]
 fn readme_env_table_matches_the_shim_table() {
     // The README's env table is the shim's table, row for row and cell for cell: the name, the
-    // default and the doc `MALLOCSHIM_VERBOSE=1` prints
+    // default and the doc `MALLOCSHIM_VERBOSE=2` prints
     // (`  NAME = VALUE [env|default; default DEFAULT] DOC`).
-    let (_, lines) = run(&[("MALLOCSHIM_VERBOSE", "1")]);
+    let (_, lines) = run(&[("MALLOCSHIM_VERBOSE", "2")]);
     let shim_rows: Vec<[String; 3]> = lines
         .iter()
         .filter_map(|l| {

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{cc, cli_bin, matrix, plain, preloaded, stderr, stdout, work_dir, BACKENDS};
+use common::{cc, cli_bin, describe, matrix, plain, preloaded, stderr, stdout, work_dir, BACKENDS};
 use mallocshim_format::Dump;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -102,7 +102,8 @@ fn dump_prints_a_file_of_every_format_in_the_table() {
 fn dump_then_interval_diff_under_every_backend() {
     for backend in BACKENDS {
         let dir = scratch(&format!("dump-{backend}"));
-        let (child, stdin, pid) = start_busy(backend, &[], &dir);
+        // History every 10 ms: the rows `diagnose` reads from the second dump below.
+        let (child, stdin, pid) = start_busy(backend, &[("MALLOCSHIM_HISTORY_MS", "10")], &dir);
         // The directory comes from the process's own environment (no --dir).
         let first = dump_ok(pid);
         std::thread::sleep(std::time::Duration::from_millis(300));
@@ -151,6 +152,15 @@ fn dump_then_interval_diff_under_every_backend() {
         // The same two in reverse order are the same interval.
         let o = cli(&["diff", second[0].to_str().unwrap(), first[0].to_str().unwrap()]);
         assert_eq!(cells(&stdout(&o), "malloc", "<=64")[2], calls.to_string());
+        // diagnose on the two names their times on the wall clock, and how far apart, never in
+        // epoch milliseconds.
+        let o = cli(&["diagnose", first[0].to_str().unwrap(), second[0].to_str().unwrap()]);
+        let out = stdout(&o);
+        let line =
+            out.lines().find(|l| l.starts_with("dumps: pid ")).unwrap_or_else(|| panic!("{}", describe(&o)));
+        let apart = format!("({:.1} s apart)", elapsed);
+        assert!(line.matches(" UTC").count() == 2 && line.ends_with(&apart), "{backend}: {apart}: {line}");
+        assert!(!line.contains(&a.unix_time_ms.to_string()), "{backend}: {line}");
     }
 }
 

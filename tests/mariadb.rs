@@ -6,7 +6,9 @@
 //! error log, and the shim's `mallocshim: summary` line names the requested backend with
 //! malloc > 0; `kill -USR1` half-way through the load gives a JSON dump within 2 s naming the
 //! backend, counting malloc calls, with counts from at least 8 live threads;
-//! `@@version_malloc_library` names mallocshim and the backend.
+//! `@@version_malloc_library` names mallocshim and the backend. The main job
+//! (`main_job_prints_one_short_screen`) prints at most 40 lines ending in one recommendation,
+//! keeps one options line per server in the error log, and exits 1 when a backend fell back.
 //!
 //! The MariaDB logic is the harness crate's (crates/mallocshim-mariadb); it holds the machine-wide
 //! lock, so one mariadbd runs at a time (2 cores). A missing mariadbd, sysbench or tcmalloc is a
@@ -110,4 +112,64 @@ fn mariadb_sysbench_every_backend() {
     for b in common::BACKENDS.into_iter().filter(|b| only.as_deref().is_none_or(|o| o == *b)) {
         check(b);
     }
+}
+
+/// Runs the README's main job (crates/mallocshim-mariadb/src/bin/mallocshim-main-job.rs) on two
+/// backends and one that does not exist, with `MAIN_OUT` in a scratch directory.
+fn main_job(backends: &str, out: &std::path::Path) -> std::process::Output {
+    let cli = common::cli_bin();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let st = std::process::Command::new(cargo)
+        .args(["build", "--release", "-p", "mallocshim-mariadb", "--bin", "mallocshim-main-job", "--quiet"])
+        .current_dir(common::root())
+        .status()
+        .expect("build mallocshim-main-job");
+    assert!(st.success(), "cargo build -p mallocshim-mariadb --bin mallocshim-main-job failed");
+    let _ = std::fs::remove_dir_all(out);
+    std::process::Command::new(cli.with_file_name("mallocshim-main-job"))
+        .arg("--shim")
+        .arg(common::shim())
+        .env("MAIN_BACKENDS", backends)
+        .env("MAIN_SECONDS", "4")
+        .env("MAIN_OUT", out)
+        .output()
+        .expect("run mallocshim-main-job")
+}
+
+/// The main job's first screen: at most 40 lines in all (stdout and stderr), the table's row per
+/// backend, the details file and the kept files it names exist, and the last line is the one
+/// recommendation; the error log holds one options line per server. A backend that does not
+/// exist (the shim falls back to glibc) fails the job: exit 1, the failure named, and the
+/// recommendation says none.
+#[test]
+fn main_job_prints_one_short_screen() {
+    let out = common::work_dir().join("main-job");
+    let o = main_job("glibc jemalloc", &out);
+    let all = format!("{}{}", common::stdout(&o), common::stderr(&o));
+    assert!(o.status.success(), "{}", common::describe(&o));
+    assert!(all.lines().count() <= 40, "{} lines:\n{all}", all.lines().count());
+    let stdout = common::stdout(&o);
+    let last = stdout.lines().last().unwrap_or("");
+    assert!(last.starts_with("recommendation: "), "{stdout}");
+    assert_eq!(stdout.matches("recommendation").count(), 1, "{stdout}");
+    for b in ["glibc", "jemalloc"] {
+        let row =
+            stdout.lines().find(|l| l.starts_with(&format!("{b} "))).unwrap_or_else(|| panic!("{stdout}"));
+        assert!(row.split_whitespace().nth(5) == Some(b), "summary column: {row}");
+        let log = std::fs::read_to_string(out.join(b).join("mariadbd.err")).expect("kept error log");
+        assert_eq!(log.matches("options in effect").count(), 1, "{b}: one options line\n{log}");
+        assert!(!log.contains("[default; default"), "{b}: no options table at VERBOSE=1\n{log}");
+    }
+    let details = std::fs::read_to_string(out.join("details.txt")).expect("details.txt");
+    assert!(
+        details.contains("=== jemalloc: the memory verdict") && details.contains("RSS account: RSS "),
+        "{details}"
+    );
+    assert!(stdout.contains(&out.join("details.txt").display().to_string()), "{stdout}");
+
+    let o = main_job("glibc nosuch", &out);
+    assert_eq!(o.status.code(), Some(1), "{}", common::describe(&o));
+    let stdout = common::stdout(&o);
+    assert!(stdout.contains("nosuch: the shim ran backend glibc instead"), "{stdout}");
+    assert!(stdout.lines().last().unwrap_or("").starts_with("recommendation: none"), "{stdout}");
 }

@@ -133,7 +133,7 @@ fn ok(o: Output, what: &str) -> String {
 fn one_dump_table_threads_and_memory() {
     let d = scratch("one");
     let a = write(&d, "a.json", DUMP_A);
-    let out = ok(report(&[&a]), "report a.json");
+    let out = ok(report(&["--full", &a]), "report --full a.json");
     assert!(out.contains("backend glibc pid 4242"), "{out}");
     // op, size, calls, bytes, sampled, p50, p99, max
     assert_eq!(
@@ -161,7 +161,7 @@ fn one_dump_table_threads_and_memory() {
     assert!(out.contains(" main ") && !out.contains("worker-1"), "{out}");
 
     // Markdown: the same row as a pipe table.
-    let out = ok(report(&["--format", "markdown", &a]), "report --format markdown");
+    let out = ok(report(&["--full", "--format", "markdown", &a]), "report --format markdown");
     assert_eq!(
         md_row(&out, "malloc", "<=64"),
         ["malloc", "<=64", "120000", "5400000", "1875", "10", "40", "2300"]
@@ -372,7 +372,8 @@ fn reads_a_real_dump_with_every_size_class() {
     let o = child.wait_with_output().expect("wait for malloc_edges");
     assert!(o.status.success(), "malloc_edges under the shim: {:?}\n{}", o.status, stderr(&o));
     let dir = d.to_str().unwrap();
-    let out = ok(report(&["--dir", dir, "--pid", &pid.to_string()]), "report --pid on malloc_edges' dump");
+    let pid_s = pid.to_string();
+    let out = ok(report(&["--full", "--dir", dir, "--pid", &pid_s]), "report --full --pid");
     assert!(out.contains(&format!("pid {pid}")), "{out}");
     for size in ["<=16", "<=1K", "<=1M", "<=64M", ">64M"] {
         let r = row(&out, "malloc", size);
@@ -380,12 +381,16 @@ fn reads_a_real_dump_with_every_size_class() {
     }
     // 40 malloc(64 MiB + 1): the calls and bytes of the open class.
     assert_eq!(row(&out, "malloc", ">64M")[2..4], ["40".to_string(), (40 * ((64u64 << 20) + 1)).to_string()]);
-    let kv = ok(report(&["--format", "kv", "--dir", dir, "--pid", &pid.to_string()]), "report --format kv");
+    let kv = ok(report(&["--format", "kv", "--dir", dir, "--pid", &pid_s]), "report --format kv");
     assert!(kv.lines().any(|l| l == format!("pid={pid}")), "{kv}");
     assert!(kv.lines().any(|l| l == "backend=glibc"), "{kv}");
     let calls: u64 =
         kv.lines().find_map(|l| l.strip_prefix("calls_malloc=")).expect("calls_malloc").parse().unwrap();
     assert!(calls >= 170_000, "{kv}");
+    let folded = ok(report(&["--dir", dir, "--pid", &pid_s]), "report --pid, folded: the 5 busiest classes");
+    let classes = folded.lines().filter(|l| l.split_whitespace().count() == 8 && l.contains("<=")).count();
+    assert!(classes <= 5 && folded.contains("busiest of") && folded.contains("--full lists all"), "{folded}");
+    assert!(!folded.contains("vsz") && !out.contains("vsz") && folded.lines().count() <= 40, "{folded}");
     // --format json is the dump again, on one line, readable by the schema.
     let path = mallocshim_format::newest_dump(&d, pid, "json").expect("read dir").expect("a dump");
     let js = ok(report(&["--format", "json", path.to_str().unwrap()]), "report --format json");

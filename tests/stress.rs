@@ -11,7 +11,7 @@
 //! `CORRUPTION:` on a mismatch.
 //!
 //! Asserted per program and backend: exit status 0; no `CORRUPTION`; no `mallocshim:` line other
-//! than the options table and the summary; at least one dump from the signals plus the exit dump
+//! than the options line and the summary; at least one dump from the signals plus the exit dump
 //! (and besides them at most the `.tmp` file of a signal dump cut short by the exit),
 //! every `mallocshim.<pid>.<seq>.json` parses and keeps the dump invariants (totals = sum over
 //! threads = sum over size classes, `sampled` = `count` at SAMPLE=1 in the final dump); and the

@@ -23,7 +23,8 @@ pub struct Config {
     /// NUL-terminated library path for the tcmalloc backend.
     pub tcmalloc_lib: [u8; PATH_MAX],
     pub profile: bool,
-    /// 0 quiet; 1 the table at start and a summary at exit; 2 also one line per trim.
+    /// 0 quiet; 1 one options line at start and a summary at exit; 2 also the whole table at
+    /// start and one line per trim.
     pub verbose: u8,
     /// Time 1 call in this many per thread (1 = every call).
     pub sample_every: u32,
@@ -57,7 +58,7 @@ pub struct Config {
     pub memlog_interval_ms: u64,
     /// Milliseconds between memory-history rows (`cold::history`); 0 = off.
     pub history_ms: u64,
-    /// Mean bytes between heap-profile samples; 0 = off.
+    /// Mean bytes between heap-profile samples; 0 = off (made 0 by `load` when profiling is off).
     pub prof_sample_bytes: u64,
     /// Heap-profile stacks by frame pointers only (`MALLOCSHIM_PROF_UNWIND=fp`).
     pub prof_unwind_fp: bool,
@@ -92,6 +93,9 @@ pub enum Kind {
     Switch { set: fn(&mut Config, bool), get: fn(&Config) -> bool, shown: [&'static str; 2] },
     /// A whole number in `min..=max`; `expected` names the range in the bad-value line.
     Number { set: fn(&mut Config, u64), get: fn(&Config) -> u64, min: u64, max: u64, expected: &'static str },
+    /// A byte count in `min..=max`, with an optional K, M or G suffix ([`parse_bytes`], the one
+    /// parser of every byte-valued row); shown in bytes.
+    Bytes { set: fn(&mut Config, u64), get: fn(&Config) -> u64, min: u64, max: u64, expected: &'static str },
     /// A path shorter than [`PATH_MAX`], ignored in a secure-execution process; the value
     /// `unset` (when not empty) clears it and is how an empty path is shown.
     Path { get: fn(&mut Config) -> &mut [u8; PATH_MAX], show: fn(&Config) -> &[u8], unset: &'static str },
@@ -119,6 +123,20 @@ macro_rules! number {
             min: $min,
             max: $max,
             expected: $expected,
+        }
+    };
+}
+
+/// `bytes!(field, MIN, MAX, "range")`: a [`Kind::Bytes`] whose bad-value line says "a size from
+/// range bytes, or with a K, M or G suffix".
+macro_rules! bytes {
+    ($f:ident, $min:literal, $max:literal, $range:literal) => {
+        Kind::Bytes {
+            set: |c, n| c.$f = n as _,
+            get: |c| c.$f as u64,
+            min: $min,
+            max: $max,
+            expected: concat!("a size from ", $range, " bytes, or with a K, M or G suffix"),
         }
     };
 }
@@ -167,7 +185,7 @@ pub static OPTIONS: [Opt; 31] = [
     opt("MALLOCSHIM_BACKEND", "glibc", other!(parse_backend, show_backend), crate::backend::OPTION_DOC),
     opt("MALLOCSHIM_TCMALLOC_LIB", Backend::Tcmalloc.default_lib_str(), path!(tcmalloc_lib, ""), "gperftools library dlopen()ed (RTLD_LOCAL) for the tcmalloc backend"),
     opt("MALLOCSHIM_PROFILE", "on", switch!(profile, "off", "on"), "count calls per entry point and thread; off leaves pure routing"),
-    opt("MALLOCSHIM_VERBOSE", "0", other!(parse_verbose, |c, out| put_u64(out, c.verbose as u64)), "1 prints this table at start and a call summary at exit, on stderr; 2 also a line per trim"),
+    opt("MALLOCSHIM_VERBOSE", "0", other!(parse_verbose, |c, out| put_u64(out, c.verbose as u64)), "1 prints one line at start (the options not at their default) and a call summary at exit, on stderr; 2 also this whole table at start and a line per trim"),
     opt("MALLOCSHIM_SAMPLE", "64", number!(sample_every, 1, 1073741824), "time 1 call in N per thread with the cycle counter (1 times every call)").live(),
     opt("MALLOCSHIM_DUMP_SIGNAL", "SIGUSR1", other!(parse_signal, show_signal), "signal that writes a dump when sent to the process (kill -USR1 PID); none disables"),
     opt("MALLOCSHIM_DUMP_INTERVAL_S", "0", number!(dump_interval_s, 0, 31536000), "also write a dump every N seconds (0 = off)").live(),
@@ -177,14 +195,14 @@ pub static OPTIONS: [Opt; 31] = [
     opt("MALLOCSHIM_DUMP_DIR", "$TMPDIR or /tmp", path!(dump_dir, "$TMPDIR or /tmp"), "directory for mallocshim.<pid>.<seq>.<ext> dump files; a relative one or one inside the datadir (the working directory) is refused with one line, then $TMPDIR, else /tmp"),
     opt("MALLOCSHIM_DUMP_FORMATS", formats::DEFAULT, other!(parse_formats, show_formats), formats::OPTION_DOC).live(),
     opt("MALLOCSHIM_TRIM_INTERVAL_MS", "10000", number!(trim_interval_ms, 0, 86400000), "give free memory back to the OS every N ms (glibc malloc_trim, jemalloc purge, tcmalloc release, mimalloc mi_collect); 0 = off").live(),
-    opt("MALLOCSHIM_TRIM_MIN_BYTES", "67108864", number!(trim_min_bytes, 0, 9223372036854775807), "skip a periodic trim while the backend holds fewer free bytes than this").live(),
+    opt("MALLOCSHIM_TRIM_MIN_BYTES", "67108864", bytes!(trim_min_bytes, 0, 9223372036854775807, "0 to 9223372036854775807"), "skip a periodic trim while the backend holds fewer free bytes than SIZE (bytes, or K/M/G suffix)").live(),
     opt("MALLOCSHIM_TRIM_ABOVE_RSS", "off", other!(parse_above_rss, show_above_rss), "also trim whenever RSS is above SIZE (bytes, or K/M/G suffix), checked every 250 ms, at most once a second").live(),
     opt("MALLOCSHIM_TRIM_ON_PRESSURE", "0", other!(parse_pressure, show_pressure), "1 also trims when the cgroup's PSI memory `some avg10` reaches 10%; N% sets the threshold; at most once per 10 s").live(),
     opt("MALLOCSHIM_JEMALLOC_RELEASE", "purge", other!(parse_release, show_release), "jemalloc release call: purge (arena.<all>.purge, all unused pages) or decay (arena.<all>.decay)").live(),
     opt("MALLOCSHIM_MEMLOG", "off", path!(memlog, "off"), "append a CSV line of RSS and backend memory every MEMLOG_INTERVAL_MS to this file (%p = pid)").live(),
     opt("MALLOCSHIM_MEMLOG_INTERVAL_MS", "1000", number!(memlog_interval_ms, 10, 86400000), "milliseconds between memlog lines").live(),
     opt("MALLOCSHIM_HISTORY_MS", "1000", number!(history_ms, 0, 3600000), "keep the RSS account, trims and calls per op every N ms (at least 10) in an in-memory ring of 3600 rows (731 KiB) that dumps carry; 0 = off"),
-    opt("MALLOCSHIM_PROF_SAMPLE_BYTES", "524288", number!(prof_sample_bytes, 0, 1099511627776), "heap profile: sample one allocation per N bytes on average (exponential gaps); 0 = off").live(),
+    opt("MALLOCSHIM_PROF_SAMPLE_BYTES", "524288", bytes!(prof_sample_bytes, 0, 1099511627776, "0 to 1099511627776 (1024G)"), "heap profile: sample one allocation per SIZE bytes (or K/M/G suffix) on average (exponential gaps); 0 = off, as with PROFILE=off").live(),
     opt("MALLOCSHIM_PROF_UNWIND", "cfi", other!(parse_unwind, |c, out| out.put(if c.prof_unwind_fp { b"fp" } else { b"cfi" })), "heap profile stacks: `cfi` (from `.eh_frame`, whole stacks without frame pointers) or `fp` (frame pointers only)"),
     opt("MALLOCSHIM_PROM_TEXTFILE_DIR", "off", path!(prom_textfile_dir, "off"), "write DIR/mallocshim_<instance>.prom for node_exporter's textfile collector every PROM_INTERVAL_S").live(),
     opt("MALLOCSHIM_PROM_INTERVAL_S", "15", number!(prom_interval_s, 1, 86400, "a whole number of seconds from 1 to 86400"), "seconds between rewrites of the textfile (1 to 86400)").live(),
@@ -210,6 +228,9 @@ impl Opt {
             Kind::Number { set, min, max, expected, .. } => {
                 set(c, parse_u64(v, min, max).map_err(|_| expected)?)
             }
+            Kind::Bytes { set, min, max, expected, .. } => {
+                set(c, parse_bytes(v, min, max).map_err(|_| expected)?)
+            }
             Kind::Path { get, unset, .. } if !unset.is_empty() && v == unset.as_bytes() => {
                 *get(c) = [0; PATH_MAX]
             }
@@ -223,7 +244,7 @@ impl Opt {
     fn show(&self, c: &Config, out: &mut LineBuf) {
         match self.kind {
             Kind::Switch { get, shown, .. } => out.put(shown[get(c) as usize].as_bytes()),
-            Kind::Number { get, .. } => put_u64(out, get(c)),
+            Kind::Number { get, .. } | Kind::Bytes { get, .. } => put_u64(out, get(c)),
             Kind::Path { show, unset, .. } => match show(c) {
                 b"" => out.put(unset.as_bytes()),
                 p => out.put(p),
@@ -310,7 +331,9 @@ fn parse_unwind(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
 }
 
 fn parse_above_rss(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
-    c.trim_above_rss = if matches!(v, b"off" | b"0") { 0 } else { parse_size(v)? };
+    const ERR: &str = "a size from 1 to 4611686018427387903 bytes (under 4 EiB), or with a K, M or G suffix";
+    c.trim_above_rss =
+        if matches!(v, b"off" | b"0") { 0 } else { parse_bytes(v, 1, SIZE_MAX).map_err(|_| ERR)? };
     Ok(())
 }
 
@@ -416,17 +439,26 @@ fn parse_u64(v: &[u8], min: u64, max: u64) -> Result<u64, &'static str> {
     Ok(n)
 }
 
-/// A byte count in [1, 2^62) with an optional K, M or G suffix (powers of 1024).
-fn parse_size(v: &[u8]) -> Result<u64, &'static str> {
-    const ERR: &str = "a size from 1 to 4611686018427387903 bytes (under 4 EiB), or with a K, M or G suffix";
+/// The largest byte count any row takes: under 4 EiB (2^62).
+const SIZE_MAX: u64 = (1 << 62) - 1;
+
+/// A byte count in [min, max]: decimal, with an optional K, M or G suffix (powers of 1024, either
+/// case). The one parser of every byte-valued row, so `mallocshim set` takes what the environment
+/// takes; callers name the range in their error.
+pub fn parse_bytes(v: &[u8], min: u64, max: u64) -> Result<u64, &'static str> {
+    const ERR: &str = "a size";
     let (num, shift) = match v.last() {
         Some(b'K' | b'k') => (&v[..v.len() - 1], 10),
         Some(b'M' | b'm') => (&v[..v.len() - 1], 20),
         Some(b'G' | b'g') => (&v[..v.len() - 1], 30),
         _ => (v, 0),
     };
-    let n = parse_u64(num, 1, u64::MAX >> 1).map_err(|_| ERR)?;
-    n.checked_shl(shift).filter(|&b| b >> shift == n && b < 1 << 62).ok_or(ERR)
+    let n = parse_u64(num, 0, u64::MAX >> 1).map_err(|_| ERR)?;
+    let b = n.checked_shl(shift).filter(|&b| b >> shift == n).ok_or(ERR)?;
+    if b < min || b > max {
+        return Err(ERR);
+    }
+    Ok(b)
 }
 
 /// The smallest trace budget: the header, the footer's reserve and a few thousand calls.
@@ -434,7 +466,7 @@ pub const RECORD_MIN_BYTES: u64 = 64 << 10;
 
 fn parse_record_max(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
     const ERR: &str = "a size of at least 65536 bytes (64K), with an optional K, M or G suffix";
-    c.record_max_bytes = parse_size(v).ok().filter(|&n| n >= RECORD_MIN_BYTES).ok_or(ERR)?;
+    c.record_max_bytes = parse_bytes(v, RECORD_MIN_BYTES, SIZE_MAX).map_err(|_| ERR)?;
     Ok(())
 }
 
@@ -527,8 +559,7 @@ pub fn publish(c: &'static Config, i: usize) {
 pub fn source(i: usize) -> &'static str {
     if SET[i].load(core::sync::atomic::Ordering::Relaxed) {
         "set"
-    // SAFETY: FROM_ENV is only written during initialisation, before the channel can exist.
-    } else if unsafe { FROM_ENV[i] } {
+    } else if from_env(i) {
         "env"
     } else {
         "default"
@@ -562,6 +593,31 @@ pub unsafe fn load() {
     for o in OPTIONS.iter() {
         let _ = o.parse(o.default.as_bytes(), cfg);
     }
+    // SAFETY: the caller's contract, passed on.
+    unsafe { load_env(cfg) };
+    // What is in effect: profiling off records no heap profile either (`heapprof::init`), so the
+    // table, `get` and the dumps read 0, not the rate that would have applied.
+    if !cfg.profile {
+        cfg.prof_sample_bytes = 0;
+    }
+}
+
+/// True when row `i` was set by the environment (valid once [`load`] has run).
+pub fn from_env(i: usize) -> bool {
+    // SAFETY: FROM_ENV is only written during initialisation, before any reader runs.
+    unsafe { FROM_ENV[i] }
+}
+
+/// Why row `i`'s value in `c` is not what its variable says, when another row overrides it.
+pub fn overridden(i: usize, c: &Config) -> Option<&'static str> {
+    (OPTIONS[i].name == "MALLOCSHIM_PROF_SAMPLE_BYTES" && !c.profile).then_some("off with PROFILE=off")
+}
+
+/// Reads `environ` into `cfg`, row by row.
+///
+/// # Safety
+/// As [`load`]: the single initialiser, before publication.
+unsafe fn load_env(cfg: &mut Config) {
     // SAFETY: getauxval is async-signal-safe and does not allocate.
     let secure = unsafe { libc::getauxval(libc::AT_SECURE) } != 0;
     // SAFETY: `environ` is the NUL-terminated array libc set up before any constructor ran.
@@ -586,7 +642,7 @@ pub unsafe fn load() {
         let name_s = core::str::from_utf8(name).unwrap_or("MALLOCSHIM_?");
         match OPTIONS.iter().position(|o| o.name.as_bytes() == name) {
             None => crate::base::diag::warn!(
-                "unknown variable {} ignored (see MALLOCSHIM_VERBOSE=1 for the table)",
+                "unknown variable {} ignored (see MALLOCSHIM_VERBOSE=2 for the table)",
                 name_s
             ),
             Some(i) => {
@@ -616,30 +672,6 @@ pub unsafe fn load() {
                 }
             }
         }
-    }
-}
-
-/// Prints the effective table, one `mallocshim:` line per row.
-pub fn print_table() {
-    let c = get();
-    crate::base::diag::warn!(
-        "mallocshim {} options in effect (backend {}):",
-        env!("CARGO_PKG_VERSION"),
-        crate::backend::active().name()
-    );
-    for (i, o) in OPTIONS.iter().enumerate() {
-        // SAFETY: FROM_ENV is only written during initialisation, before this runs.
-        let src = if unsafe { FROM_ENV[i] } { "env" } else { "default" };
-        let mut v = LineBuf::new();
-        o.show(c, &mut v);
-        crate::base::diag::warn!(
-            "  {:<29} = {:<26} [{}; default {}] {}",
-            o.name,
-            Lossy(v.as_bytes()),
-            src,
-            o.default,
-            o.doc
-        );
     }
 }
 

@@ -72,8 +72,10 @@ fn run() {
         crate::hot::route::heap_profiles_on();
     }
     crate::boundary::signals::install(cfg.dump_signal);
-    if cfg.verbose > 0 {
-        config::print_table();
+    match cfg.verbose {
+        0 => {}
+        1 => crate::hot::config_print::print_line(),
+        _ => crate::hot::config_print::print_table(),
     }
     crate::base::sys::set_errno(saved_errno);
     #[cfg(feature = "semantics-floor")]

@@ -5,13 +5,14 @@
 //! recording's per-thread rings and trace table functions ([`tracebuf`]), the entry table of a
 //! forked child that owes its backend's fork handler ([`postfork`]), the sampled
 //! heap profile's recording side ([`heapprof`]: sampler, stack walk, live-set tables), and lazy
-//! start-up with the option table ([`init`], [`config`]).
+//! start-up with the option table ([`init`], [`config`], [`config_print`]).
 //! Never allocates (outside the reentrancy guard), locks, panics or makes a syscall but the
 //! clock's; must not import `cold` (the test `tests/layering.rs` holds it to that).
 
 pub mod bootstrap;
 pub mod c_contract;
 pub mod config;
+pub mod config_print;
 pub mod heapprof;
 pub mod init;
 pub mod mailbox;

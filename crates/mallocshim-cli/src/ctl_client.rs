@@ -222,10 +222,12 @@ pub fn request(pid: u32, line: &str, timeout: f64) -> Result<String, Fail> {
     long_about = "Through the control channel (docs/control.md), run the backend's release call in \
                   process PID now (glibc malloc_trim(0), jemalloc arena purge, tcmalloc \
                   ReleaseFreeMemory, mimalloc mi_collect) and print its RSS before and after, \
-                  the bytes released (RSS from /proc/PID/statm, in the process) and the free \
-                  bytes before it by two counts: the backend's own (under mimalloc its committed \
-                  bytes less live bytes, which may not be resident) and the RSS account's \
-                  allocator free (resident only; docs/memory-account.md).\n\n\
+                  the bytes released (RSS from /proc/PID/statm, in the process) and the bytes \
+                  free in the allocator before it (resident: the RSS account's allocator free, \
+                  docs/memory-account.md); under glibc also how much of that a trim could \
+                  return and how much stays. --raw also gives the backend's own free count \
+                  (under mimalloc its committed bytes less live bytes, which may not be \
+                  resident).\n\n\
                   Exit status: 0 done; 1 no channel (see mallocshim get); 2 bad arguments.",
     after_help = "Example:\n  mallocshim trim $(pgrep -o -x mariadbd)"
 )]
@@ -252,24 +254,26 @@ pub fn trim(a: &TrimArgs) -> Result<String, Fail> {
     let kv = |k: &str| -> u64 {
         body.lines().find_map(|l| l.strip_prefix(k)?.strip_prefix('=')?.parse().ok()).unwrap_or(0)
     };
+    // One free figure: the RSS account's allocator free (resident); what a trim could return
+    // and what stays are parts of it (the backend's own count, which under mimalloc need not be
+    // resident, is in --raw).
+    let free = kv("allocator_free_before_bytes");
     let mut o = format!(
-        "RSS {} -> {}: released {} in {} ms (free before it: {} by the backend's count, {} allocator free \
-         by the RSS account)\n",
+        "RSS {} -> {}: released {} in {} ms; {} was free in the allocator before it (resident)\n",
         mib(kv("rss_before_bytes")),
         mib(kv("rss_after_bytes")),
         mib(kv("released_bytes")),
         kv("duration_us") / 1000,
-        mib(kv("backend_free_before_bytes")),
-        mib(kv("allocator_free_before_bytes"))
+        mib(free)
     );
     if body.lines().any(|l| l.starts_with("trimmable_before_bytes=")) {
+        let could = kv("trimmable_before_bytes").min(free);
         o += &format!(
-            "of the account's {} allocator free, a trim could return {} (whole pages inside free chunks); \
-             {} stays (free space sharing pages with live blocks, small chunks, {} in other arenas' top chunks)\n",
-            mib(kv("allocator_free_before_bytes")),
-            mib(kv("trimmable_before_bytes")),
-            mib(kv("free_kept_bytes")),
-            mib(kv("arena_tops_kept_bytes"))
+            "of that, a trim could return {} (whole pages inside free chunks); the other {} stays \
+             (free space sharing pages with live blocks, small chunks, other arenas' top chunks, \
+             which malloc_trim never shrinks)\n",
+            mib(could),
+            mib(free - could)
         );
     }
     Ok(o)
@@ -320,9 +324,11 @@ pub fn get(a: &GetArgs) -> Result<String, Fail> {
                   MALLOCSHIM_ prefix. Only options `mallocshim get` shows as settable: the trim \
                   interval, minimum, RSS ceiling and pressure trims, the heap-profile rate, latency \
                   sampling, dump formats, interval, keep and rate limit, the memlog and the textfile. \
-                  A bad value changes nothing. Prints NAME=VALUE (was OLD).\n\n\
+                  Sizes take a K, M or G suffix as in the environment (TRIM_MIN_BYTES=16M). A bad \
+                  value changes nothing. Prints NAME=VALUE (was OLD).\n\n\
                   Exit status: 0 set; 1 refused (its reason on stderr) or no channel; 2 bad arguments.",
-    after_help = "Example:\n  mallocshim set $(pgrep -o -x mariadbd) TRIM_INTERVAL_MS=1000"
+    after_help = "Examples:\n  mallocshim set $(pgrep -o -x mariadbd) TRIM_INTERVAL_MS=1000\n  \
+                  mallocshim set $(pgrep -o -x mariadbd) TRIM_ABOVE_RSS=2G"
 )]
 pub struct SetArgs {
     #[arg(value_name = "PID")]

@@ -303,7 +303,9 @@ fn retained_lines(o: &mut String, l: &memlog::MemRow, dumps: &[Dump]) {
 fn dump_lines(o: &mut String, dumps: &[Dump], ps: Option<&crate::pfs::PsThreads>) {
     if let (Some(a), Some(b)) = (dumps.first(), dumps.last()) {
         if dumps.len() >= 2 {
-            let _ = writeln!(o, "dumps: pid {} at {} ms -> at {} ms", b.pid, a.unix_time_ms, b.unix_time_ms);
+            let (t0, t1) = (crate::table::utc(a.unix_time_ms), crate::table::utc(b.unix_time_ms));
+            let apart = crate::table::apart_s(a.unix_time_ms, b.unix_time_ms);
+            let _ = writeln!(o, "dumps: pid {} at {t0} -> {t1} ({apart} apart)", b.pid);
             growth_lines(o, "size classes", &verdict::class_growth(a, b));
             let what = if ps.is_some() {
                 "thread roles (performance_schema names)"

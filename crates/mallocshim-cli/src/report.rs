@@ -17,10 +17,11 @@ use std::path::{Path, PathBuf};
                   with MALLOCSHIM_DUMP_AT_EXIT=1, MALLOCSHIM_DUMP_SIGNAL or \
                   MALLOCSHIM_DUMP_INTERVAL_S) as tables: first the RSS account (rss = live + allocator free + allocator \
                   metadata + non-heap + file + shmem, MiB), then calls, bytes, sampled calls and \
-                  p50/p99/max latency (ns) per op and size class; the top threads by calls with \
-                  their malloc and free p50/p99; then the backend's own \
-                  allocated/resident/free (MiB) and, with heap profiles on, the live bytes \
-                  per size class the heap profile estimates. Latencies are sampled (1 call in \
+                  p50/p99/max latency (ns) of the busiest op and size classes (--full: every \
+                  one); the top threads by calls with their malloc and free p50/p99; then the \
+                  backend's own allocated/resident/free (MiB) and, with heap profiles on, the \
+                  size classes holding the most live bytes by the heap profile's estimate \
+                  (--full: a table of every class). Latencies are sampled (1 call in \
                   sample_every); a row without samples shows \"-\" for its percentiles.\n\n\
                   --format kv prints key=value lines (pid, backend, threads, calls_<op>, \
                   bytes_<op>, the memory figures, trim_*) and --format json the dump on one line, \
@@ -31,7 +32,7 @@ use std::path::{Path, PathBuf};
                   PROCESSLIST_USER (MariaDB needs performance_schema=ON).\n\n\
                   Exit status: 0 on success, 2 on any error (one line, prefixed \"mallocshim report:\").",
     after_help = "Examples:\n  mallocshim report /tmp/mallocshim.1234.0.json\n  \
-                  mallocshim report --top 20 --format markdown dump.json\n  \
+                  mallocshim report --full --top 20 --format markdown dump.json\n  \
                   mallocshim report --dir /var/tmp --pid 1234 --format kv\n  \
                   mallocshim report --mysql-socket /run/mysqld/mysqld.sock dump.json"
 )]
@@ -55,6 +56,11 @@ pub struct Args {
     /// How many threads to list, busiest (most calls) first; 0 hides the list.
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub top: usize,
+
+    /// Every size class: the whole calls table and the live bytes table (without it, the
+    /// 5 busiest classes and one line of the classes holding the most live bytes).
+    #[arg(long)]
+    pub full: bool,
 
     #[command(flatten)]
     pub conn: crate::pfs::ConnArgs,
@@ -88,8 +94,8 @@ pub fn run(args: &Args) -> Result<String, String> {
     let d = Dump::read(&path).map_err(|e| e.to_string())?;
     let ps = crate::pfs::query(&args.conn)?;
     Ok(match args.format {
-        ReportFormat::Text => tables(&d, &path, args.top, Format::Text, ps.as_ref()),
-        ReportFormat::Markdown => tables(&d, &path, args.top, Format::Markdown, ps.as_ref()),
+        ReportFormat::Text => tables(&d, &path, args, Format::Text, ps.as_ref()),
+        ReportFormat::Markdown => tables(&d, &path, args, Format::Markdown, ps.as_ref()),
         ReportFormat::Kv => kv(&d, &path, ps.as_ref()),
         ReportFormat::Json => serde_json::to_string(&d).map_err(|e| e.to_string())? + "\n",
     })
@@ -143,7 +149,11 @@ fn kv(d: &Dump, path: &Path, ps: Option<&PsThreads>) -> String {
     o
 }
 
-fn tables(d: &Dump, path: &Path, top: usize, fmt: Format, ps: Option<&PsThreads>) -> String {
+/// Size-class rows shown without `--full`.
+const FOLDED: usize = 5;
+
+fn tables(d: &Dump, path: &Path, args: &Args, fmt: Format, ps: Option<&PsThreads>) -> String {
+    let (top, full) = (args.top, args.full);
     let mut o = String::new();
     let title = format!("mallocshim dump {}: {}", path.display(), describe(d));
     match fmt {
@@ -152,19 +162,38 @@ fn tables(d: &Dump, path: &Path, top: usize, fmt: Format, ps: Option<&PsThreads>
     }
     account_table(d, fmt, &mut o);
     o.push('\n');
-    class_table(d, fmt, &mut o);
+    class_table(d, fmt, full, &mut o);
     if top > 0 {
         thread_table(d, top, fmt, ps, &mut o);
     }
     o.push('\n');
     own_stats_table(d, fmt, &mut o);
-    live_class_table(d, fmt, &mut o);
+    if full {
+        live_class_table(d, fmt, &mut o);
+    } else {
+        live_class_line(d, &mut o);
+    }
     o
 }
 
-/// Calls by op and size class with their sampled latencies, then the totals line.
-fn class_table(d: &Dump, fmt: Format, o: &mut String) {
-    heading(fmt, "calls by op and size class (latencies in ns, from sampled calls)", o);
+/// Calls by op and size class with their sampled latencies (every row with `full`, else the
+/// [`FOLDED`] busiest), then the totals line.
+fn class_table(d: &Dump, fmt: Format, full: bool, o: &mut String) {
+    let mut rows = d.sorted_classes();
+    let n = rows.len();
+    if full || n <= FOLDED {
+        heading(fmt, "calls by op and size class (latencies in ns, from sampled calls)", o);
+    } else {
+        rows.sort_by_key(|r| std::cmp::Reverse(r.count));
+        rows.truncate(FOLDED);
+        heading(
+            fmt,
+            &format!(
+                "the {FOLDED} busiest of {n} op and size classes (latencies in ns, from sampled calls; --full lists all)"
+            ),
+            o,
+        );
+    }
     let mut t = Table::new(&[
         ("op", Align::Left),
         ("size", Align::Right),
@@ -175,7 +204,7 @@ fn class_table(d: &Dump, fmt: Format, o: &mut String) {
         ("p99", Align::Right),
         ("max", Align::Right),
     ]);
-    for r in d.sorted_classes() {
+    for r in rows {
         t.row(vec![
             r.op.clone(),
             r.label(),
@@ -245,7 +274,6 @@ fn own_stats_table(d: &Dump, fmt: Format, o: &mut String) {
     heading(fmt, &format!("{}'s own statistics (MiB; the account above is what to read)", d.backend), o);
     let m = &d.memory;
     let mut t = Table::new(&[("", Align::Left), ("MiB", Align::Right)]);
-    t.row(vec!["vsz".into(), mib(m.vsz_bytes)]);
     t.row(vec![format!("{} allocated", d.backend), mib(m.backend_allocated_bytes)]);
     t.row(vec![format!("{} resident", d.backend), mib(m.backend_resident_bytes)]);
     t.row(vec![format!("{} free", d.backend), mib(m.backend_free_bytes)]);
@@ -253,6 +281,27 @@ fn own_stats_table(d: &Dump, fmt: Format, o: &mut String) {
     if let Some(note) = own_stats_note(&d.backend) {
         let _ = writeln!(o, "({note})");
     }
+}
+
+/// Without `--full`: one line of the classes holding the most live bytes (heap-profile
+/// estimate), when the dump has it.
+fn live_class_line(d: &Dump, o: &mut String) {
+    if d.live_by_class.is_empty() {
+        return;
+    }
+    let mut cs: Vec<_> = d.live_by_class.iter().collect();
+    cs.sort_by_key(|c| std::cmp::Reverse(c.live_bytes));
+    let shown: Vec<String> = cs
+        .iter()
+        .take(3)
+        .map(|c| format!("{} {}", range_label(c.min_bytes, c.max_bytes), mib(c.live_bytes)))
+        .collect();
+    let _ = writeln!(
+        o,
+        "\nlive bytes by size class (heap-profile estimate, MiB), largest: {} (--full lists all {})",
+        shown.join(", "),
+        cs.len()
+    );
 }
 
 /// Live bytes by size class, when the dump has the heap profile's estimate.

@@ -143,3 +143,40 @@ pub fn heading(fmt: Format, text: &str, out: &mut String) {
         }
     }
 }
+
+/// Milliseconds since the epoch as a wall-clock time, `2026-11-28 19:50:21 UTC` (the proleptic
+/// Gregorian calendar, days to civil date after Howard Hinnant's `civil_from_days`).
+pub fn utc(unix_ms: u64) -> String {
+    let (days, secs) = ((unix_ms / 1000) / 86400, (unix_ms / 1000) % 86400);
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC", secs / 3600, secs / 60 % 60, secs % 60)
+}
+
+/// Seconds between two epoch-millisecond times, for "N s apart".
+pub fn apart_s(a_ms: u64, b_ms: u64) -> String {
+    let s = b_ms.abs_diff(a_ms) as f64 / 1000.0;
+    if s >= 10.0 {
+        format!("{s:.0} s")
+    } else {
+        format!("{s:.1} s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_dates() {
+        assert_eq!(super::utc(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(super::utc(951_782_400_000), "2000-02-29 00:00:00 UTC");
+        assert_eq!(super::utc(1_795_228_865_338), "2026-11-21 02:41:05 UTC");
+        assert_eq!(super::apart_s(1000, 109_400), "108 s");
+    }
+}

@@ -167,6 +167,16 @@ fn size_label(min: u64, max: Option<u64>) -> String {
     }
 }
 
+/// The line under a table: what did not fit, nothing when every row did, or that the interval
+/// had no calls (an idle process).
+fn rest_line(all: usize, shown: usize, what: &str, rate: String) -> String {
+    match all - shown {
+        _ if all == 0 => "(no calls in this interval)\n".into(),
+        0 => String::new(),
+        n => format!("({n} more {what}, {rate} calls/s)\n"),
+    }
+}
+
 /// One view, at most `rows` lines of at most `cols` characters.
 fn view(cur: &Dump, iv: &Interval, rows: usize, cols: usize, max_threads: usize, tty: bool) -> String {
     let s = iv.elapsed_s;
@@ -198,7 +208,7 @@ fn view(cur: &Dump, iv: &Interval, rows: usize, cols: usize, max_threads: usize,
     head.push_str("by op and size class, busiest first\n");
     t.render(Format::Text, &mut head);
     let rest: u64 = classes.iter().skip(c_n).map(|c| c.1.calls).sum();
-    head.push_str(&format!("({} more size-class rows, {} calls/s)\n", classes.len() - c_n, rate(rest, s)));
+    head.push_str(&rest_line(classes.len(), c_n, "size-class rows", rate(rest, s)));
     let mut t = Table::new(&[
         ("tid", Align::Right),
         ("thread", Align::Left),
@@ -214,7 +224,7 @@ fn view(cur: &Dump, iv: &Interval, rows: usize, cols: usize, max_threads: usize,
     head.push_str("by live thread, busiest first\n");
     t.render(Format::Text, &mut head);
     let rest: u64 = iv.threads.iter().skip(t_n).map(|t| t.3.calls).sum();
-    head.push_str(&format!("({} more thread rows, {} calls/s)", iv.threads.len() - t_n, rate(rest, s)));
+    head.push_str(rest_line(iv.threads.len(), t_n, "thread rows", rate(rest, s)).trim_end());
     head.lines().take(rows).map(|l| l.chars().take(cols).collect::<String>()).collect::<Vec<_>>().join("\n")
 }
 
