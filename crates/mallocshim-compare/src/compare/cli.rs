@@ -86,12 +86,12 @@ pub struct Args {
     /// Rounds: each round runs every backend once (in rotated order), every workload and thread
     /// count. `auto`: at least 3 rounds, then more until every headline interval (qps, CPU/query and
     /// peak RSS of each comparison, 95%) is within ±--target-pct, or --max-rounds, or --budget-s.
-    #[arg(long, default_value = "3", value_name = "N|auto", value_parser = parse_rounds)]
-    pub rounds: Rounds,
+    #[arg(long, default_value = "3", value_name = "N|auto", value_parser = super::rounds::parse_rounds)]
+    pub rounds: super::rounds::Rounds,
 
     /// With --rounds auto: the half-width, in percent, that every headline interval must reach;
     /// also what "same" means in the answer (an interval around no change within ±this).
-    #[arg(long, default_value_t = 1.0, value_name = "PCT", value_parser = parse_pct)]
+    #[arg(long, default_value_t = 1.0, value_name = "PCT", value_parser = super::rounds::parse_pct)]
     pub target_pct: f64,
 
     /// With --rounds auto: the most rounds it runs.
@@ -165,54 +165,6 @@ pub struct Args {
     /// Keep the datadir (work directory) at the end instead of removing it.
     #[arg(long)]
     pub keep_workdir: bool,
-}
-
-/// `--rounds`: a fixed count, or `auto`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Rounds {
-    Fixed(u32),
-    Auto,
-}
-
-fn parse_rounds(s: &str) -> Result<Rounds, String> {
-    match s {
-        "auto" => Ok(Rounds::Auto),
-        _ => match s.parse::<u32>() {
-            Ok(n) if n >= 1 => Ok(Rounds::Fixed(n)),
-            _ => Err("want a number of rounds (1 or more) or `auto`".into()),
-        },
-    }
-}
-
-fn parse_pct(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(x) if x > 0.0 && x < 100.0 => Ok(x),
-        _ => Err("want a percentage above 0 and below 100, e.g. 1 or 0.5".into()),
-    }
-}
-
-impl Args {
-    /// The rounds of a full run: the fixed count, or auto's cap.
-    pub fn max_rounds(&self) -> u32 {
-        match self.rounds {
-            Rounds::Fixed(n) => n,
-            Rounds::Auto => self.max_rounds,
-        }
-    }
-
-    /// The rule that ends the run (`answer::stop_after`).
-    pub fn policy(&self) -> super::answer::Policy {
-        super::answer::Policy {
-            fixed: match self.rounds {
-                Rounds::Fixed(n) => Some(n),
-                Rounds::Auto => None,
-            },
-            min_rounds: 3,
-            max_rounds: self.max_rounds,
-            target_pct: self.target_pct,
-            budget_s: self.budget_s.map(|b| b as f64),
-        }
-    }
 }
 
 /// A workload as it will run.

@@ -4,10 +4,10 @@
 //! per cell as it ends; then writes the Markdown report and the plots. The server, its datadir,
 //! the machine-wide lock, sysbench and the dumps are the MariaDB harness's
 //! (`mallocshim_mariadb`: any mariadbd or MySQL mysqld, the work directory given here, every wait
-//! ended by Ctrl-C through [`INTERRUPTED`]). After each round the stop rule of `answer` decides
-//! whether another runs (`--rounds N`, `--rounds auto`, `--budget-s`). Modules: cli (flags and
+//! ended by Ctrl-C through [`INTERRUPTED`]). After each round the stop rule of `rounds` decides
+//! whether another runs (`rounds`: `--rounds N`, `--rounds auto`, `--budget-s`). Modules: cli (flags and
 //! checks), measure (sysbench's figures, dumps, RSS sampler), results (CSV, report, plots), charts
-//! (the qps chart), spread (ratio intervals), answer (headline lines, stop rule); beside
+//! (the qps chart), spread (ratio intervals), answer (headline lines), rounds (the stop rule); beside
 //! them, from mallocshim-cli's library, plot (charts, shared with `mallocshim plot`) and secure_write (every file
 //! it writes: new, 0600, never through a symlink). It never links the shim: the shim is a cdylib
 //! exporting malloc.
@@ -20,6 +20,7 @@ mod charts;
 pub mod cli;
 mod measure;
 mod results;
+mod rounds;
 mod spread;
 
 use crate::secure_write;
@@ -349,7 +350,7 @@ fn run(plan: &Plan, out: &Path, workdir: &Path, st: &mut State) -> Res<()> {
         // The widest headline half-width; None while one is unknown; 0 with nothing to compare.
         let widest = heads.iter().try_fold(0f64, |w, h| h.widest_pct().map(|x| w.max(x)));
         let elapsed = st.started.elapsed().as_secs_f64();
-        let stop = answer::stop_after(&policy, round, elapsed, rounds_start.elapsed().as_secs_f64(), widest);
+        let stop = rounds::stop_after(&policy, round, elapsed, rounds_start.elapsed().as_secs_f64(), widest);
         if let Some(stop) = stop {
             st.stop = Some(format!("stopped after {round} round(s): {}", stop.render(&policy)));
             break;

@@ -141,8 +141,8 @@ impl RunInfo {
                     a.time,
                     if a.warmup > 0 { format!(" after {} s warm-up", a.warmup) } else { String::new() },
                     match a.rounds {
-                        super::cli::Rounds::Fixed(n) => n.to_string(),
-                        super::cli::Rounds::Auto => format!(
+                        super::rounds::Rounds::Fixed(n) => n.to_string(),
+                        super::rounds::Rounds::Auto => format!(
                             "auto (3 to {}, until every headline interval is within ±{:.1}%)",
                             a.max_rounds, a.target_pct
                         ),
