@@ -103,7 +103,8 @@ pub fn headlines(backends: &[String], direct: bool, cells: &[Cell], runs: &[Serv
 }
 
 /// How one metric reads: `qps -7.0% (95%: -9.1% to -4.8%)`, `same peak RSS (within ±0.6%)`,
-/// `CPU/query +3.0% ± 6.1%: noise, ~9 rounds would tell`, or with one round `qps -7.0%`.
+/// `CPU/query +3.0% (95%: -2.9% to +9.3%): noise, ~9 rounds would tell`, or with one round
+/// `qps -7.0%`.
 fn phrase(m: &Metric, target_pct: f64) -> Option<String> {
     let iv = m.iv?;
     let cells = m.cells.map(|(lo, hi)| format!(" [cells {} to {}]", pct(lo), pct(hi))).unwrap_or_default();
@@ -119,7 +120,7 @@ fn phrase(m: &Metric, target_pct: f64) -> Option<String> {
             Some(n) => format!("~{n} rounds would tell"),
             None => format!("more than {MAX_ROUNDS_ESTIMATE} rounds would be needed"),
         };
-        format!("{} {} ± {hw:.1}%: noise, {need}{cells}", m.name, pct(iv.ratio))
+        format!("{} {} (95%: {} to {}): noise, {need}{cells}", m.name, pct(iv.ratio), pct(iv.lo), pct(iv.hi))
     })
 }
 
@@ -230,9 +231,12 @@ mod tests {
             line.starts_with("jemalloc vs glibc: qps -5.0% (95%: -5.0% to -5.0%) [cells -7.0% to -3.0%]"),
             "{line}"
         );
-        // CPU/query: +5%/-5%, +10%/-10%, +15%/-15% pool to about 0 each round, with a spread
+        // CPU/query: +5%/-5%, +10%/-10%, +15%/-15% pool to 0.5 ln(1 - 0.0025 r^2) each round:
+        // mean -0.00589, sd 0.00512, h = 4.303 sd / √3 = 0.0127
         assert!(
-            line.contains("CPU/query -0.6% ± 1.3%: noise, ~4 rounds would tell [cells -10.1% to +9.9%]"),
+            line.contains(
+                "CPU/query -0.6% (95%: -1.8% to +0.7%): noise, ~4 rounds would tell [cells -10.1% to +9.9%]"
+            ),
             "{line}"
         );
         // RSS: +0.01% to +0.03% by round, an interval that includes 1 and is within ±1%
@@ -254,8 +258,10 @@ mod tests {
         let hw = iv.half_width_pct().unwrap();
         assert!(
             line.starts_with(&format!(
-                "jemalloc vs glibc: qps {:+.1}% ± {hw:.1}%: noise, ~{n} rounds would tell",
-                (iv.ratio - 1.0) * 100.0
+                "jemalloc vs glibc: qps {:+.1}% (95%: {:+.1}% to {:+.1}%): noise, ~{n} rounds would tell",
+                (iv.ratio - 1.0) * 100.0,
+                (iv.lo - 1.0) * 100.0,
+                (iv.hi - 1.0) * 100.0
             )),
             "{line}"
         );

@@ -92,7 +92,74 @@ pub fn qps(out: &Path, plan: &Plan, w: &str, cells: &[Cell]) -> Result<(), Strin
 
 #[cfg(test)]
 mod tests {
-    use super::bar_path;
+    use super::super::cli::{Args, Config, Plan, Workload};
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn plan(threads: &str) -> Plan {
+        let args = Cmd::parse_from(["x", "--out", "/nonexistent", "--threads", threads]).args;
+        let configs = ["glibc", "jemalloc"].map(|b| Config { backend: b.into(), direct: false }).to_vec();
+        let workloads = vec![Workload::Builtin("w".into())];
+        Plan { args, shim: "s".into(), mysqld: "m".into(), configs, workloads, envs: vec![] }
+    }
+
+    fn cell(config: &str, threads: u32, round: u32, qps: f64) -> Cell {
+        Cell {
+            round,
+            config: config.into(),
+            backend: config.into(),
+            mode: "shim".into(),
+            workload: "w".into(),
+            threads,
+            seconds: 1,
+            qps,
+            tps: qps,
+            p95_ms: 1.0,
+            errors: 0,
+            queries: 1,
+            cpu_s: 1.0,
+            cpu_us_per_query: 1.0,
+            allocs_per_query: None,
+            frees_per_query: None,
+            rss_bytes: 1,
+            backend_allocated_bytes: None,
+            dump: String::new(),
+        }
+    }
+
+    #[test]
+    fn one_thread_count_draws_bars_from_zero_several_draw_lines() {
+        // 30000 against 32000 qps: on a cut axis two dots, 7% filling the height.
+        let cells = [
+            cell("glibc", 8, 1, 32000.0),
+            cell("glibc", 8, 2, 31000.0),
+            cell("glibc", 8, 3, 33000.0),
+            cell("jemalloc", 8, 1, 30000.0),
+            cell("jemalloc", 8, 2, 29500.0),
+            cell("jemalloc", 8, 3, 30500.0),
+        ];
+        let p = qps_panel(&plan("8"), "w", &cells);
+        assert_eq!(p.series.len(), 2);
+        for (i, (s, (med, lo, hi))) in
+            p.series.iter().zip([(32000.0, 31000.0, 33000.0), (30000.0, 29500.0, 30500.0)]).enumerate()
+        {
+            assert_eq!(s.points, bar_path(i as f64, med, lo, hi), "{}", s.label);
+        }
+        assert!(p.title.contains("at 8 threads") && p.title.contains("bar: median"), "{}", p.title);
+        // two thread counts: one line per configuration, median qps against log2(threads)
+        let mut more = cells.to_vec();
+        more.push(cell("glibc", 2, 1, 9000.0));
+        more.push(cell("jemalloc", 2, 1, 8000.0));
+        let p = qps_panel(&plan("2,8"), "w", &more);
+        assert_eq!(p.series[0].points, [(1.0, 9000.0), (3.0, 32000.0)]);
+        assert_eq!(p.series[1].points, [(1.0, 8000.0), (3.0, 30000.0)]);
+    }
 
     #[test]
     fn a_bar_stands_on_zero_with_its_whisker() {

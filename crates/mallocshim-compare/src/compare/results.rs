@@ -228,7 +228,7 @@ pub fn write_report(
         let _ = writeln!(md, "- {}", h.render(plan.args.target_pct));
     }
     if heads.is_empty() {
-        let _ = writeln!(md, "- nothing to compare (no glibc among the backends and no --direct)");
+        let _ = writeln!(md, "- nothing to compare yet: no configuration has a round paired with its baseline (glibc, or with --direct its own direct preload)");
     }
     let _ = writeln!(
         md,
@@ -272,7 +272,7 @@ pub fn write_report(
         let iv = spread::paired(&vals(w, a, t, f), &vals(w, b, t, f));
         let need = iv.filter(|i| i.is_noise()).and_then(|i| i.rounds_to_resolve(plan.args.target_pct));
         let s = iv.map(|i| i.render()).unwrap_or_else(|| "-".into());
-        need.map(|n| format!("{s} ~{n}r")).unwrap_or(s)
+        need.map(|n| format!("{s} {n} rounds")).unwrap_or(s)
     };
     let rounds = cells.iter().map(|c| c.round).collect::<std::collections::BTreeSet<_>>().len();
     if rounds >= 2 {
@@ -281,7 +281,7 @@ pub fn write_report(
             "Ratios read `ratio (95% interval) mark`: the geometric mean of the per-round ratios (each round's \
              cell against the same round's baseline cell), then its 95% t-interval over the {rounds} paired \
              rounds; `{}` marks a ratio whose interval includes 1.000, which cannot be told from noise with \
-             {rounds} rounds, and `~Nr` says roughly how many rounds would tell it at the spread observed \
+             {rounds} rounds, followed by roughly how many rounds would tell it at the spread observed \
              (the interval excluding 1.000, or within ±{:.1}%).\n",
             spread::NOISE_MARK,
             plan.args.target_pct
@@ -290,7 +290,7 @@ pub fn write_report(
         let _ = writeln!(
             md,
             "One round: the ratios have no spread and none can be told from noise; run `--rounds 3` or more \
-             for ranges.\n"
+             (or `--rounds auto`) for 95% intervals.\n"
         );
     }
     let errors: u64 = cells.iter().map(|c| c.errors).sum();
