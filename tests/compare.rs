@@ -327,10 +327,20 @@ fn short_run_csv_report_and_plots_agree() {
         assert!(md.contains(s), "report has no {s:?}:\n{md}");
     }
     let (mhead, mrows) = md_table(&md, "Memory (RSS over each server run)");
-    assert_eq!(mhead[0], "configuration");
+    assert_eq!(mhead[..4], ["configuration", "peak RSS MiB", "peak / glibc", "final RSS MiB"]);
     for r in &mrows {
         let peak: f64 = r[1].parse().unwrap_or_else(|_| panic!("peak RSS {:?}", r[1]));
-        let fin: f64 = r[2].parse().unwrap_or_else(|_| panic!("final RSS {:?}", r[2]));
+        let fin: f64 = r[3].parse().unwrap_or_else(|_| panic!("final RSS {:?}", r[3]));
+        // against glibc: its 95% interval over the 2 paired runs, `ratio (lo–hi)`
+        let iv = r[2].split_whitespace().collect::<Vec<_>>();
+        match r[0].as_str() {
+            "glibc" => assert_eq!(r[2], "-"),
+            _ => assert!(
+                iv.len() >= 2 && iv[1].starts_with('(') && iv[1].contains('–'),
+                "peak / glibc {:?}",
+                r[2]
+            ),
+        }
         assert!(peak >= fin && fin > 10.0, "RSS of a mariadbd in MiB: peak {peak} final {fin}");
     }
 
