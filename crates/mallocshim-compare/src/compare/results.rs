@@ -297,39 +297,22 @@ pub fn write_report(
     let _ = writeln!(md, "sysbench errors over all cells: {errors}.\n");
 
     for w in &workloads {
-        for (title, unit, f, dec, base_of) in [
-            (
-                "qps",
-                "queries per second",
-                (&|c: &Cell| Some(c.qps)) as &dyn Fn(&Cell) -> Option<f64>,
-                1usize,
-                true,
-            ),
+        for (title, unit, f, dec) in [
+            ("qps", "queries per second", (&|c: &Cell| Some(c.qps)) as &dyn Fn(&Cell) -> Option<f64>, 1usize),
             (
                 "CPU/query",
                 "mysqld CPU time (utime+stime) per query, microseconds",
                 &|c: &Cell| Some(c.cpu_us_per_query),
                 2,
-                true,
             ),
-            (
-                "p95 latency",
-                "sysbench's 95th percentile per transaction, ms",
-                &|c: &Cell| Some(c.p95_ms),
-                2,
-                true,
-            ),
+            ("p95 latency", "sysbench's 95th percentile per transaction, ms", &|c: &Cell| Some(c.p95_ms), 2),
         ] {
-            let rtxt = if base_of {
-                "; ratio = configuration / glibc (glibc-direct for the -direct ones), 95% interval"
-            } else {
-                ""
-            };
+            let rtxt = "; ratio = configuration / glibc (glibc-direct for the -direct ones), 95% interval";
             let _ = writeln!(md, "## {w}: {title}\n\n{unit}, median over rounds{rtxt}.\n");
             let mut head = vec!["threads".to_string()];
             for c in &configs {
                 head.push(c.clone());
-                if base_of && c != "glibc" && c != "glibc-direct" {
+                if c != "glibc" && c != "glibc-direct" {
                     head.push(format!("{c}/glibc"));
                 }
             }
@@ -340,7 +323,7 @@ pub fn write_report(
                 for cfg in &plan.configs {
                     let c = cfg.name();
                     row.push(fmt(med(w, &c, t, f), dec));
-                    if base_of && cfg.backend != "glibc" {
+                    if cfg.backend != "glibc" {
                         let base = if cfg.direct { "glibc-direct" } else { "glibc" };
                         row.push(ratio(w, &c, base, t, f));
                     }
@@ -350,13 +333,14 @@ pub fn write_report(
             md.push('\n');
         }
         if plan.args.direct {
-            let _ = writeln!(md, "## {w}: shim overhead\n\nqps under the shim / qps with the same allocator preloaded directly (below 1: the shim costs throughput); CPU/query likewise (above 1: the shim costs CPU); each with its 95% interval over paired rounds.\n");
+            let _ = writeln!(md, "## {w}: shim overhead\n\nqps under the shim / qps with the same allocator preloaded directly (below 1: the shim costs throughput); CPU/query and p95 latency likewise (above 1: the shim costs CPU, latency); each with its 95% interval over paired rounds.\n");
             let mut head = vec!["threads".to_string()];
             let backends: Vec<&str> =
                 plan.configs.iter().filter(|c| !c.direct).map(|c| c.backend.as_str()).collect();
             for b in &backends {
                 head.push(format!("{b} qps shim/direct"));
                 head.push(format!("{b} CPU/query shim/direct"));
+                head.push(format!("{b} p95 shim/direct"));
             }
             let _ = writeln!(md, "| {} |", head.join(" | "));
             let _ = writeln!(md, "|{}", "---:|".repeat(head.len()));
@@ -366,6 +350,7 @@ pub fn write_report(
                     let d = format!("{b}-direct");
                     row.push(ratio(w, b, &d, t, &|c| Some(c.qps)));
                     row.push(ratio(w, b, &d, t, &|c| Some(c.cpu_us_per_query)));
+                    row.push(ratio(w, b, &d, t, &|c| Some(c.p95_ms)));
                 }
                 let _ = writeln!(md, "| {} |", row.join(" | "));
             }
