@@ -522,6 +522,10 @@ fn bad_flags_fail_fast_with_one_line() {
     bad(&["--workloads", "oltp_nothing"], "unknown workload \"oltp_nothing\"");
     bad(&["--workloads", "/nonexistent/w.lua"], "no such file");
     bad(&["--time", "0"], "--time");
+    bad(&["--rounds", "0"], "want a number of rounds (1 or more) or `auto`");
+    bad(&["--rounds", "sometimes"], "'sometimes'");
+    bad(&["--rounds", "auto", "--target-pct", "0"], "want a percentage above 0");
+    bad(&["--rounds", "auto", "--max-rounds", "2"], "--max-rounds");
     bad(&["--frobnicate"], "--frobnicate");
     let o = compare()
         .args(["--shim", "/nonexistent/libmallocshim.so", "--out"])
