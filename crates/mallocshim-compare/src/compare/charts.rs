@@ -19,9 +19,11 @@ fn no_label(_: f64) -> String {
 }
 
 /// The outline of a bar from 0 to `v` at slot `x`, with a whisker from `lo` to `hi` up its middle:
-/// one path, so one legend entry per configuration.
+/// one path, so one legend entry per configuration. It starts and ends half a slot out along the
+/// zero line, so the outer bars keep a margin from the chart's edges.
 pub fn bar_path(x: f64, v: f64, lo: f64, hi: f64) -> Vec<(f64, f64)> {
     vec![
+        (x - 0.5, 0.0),
         (x - HALF_BAR, 0.0),
         (x - HALF_BAR, v),
         (x, v),
@@ -30,6 +32,7 @@ pub fn bar_path(x: f64, v: f64, lo: f64, hi: f64) -> Vec<(f64, f64)> {
         (x, v),
         (x + HALF_BAR, v),
         (x + HALF_BAR, 0.0),
+        (x + 0.5, 0.0),
     ]
 }
 
@@ -164,8 +167,9 @@ mod tests {
     #[test]
     fn a_bar_stands_on_zero_with_its_whisker() {
         let p = bar_path(1.0, 100.0, 90.0, 120.0);
-        assert_eq!(p.first(), Some(&(0.7, 0.0)));
-        assert_eq!(p.last(), Some(&(1.3, 0.0)));
+        assert_eq!(p.first(), Some(&(0.5, 0.0)));
+        assert_eq!(p.last(), Some(&(1.5, 0.0)));
+        assert!(p.contains(&(0.7, 100.0)) && p.contains(&(1.3, 100.0)), "the bar's top: {p:?}");
         let ys: Vec<f64> = p.iter().map(|x| x.1).collect();
         assert_eq!(ys.iter().copied().fold(f64::MAX, f64::min), 0.0, "the axis starts at zero");
         assert!(ys.contains(&90.0) && ys.contains(&120.0));
