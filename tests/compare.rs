@@ -1,6 +1,7 @@
-//! The comparison runner `mallocshim compare` (crates/mallocshim-cli/src/compare/): a short real run
-//! (two backends, one workload, two thread counts, two rounds, 3 s cells) whose CSV, report and
-//! PNGs are parsed back and checked against each other; Ctrl-C in the middle (no server left,
+//! The comparison runner `mallocshim compare` (crates/mallocshim-compare/src/compare/): a short real run
+//! (two backends, one workload, two thread counts, two rounds, 3 s cells) whose CSV, report (its
+//! 95% intervals and one-line answer recomputed here) and PNGs are parsed back and checked against
+//! each other; `--rounds auto` stopped by `--budget-s`; Ctrl-C in the middle (no server left,
 //! finished cells kept); bad flags (one-line error, exit 2, nothing started); --help.
 //! Needs mariadbd and sysbench: fails when they are missing.
 //!
@@ -109,6 +110,18 @@ fn check_png(path: &Path) -> (u32, u32) {
     (info.width, info.height)
 }
 
+/// The geometric mean of per-round ratios and its 95% t-interval (as docs/compare.md gives it),
+/// computed here independently: (lo, ratio, hi).
+fn t_interval(ratios: &[f64]) -> (f64, f64, f64) {
+    const T975: [f64; 4] = [12.706, 4.303, 3.182, 2.776];
+    let n = ratios.len();
+    let logs: Vec<f64> = ratios.iter().map(|r| r.ln()).collect();
+    let m = logs.iter().sum::<f64>() / n as f64;
+    let sd = (logs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt();
+    let h = T975[n - 2] * sd / (n as f64).sqrt();
+    ((m - h).exp(), m.exp(), (m + h).exp())
+}
+
 /// Processes whose command line mentions `needle` (the run's work directory).
 fn procs_mentioning(needle: &str) -> Vec<(u32, String)> {
     let mut v = Vec::new();
@@ -201,7 +214,12 @@ fn short_run_csv_report_and_plots_agree() {
 
     // the report's medians and ratios are the CSV's
     let md = std::fs::read_to_string(out.join("report.md")).expect("report.md");
-    assert!(md.contains("Run complete, 8 cells"), "{md}");
+    assert!(
+        md.contains(
+            "Run complete (stopped after 2 round(s): the 2 round(s) asked for (--rounds 2)), 8 cells"
+        ),
+        "{md}"
+    );
     let med = |cfg: &str, t: &str, col: &str| {
         median_or_nan(
             rows.iter()
@@ -232,15 +250,9 @@ fn short_run_csv_report_and_plots_agree() {
                 "{section} threads {t}: jemalloc {} but CSV median {j}",
                 row[2]
             );
-            // `median (min–max) mark`: the ratio of the medians, then the range of the per-round
-            // ratios (round against round), `~` when it includes 1.
+            // `ratio (lo–hi) mark`: the geometric mean of the per-round ratios (round against
+            // round), its 95% t-interval (2 rounds: t = 12.706), `~` when it includes 1.
             let cell: Vec<&str> = row[3].split_whitespace().collect();
-            assert!(
-                (num(cell[0]) - j / g).abs() <= 0.0006,
-                "{section} threads {t}: ratio {} but CSV gives {:.4}",
-                row[3],
-                j / g
-            );
             let per_round: Vec<f64> = ["1", "2"]
                 .iter()
                 .map(|r| {
@@ -253,11 +265,19 @@ fn short_run_csv_report_and_plots_agree() {
                     v("jemalloc") / v("glibc")
                 })
                 .collect();
-            let lo = per_round.iter().copied().fold(j / g, f64::min);
-            let hi = per_round.iter().copied().fold(j / g, f64::max);
+            let (lo, gm, hi) = t_interval(&per_round);
+            assert!(
+                (num(cell[0]) - gm).abs() <= 0.0006,
+                "{section} threads {t}: ratio {} but CSV gives {gm:.4}",
+                row[3]
+            );
             let range =
-                cell.get(1).unwrap_or_else(|| panic!("{section} threads {t}: no range in {:?}", row[3]));
-            assert_eq!(*range, format!("({lo:.3}–{hi:.3})"), "{section} threads {t}: {per_round:?}");
+                cell.get(1).unwrap_or_else(|| panic!("{section} threads {t}: no interval in {:?}", row[3]));
+            let (rlo, rhi) = range.trim_matches(['(', ')']).split_once('–').expect("lo–hi");
+            assert!(
+                (num(rlo) - lo).abs() <= 0.0011 && (num(rhi) - hi).abs() <= 0.0011,
+                "{section} threads {t}: interval {range} but CSV gives ({lo:.3}–{hi:.3}) from {per_round:?}"
+            );
             assert_eq!(
                 cell.get(2) == Some(&"~"),
                 lo <= 1.0 && hi >= 1.0,
@@ -266,16 +286,61 @@ fn short_run_csv_report_and_plots_agree() {
             );
         }
     }
-    assert!(md.contains("Ratios read `median (min–max) mark`"), "no legend:\n{md}");
+    assert!(md.contains("Ratios read `ratio (95% interval) mark`"), "no legend:\n{md}");
+    // the answer: one line pooling both thread counts, on stderr and at the top of the report
+    let pooled: Vec<f64> = ["1", "2"]
+        .iter()
+        .map(|r| {
+            let l = |t: &str| {
+                let v = |cfg: &str| {
+                    rows.iter()
+                        .find(|x| x["config"] == cfg && x["threads"] == t && x["round"] == *r)
+                        .map(|x| f(x, "qps"))
+                        .unwrap()
+                };
+                (v("jemalloc") / v("glibc")).ln()
+            };
+            ((l("1") + l("2")) / 2.0).exp()
+        })
+        .collect();
+    let (_, gm, _) = t_interval(&pooled);
+    let line = err
+        .lines()
+        .find_map(|l| l.strip_prefix("mallocshim compare: answer: "))
+        .unwrap_or_else(|| panic!("no answer line on stderr: {err}"));
+    assert!(
+        md.contains(&format!("## Answer\n\n- {line}\n")),
+        "the report's answer is not stderr's {line:?}:\n{md}"
+    );
+    assert!(line.starts_with("jemalloc vs glibc: ") && line.ends_with("; 2 rounds"), "{line}");
+    if !line.contains("same qps") {
+        let pct: f64 = line["jemalloc vs glibc: qps ".len()..]
+            .split('%')
+            .next()
+            .and_then(|x| x.parse().ok())
+            .unwrap_or_else(|| panic!("no qps change in {line:?}"));
+        assert!((pct - (gm - 1.0) * 100.0).abs() <= 0.15, "{line}: CSV gives {:+.2}%", (gm - 1.0) * 100.0);
+    }
+    assert!(line.contains("CPU/query") && line.contains("peak RSS"), "{line}");
     assert!(md.contains("cannot be told from noise with 2 rounds"), "{md}");
     for s in ["## Memory", "## malloc and free latency per size class", "### malloc", "### free"] {
         assert!(md.contains(s), "report has no {s:?}:\n{md}");
     }
     let (mhead, mrows) = md_table(&md, "Memory (RSS over each server run)");
-    assert_eq!(mhead[0], "configuration");
+    assert_eq!(mhead[..4], ["configuration", "peak RSS MiB", "peak / glibc", "final RSS MiB"]);
     for r in &mrows {
         let peak: f64 = r[1].parse().unwrap_or_else(|_| panic!("peak RSS {:?}", r[1]));
-        let fin: f64 = r[2].parse().unwrap_or_else(|_| panic!("final RSS {:?}", r[2]));
+        let fin: f64 = r[3].parse().unwrap_or_else(|_| panic!("final RSS {:?}", r[3]));
+        // against glibc: its 95% interval over the 2 paired runs, `ratio (lo–hi)`
+        let iv = r[2].split_whitespace().collect::<Vec<_>>();
+        match r[0].as_str() {
+            "glibc" => assert_eq!(r[2], "-"),
+            _ => assert!(
+                iv.len() >= 2 && iv[1].starts_with('(') && iv[1].contains('–'),
+                "peak / glibc {:?}",
+                r[2]
+            ),
+        }
         assert!(peak >= fin && fin > 10.0, "RSS of a mariadbd in MiB: peak {peak} final {fin}");
     }
 
@@ -391,6 +456,45 @@ fn ctrl_c_stops_the_server_and_keeps_finished_cells() {
     assert!(md.contains("One round: the ratios have no spread and none can be told from noise"), "{md}");
 }
 
+/// `--rounds auto` ended by `--budget-s` after its first round (the first always runs), with one
+/// thread count: the run says what stopped it, answers in one line that one round cannot tell
+/// noise from a difference, and draws the qps chart (bars on an axis from zero: the unit test in
+/// charts.rs checks the geometry; here that it is drawn and shown).
+#[test]
+fn auto_rounds_stop_on_the_budget_and_answer_in_one_line() {
+    require_tools();
+    let out = scratch("auto");
+    let workdir = scratch("auto-wd");
+    let o = runner()
+        .args(["--backends", "glibc,jemalloc", "--workloads", "oltp_point_select", "--threads", "2"])
+        .args(["--time", "2", "--rounds", "auto", "--budget-s", "1", "--tables", "1", "--table-size", "1000"])
+        .arg("--out")
+        .arg(&out)
+        .arg("--workdir")
+        .arg(&workdir)
+        .output()
+        .expect("run mallocshim compare");
+    assert!(o.status.success(), "runner failed: {}", describe(&o));
+    let err = stderr(&o);
+    let rows = read_csv(&out.join("cells.csv"));
+    assert_eq!(rows.len(), 2, "one round of 2 configurations: {rows:?}");
+    let stop = "stopped after 1 round(s): the time budget (--budget-s 1): another round";
+    assert!(err.contains(&format!("mallocshim compare: {stop}")), "{err}");
+    let answers: Vec<&str> =
+        err.lines().filter_map(|l| l.strip_prefix("mallocshim compare: answer: ")).collect();
+    assert_eq!(answers.len(), 1, "one comparison, one line: {err}");
+    let a = answers[0];
+    assert!(a.starts_with("jemalloc vs glibc: qps "), "{a}");
+    assert!(a.contains("not distinguishable from noise in 1 round"), "{a}");
+    let q = |cfg: &str| rows.iter().find(|r| r["config"] == cfg).map(|r| f(r, "qps")).unwrap();
+    assert!(a.contains(&format!("qps {:+.1}%", (q("jemalloc") / q("glibc") - 1.0) * 100.0)), "{a}: {rows:?}");
+    let md = std::fs::read_to_string(out.join("report.md")).expect("report.md");
+    assert!(md.contains(stop) && md.contains(&format!("- {a}\n")), "{md}");
+    assert!(md.contains("rounds: auto (3 to 20, until every headline interval is within ±1.0%)"), "{md}");
+    check_png(&out.join("qps_oltp_point_select.png"));
+    assert!(md.contains("](qps_oltp_point_select.png)"), "{md}");
+}
+
 /// Runs the runner with bad arguments: exit 2 within seconds, one line naming the problem, no
 /// output directory, no server.
 fn bad(args: &[&str], expect: &str) {
@@ -418,6 +522,10 @@ fn bad_flags_fail_fast_with_one_line() {
     bad(&["--workloads", "oltp_nothing"], "unknown workload \"oltp_nothing\"");
     bad(&["--workloads", "/nonexistent/w.lua"], "no such file");
     bad(&["--time", "0"], "--time");
+    bad(&["--rounds", "0"], "want a number of rounds (1 or more) or `auto`");
+    bad(&["--rounds", "sometimes"], "'sometimes'");
+    bad(&["--rounds", "auto", "--target-pct", "0"], "want a percentage above 0");
+    bad(&["--rounds", "auto", "--max-rounds", "2"], "--max-rounds");
     bad(&["--frobnicate"], "--frobnicate");
     let o = compare()
         .args(["--shim", "/nonexistent/libmallocshim.so", "--out"])
@@ -441,6 +549,9 @@ fn help_explains_every_flag() {
         "--time",
         "--warmup",
         "--rounds",
+        "--target-pct",
+        "--max-rounds",
+        "--budget-s",
         "--direct",
         "--shim",
         "--mysqld",

@@ -33,10 +33,12 @@ pub const BUILTIN: [&str; 10] = [
     about = "Compare mysqld/mariadbd throughput, CPU and memory across allocators, under the mallocshim",
     long_about = "Starts a throwaway mariadbd (or the mysqld given with --mysqld) under libmallocshim.so once per \
 backend and round, runs sysbench workloads at each thread count, and writes into --out: cells.csv (one line per \
-cell, written as each cell ends), report.md (medians over rounds, ratios against glibc with the min-max of \
-the per-round ratios, marked ~ when that range includes 1 and so cannot be told from noise, CPU per query, RSS, \
+cell, written as each cell ends), report.md (first the answer: one line per backend against glibc, and with \
+--direct per backend shim against direct, giving qps, CPU per query and peak RSS as a change with its 95% \
+interval over paired rounds, or in words when it cannot be told from noise and about how many rounds would \
+tell; then medians over rounds and every ratio with its interval, marked ~ when it includes 1, RSS, \
 malloc/free latency per size class), qps_<workload>.png, rss.png, latency.png, the memlog CSVs (memlog/) and \
-the shim's JSON dump after each cell (dumps/).\n\n\
+the shim's JSON dump after each cell (dumps/). The answer is printed on stderr at the end too.\n\n\
 The sysbench dataset is prepared once (database sbtest) and reused by every server start. Backends are \
 alternated round by round (the order rotates each round) so slow drift of the machine spreads over all of them. \
 Ctrl-C (or SIGTERM) stops sysbench and every server this run started, keeps the finished cells in cells.csv \
@@ -45,6 +47,7 @@ Exit status: 0 when every cell ran, 1 when the run failed, 2 for bad arguments (
 130 when interrupted.",
     after_help = "Examples:\n  mallocshim compare --out /tmp/cmp\n  \
 mallocshim compare --backends glibc,jemalloc --workloads oltp_point_select --threads 1,8,64 --time 60 --rounds 3 --direct --out cmp\n  \
+mallocshim compare --backends glibc,jemalloc --threads 64 --time 30 --rounds auto --target-pct 1 --budget-s 3600 --direct --out cmp\n  \
 mallocshim compare --mysqld /opt/mysql/bin/mysqld --mysqld-opt=--innodb-buffer-pool-size=32G --workloads my.sql --out cmp"
 )]
 pub struct Args {
@@ -80,9 +83,25 @@ pub struct Args {
     #[arg(long, default_value_t = 0, value_name = "S")]
     pub warmup: u32,
 
-    /// Rounds: each round runs every backend once (in rotated order), every workload and thread count.
-    #[arg(long, default_value_t = 3, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub rounds: u32,
+    /// Rounds: each round runs every backend once (in rotated order), every workload and thread
+    /// count. `auto`: at least 3 rounds, then more until every headline interval (qps, CPU/query and
+    /// peak RSS of each comparison, 95%) is within ±--target-pct, or --max-rounds, or --budget-s.
+    #[arg(long, default_value = "3", value_name = "N|auto", value_parser = super::rounds::parse_rounds)]
+    pub rounds: super::rounds::Rounds,
+
+    /// With --rounds auto: the half-width, in percent, that every headline interval must reach;
+    /// also what "same" means in the answer (an interval around no change within ±this).
+    #[arg(long, default_value_t = 1.0, value_name = "PCT", value_parser = super::rounds::parse_pct)]
+    pub target_pct: f64,
+
+    /// With --rounds auto: the most rounds it runs.
+    #[arg(long, default_value_t = 20, value_name = "N", value_parser = clap::value_parser!(u32).range(3..))]
+    pub max_rounds: u32,
+
+    /// A time budget in seconds for the whole run: no round starts that would end after it, at
+    /// the mean duration of the rounds so far (the first round always runs).
+    #[arg(long, value_name = "S", value_parser = clap::value_parser!(u64).range(1..))]
+    pub budget_s: Option<u64>,
 
     /// Also run every backend preloaded directly, without the shim (glibc: no preload; jemalloc:
     /// libjemalloc.so.2; tcmalloc: libtcmalloc_minimal.so.4; mimalloc: libmimalloc.so.2), as
@@ -203,6 +222,13 @@ pub struct Plan {
     pub configs: Vec<Config>,
     pub workloads: Vec<Workload>,
     pub envs: Vec<(String, String)>,
+}
+
+impl Plan {
+    /// The backends in the order given (each once).
+    pub fn backends(&self) -> Vec<String> {
+        self.configs.iter().filter(|c| !c.direct).map(|c| c.backend.clone()).collect()
+    }
 }
 
 use mallocshim_mariadb::{is_exec, require};

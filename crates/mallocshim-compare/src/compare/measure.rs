@@ -3,7 +3,7 @@
 //! runner's own RSS sampler (/proc/<pid>/statm into a memlog CSV, for servers without the shim,
 //! and as a fallback when the shim writes no memlog).
 
-use mallocshim_format::memlog::HEADER as MEMLOG_HEADER;
+use mallocshim_format::memlog::{COLUMNS as MEMLOG_COLUMNS, HEADER as MEMLOG_HEADER};
 use mallocshim_format::Dump;
 use mallocshim_mariadb::{Error, Server, SysbenchReport};
 use mallocshim_proc::statm;
@@ -54,9 +54,11 @@ impl Sampler {
         writeln!(f, "{MEMLOG_HEADER}").map_err(|e| e.to_string())?;
         let stop = Arc::new(AtomicBool::new(false));
         let s2 = stop.clone();
+        // One empty field per optional column: the reader wants the header's field count.
+        let empty = ",".repeat(MEMLOG_COLUMNS.len() - 3);
         let handle = std::thread::spawn(move || loop {
             if let Some((rss, vsz)) = statm(pid) {
-                let _ = writeln!(f, "{},{rss},{vsz},,,,,", unix_ms());
+                let _ = writeln!(f, "{},{rss},{vsz}{empty}", unix_ms());
             }
             let end = Instant::now() + interval;
             while Instant::now() < end {
@@ -91,4 +93,23 @@ pub fn take_dump(srv: &Server, dir: &Path, dest: &Path) -> Result<Dump, Error> {
     crate::secure_write::move_into(&p, dest)
         .map_err(|e| format!("cannot move {} into place: {e}", p.display()))?;
     Ok(read_dump(dest)?)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_samplers_memlog_reads_back() {
+        let dir = std::env::temp_dir().join(format!("mallocshim-compare-sampler-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("m.csv");
+        let s = super::Sampler::start(std::process::id(), path.clone(), std::time::Duration::from_millis(10));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        drop(s);
+        let rows = mallocshim_format::memlog::read(&path).expect("the format crate reads it");
+        assert!(
+            !rows.is_empty() && rows.iter().all(|r| r.rss_bytes > 0 && r.backend_allocated_bytes.is_none())
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -4,8 +4,10 @@
 //! per cell as it ends; then writes the Markdown report and the plots. The server, its datadir,
 //! the machine-wide lock, sysbench and the dumps are the MariaDB harness's
 //! (`mallocshim_mariadb`: any mariadbd or MySQL mysqld, the work directory given here, every wait
-//! ended by Ctrl-C through [`INTERRUPTED`]). Modules: cli (flags and checks), measure (sysbench's
-//! figures, dumps, RSS sampler), results (CSV, report, plots), spread (ratio statistics); beside
+//! ended by Ctrl-C through [`INTERRUPTED`]). After each round the stop rule of `rounds` decides
+//! whether another runs (`rounds`: `--rounds N`, `--rounds auto`, `--budget-s`). Modules: cli (flags and
+//! checks), measure (sysbench's figures, dumps, RSS sampler), results (CSV, report, plots), charts
+//! (the qps chart), spread (ratio intervals), answer (headline lines), rounds (the stop rule); beside
 //! them, from mallocshim-cli's library, plot (charts, shared with `mallocshim plot`) and secure_write (every file
 //! it writes: new, 0600, never through a symlink). It never links the shim: the shim is a cdylib
 //! exporting malloc.
@@ -13,9 +15,12 @@
 //! Long because: the comparison runner's phases (prepare, cells, stop, memlogs) share its run
 //! state; `results` and `cli` are already apart.
 
+mod answer;
+mod charts;
 pub mod cli;
 mod measure;
 mod results;
+mod rounds;
 mod spread;
 
 use crate::secure_write;
@@ -57,6 +62,8 @@ struct State {
     first_cell: Option<Instant>,
     done: usize,
     total: usize,
+    /// Why the run stopped adding rounds (set when it did).
+    stop: Option<String>,
 }
 
 /// The lua script sysbench runs for a workload (generated for an SQL file).
@@ -149,6 +156,7 @@ fn server_run(
         memlog_source: String::new(),
         last_dump: None,
         exit: String::new(),
+        peak_rss: None,
     };
     let mut prev = if cfg.direct {
         None
@@ -191,6 +199,8 @@ fn server_run(
     drop(sampler);
     run.exit = stop_server(srv, st, &stem);
     run.memlog_source = settle_memlog(st, cfg, &stem, &memlog, &proc_memlog);
+    run.peak_rss =
+        mallocshim_format::memlog::read(&memlog).ok().and_then(|r| r.iter().map(|x| x.rss_bytes).max());
     st.runs.push(run);
     Ok(())
 }
@@ -329,11 +339,28 @@ fn run(plan: &Plan, out: &Path, workdir: &Path, st: &mut State) -> Res<()> {
     let scripts: Vec<String> =
         plan.workloads.iter().map(|w| workload_script(w, out)).collect::<Result<_, _>>()?;
     let n = plan.configs.len();
-    for round in 1..=a.rounds {
+    let (policy, rounds_start) = (a.policy(), Instant::now());
+    for round in 1.. {
         let off = (round as usize - 1) % n;
         for i in 0..n {
             let cfg = &plan.configs[(i + off) % n];
             server_run(plan, &inst, out, st, round, cfg, &scripts)?;
+        }
+        let heads = answer::headlines(&plan.backends(), a.direct, &st.cells, &st.runs);
+        // The widest headline half-width; None while one is unknown; 0 with nothing to compare.
+        let widest = heads.iter().try_fold(0f64, |w, h| h.widest_pct().map(|x| w.max(x)));
+        let elapsed = st.started.elapsed().as_secs_f64();
+        let stop = rounds::stop_after(&policy, round, elapsed, rounds_start.elapsed().as_secs_f64(), widest);
+        if let Some(stop) = stop {
+            st.stop = Some(format!("stopped after {round} round(s): {}", stop.render(&policy)));
+            break;
+        }
+        if policy.fixed.is_none() {
+            let w = widest.map(|w| format!("±{w:.1}%")).unwrap_or_else(|| "unknown".into());
+            say(&format!(
+                "round {round} done: widest headline interval {w}, target ±{:.1}%",
+                policy.target_pct
+            ));
         }
     }
     Ok(())
@@ -382,8 +409,9 @@ pub fn main(args: cli::Args) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // With --rounds auto, the cap's count (the estimate shrinks when it stops earlier).
     let total =
-        plan.args.rounds as usize * plan.configs.len() * plan.workloads.len() * plan.args.threads.len();
+        plan.args.max_rounds() as usize * plan.configs.len() * plan.workloads.len() * plan.args.threads.len();
     let info = RunInfo::collect(&plan, &tools.version, &cmdline);
     let mut st = State {
         cells: Vec::new(),
@@ -394,6 +422,7 @@ pub fn main(args: cli::Args) -> ExitCode {
         first_cell: None,
         done: 0,
         total,
+        stop: None,
     };
     say(&format!("{total} cells of {} s; output in {}", plan.args.time, out.display()));
     let res = run(&plan, &out, &workdir, &mut st);
@@ -436,7 +465,7 @@ fn create_outputs(plan: &Plan) -> Result<(PathBuf, PathBuf, results::CsvWriter),
 /// the report from the cells measured, and returns the exit status (0, 1, or 130 interrupted).
 fn finish(plan: &Plan, info: &RunInfo, out: &Path, workdir: &Path, st: &State, res: Res<()>) -> ExitCode {
     let status = match &res {
-        Ok(()) => "complete".to_string(),
+        Ok(()) => format!("complete ({})", st.stop.as_deref().unwrap_or("")),
         Err(Error::Interrupted) => format!("interrupted after {} of {} cells", st.done, st.total),
         Err(e) => format!("failed after {} of {} cells: {e}", st.done, st.total),
     };
@@ -449,6 +478,13 @@ fn finish(plan: &Plan, info: &RunInfo, out: &Path, workdir: &Path, st: &State, r
         results::write_report(out, plan, info, &st.cells, &st.runs, &st.notes, &status, st.started.elapsed());
     if let Err(e) = &rep {
         say(&format!("report: {e}"));
+    }
+    let heads = answer::headlines(&plan.backends(), plan.args.direct, &st.cells, &st.runs);
+    if let Some(s) = &st.stop {
+        say(s);
+    }
+    for h in &heads {
+        say(&format!("answer: {}", h.render(plan.args.target_pct)));
     }
     match res {
         Ok(()) => {

@@ -1,10 +1,12 @@
 //! The runner's outputs: cells.csv (one line per cell, appended and flushed as each cell ends),
-//! report.md (medians over rounds, ratios against glibc, shim overhead against direct preload,
-//! CPU per query, peak/final RSS, malloc/free latency per size class) and the plots
-//! (qps_<workload>.png, rss.png, latency.png). Also the lua script that runs an SQL file.
+//! report.md (the answer's headline lines from `answer`, medians over rounds, ratios against
+//! glibc and shim against direct preload with their 95% intervals from `spread`, CPU per query,
+//! p95, peak/final RSS, malloc/free latency per size class) and the plots (qps_<workload>.png via
+//! `charts`, rss.png, latency.png). Also the lua script that runs an SQL file.
 //!
 //! Long because: report.md's writer (`write_report`, see there) and the CSV it reads back.
 
+use super::answer;
 use super::cli::Plan;
 use super::measure::read_dump;
 use super::spread;
@@ -51,6 +53,8 @@ pub struct ServerRun {
     pub memlog_source: String,
     pub last_dump: Option<PathBuf>,
     pub exit: String,
+    /// The highest RSS in its memlog, bytes (None without samples).
+    pub peak_rss: Option<u64>,
 }
 
 pub struct CsvWriter {
@@ -131,12 +135,18 @@ impl RunInfo {
                 ),
                 format!("server: {server_version} ({})", plan.mysqld.display()),
                 format!(
-                    "client: {sb}; dataset {} tables x {} rows; {} s per cell{}; {} round(s)",
+                    "client: {sb}; dataset {} tables x {} rows; {} s per cell{}; rounds: {}",
                     a.tables,
                     a.table_size,
                     a.time,
                     if a.warmup > 0 { format!(" after {} s warm-up", a.warmup) } else { String::new() },
-                    a.rounds
+                    match a.rounds {
+                        super::rounds::Rounds::Fixed(n) => n.to_string(),
+                        super::rounds::Rounds::Auto => format!(
+                            "auto (3 to {}, until every headline interval is within ±{:.1}%)",
+                            a.max_rounds, a.target_pct
+                        ),
+                    }
                 ),
                 format!("shim: {}", plan.shim.display()),
                 format!("command: `mallocshim compare {}`", args.join(" ")),
@@ -212,6 +222,23 @@ pub fn write_report(
     let mut md = String::new();
     let _ = writeln!(md, "# mallocshim compare report\n");
     let _ = writeln!(md, "Run {status}, {} cells in {:.0} s.\n", cells.len(), elapsed.as_secs_f64());
+    let _ = writeln!(md, "## Answer\n");
+    let heads = answer::headlines(&plan.backends(), plan.args.direct, cells, runs);
+    for h in &heads {
+        let _ = writeln!(md, "- {}", h.render(plan.args.target_pct));
+    }
+    if heads.is_empty() {
+        let _ = writeln!(md, "- nothing to compare yet: no configuration has a round paired with its baseline (glibc, or with --direct its own direct preload)");
+    }
+    let _ = writeln!(
+        md,
+        "\nEach line pools every workload and thread count of the run: per round the mean of the cells' \
+         log-ratios, then the geometric mean over rounds with its 95% t-interval (rounds paired: each \
+         round runs every configuration on the same dataset); `noise` means the interval includes no \
+         change, `same` that it does and is within ±{:.1}% (--target-pct); [cells ...] is the range of \
+         the single cells' ratios, tabled below.\n",
+        plan.args.target_pct
+    );
     for l in &info.lines {
         let _ = writeln!(md, "- {l}");
     }
@@ -242,61 +269,50 @@ pub fn write_report(
     };
     let fmt = |v: Option<f64>, d: usize| v.map(|x| format!("{x:.d$}")).unwrap_or_else(|| "-".into());
     let ratio = |w: &str, a: &str, b: &str, t: u32, f: &dyn Fn(&Cell) -> Option<f64>| {
-        spread::cell(&vals(w, a, t, f), &vals(w, b, t, f))
+        let iv = spread::paired(&vals(w, a, t, f), &vals(w, b, t, f));
+        let need = iv.filter(|i| i.is_noise()).and_then(|i| i.rounds_to_resolve(plan.args.target_pct));
+        let s = iv.map(|i| i.render()).unwrap_or_else(|| "-".into());
+        need.map(|n| format!("{s} {n} rounds")).unwrap_or(s)
     };
     let rounds = cells.iter().map(|c| c.round).collect::<std::collections::BTreeSet<_>>().len();
     if rounds >= 2 {
         let _ = writeln!(
             md,
-            "Ratios read `median (min–max) mark`: the ratio of the medians, then the smallest and largest \
-             per-round ratio (each round's cell against the same round's baseline); `{}` marks a ratio whose \
-             range includes 1.000, which cannot be told from noise with {rounds} rounds.\n",
-            spread::NOISE_MARK
+            "Ratios read `ratio (95% interval) mark`: the geometric mean of the per-round ratios (each round's \
+             cell against the same round's baseline cell), then its 95% t-interval over the {rounds} paired \
+             rounds; `{}` marks a ratio whose interval includes 1.000, which cannot be told from noise with \
+             {rounds} rounds, followed by roughly how many rounds would tell it at the spread observed \
+             (the interval excluding 1.000, or within ±{:.1}%).\n",
+            spread::NOISE_MARK,
+            plan.args.target_pct
         );
     } else {
         let _ = writeln!(
             md,
             "One round: the ratios have no spread and none can be told from noise; run `--rounds 3` or more \
-             for ranges.\n"
+             (or `--rounds auto`) for 95% intervals.\n"
         );
     }
     let errors: u64 = cells.iter().map(|c| c.errors).sum();
     let _ = writeln!(md, "sysbench errors over all cells: {errors}.\n");
 
     for w in &workloads {
-        for (title, unit, f, dec, base_of) in [
-            (
-                "qps",
-                "queries per second",
-                (&|c: &Cell| Some(c.qps)) as &dyn Fn(&Cell) -> Option<f64>,
-                1usize,
-                true,
-            ),
+        for (title, unit, f, dec) in [
+            ("qps", "queries per second", (&|c: &Cell| Some(c.qps)) as &dyn Fn(&Cell) -> Option<f64>, 1usize),
             (
                 "CPU/query",
                 "mysqld CPU time (utime+stime) per query, microseconds",
                 &|c: &Cell| Some(c.cpu_us_per_query),
                 2,
-                true,
             ),
-            (
-                "p95 latency",
-                "sysbench's 95th percentile per transaction, ms",
-                &|c: &Cell| Some(c.p95_ms),
-                2,
-                false,
-            ),
+            ("p95 latency", "sysbench's 95th percentile per transaction, ms", &|c: &Cell| Some(c.p95_ms), 2),
         ] {
-            let rtxt = if base_of {
-                "; ratio = configuration / glibc (glibc-direct for the -direct ones)"
-            } else {
-                ""
-            };
+            let rtxt = "; ratio = configuration / glibc (glibc-direct for the -direct ones), 95% interval";
             let _ = writeln!(md, "## {w}: {title}\n\n{unit}, median over rounds{rtxt}.\n");
             let mut head = vec!["threads".to_string()];
             for c in &configs {
                 head.push(c.clone());
-                if base_of && c != "glibc" && c != "glibc-direct" {
+                if c != "glibc" && c != "glibc-direct" {
                     head.push(format!("{c}/glibc"));
                 }
             }
@@ -307,7 +323,7 @@ pub fn write_report(
                 for cfg in &plan.configs {
                     let c = cfg.name();
                     row.push(fmt(med(w, &c, t, f), dec));
-                    if base_of && cfg.backend != "glibc" {
+                    if cfg.backend != "glibc" {
                         let base = if cfg.direct { "glibc-direct" } else { "glibc" };
                         row.push(ratio(w, &c, base, t, f));
                     }
@@ -317,13 +333,14 @@ pub fn write_report(
             md.push('\n');
         }
         if plan.args.direct {
-            let _ = writeln!(md, "## {w}: shim overhead\n\nqps under the shim / qps with the same allocator preloaded directly (below 1: the shim costs throughput); CPU/query likewise (above 1: the shim costs CPU).\n");
+            let _ = writeln!(md, "## {w}: shim overhead\n\nqps under the shim / qps with the same allocator preloaded directly (below 1: the shim costs throughput); CPU/query and p95 latency likewise (above 1: the shim costs CPU, latency); each with its 95% interval over paired rounds.\n");
             let mut head = vec!["threads".to_string()];
             let backends: Vec<&str> =
                 plan.configs.iter().filter(|c| !c.direct).map(|c| c.backend.as_str()).collect();
             for b in &backends {
                 head.push(format!("{b} qps shim/direct"));
                 head.push(format!("{b} CPU/query shim/direct"));
+                head.push(format!("{b} p95 shim/direct"));
             }
             let _ = writeln!(md, "| {} |", head.join(" | "));
             let _ = writeln!(md, "|{}", "---:|".repeat(head.len()));
@@ -333,6 +350,7 @@ pub fn write_report(
                     let d = format!("{b}-direct");
                     row.push(ratio(w, b, &d, t, &|c| Some(c.qps)));
                     row.push(ratio(w, b, &d, t, &|c| Some(c.cpu_us_per_query)));
+                    row.push(ratio(w, b, &d, t, &|c| Some(c.p95_ms)));
                 }
                 let _ = writeln!(md, "| {} |", row.join(" | "));
             }
@@ -356,9 +374,15 @@ pub fn write_report(
     }
 
     // memory
-    let _ = writeln!(md, "## Memory (RSS over each server run)\n\nPeak and final RSS of mariadbd/mysqld over each server run (start, every cell, before shutdown), from the memlog (memlog/r<round>-<config>.csv), median over rounds; final backend-allocated bytes from the last dump (shim only).\n");
-    let _ = writeln!(md, "| configuration | peak RSS MiB | final RSS MiB | backend allocated MiB (last dump) | memlog source |");
-    let _ = writeln!(md, "|---|---:|---:|---:|---|");
+    let _ = writeln!(md, "## Memory (RSS over each server run)\n\nPeak and final RSS of mariadbd/mysqld over each server run (start, every cell, before shutdown), from the memlog (memlog/r<round>-<config>.csv), median over rounds; the peak's ratio to glibc's (glibc-direct's for the -direct ones) with its 95% interval over paired rounds; final backend-allocated bytes from the last dump (shim only).\n");
+    let _ = writeln!(md, "| configuration | peak RSS MiB | peak / glibc | final RSS MiB | backend allocated MiB (last dump) | memlog source |");
+    let _ = writeln!(md, "|---|---:|---:|---:|---:|---|");
+    let peaks_of = |c: &str| -> Vec<(u32, f64)> {
+        runs.iter()
+            .filter(|r| r.config == c)
+            .filter_map(|r| r.peak_rss.map(|p| (r.round, p as f64)))
+            .collect()
+    };
     let mut mem_series: Vec<Series> = Vec::new();
     for (ci, c) in configs.iter().enumerate() {
         let mut peaks = Vec::new();
@@ -387,10 +411,12 @@ pub fn write_report(
                 alloc.push(d.memory.backend_allocated_bytes as f64);
             }
         }
+        let base = if c.ends_with("-direct") { "glibc-direct" } else { "glibc" };
         let _ = writeln!(
             md,
-            "| {c} | {} | {} | {} | {} |",
+            "| {c} | {} | {} | {} | {} | {} |",
             median(&peaks).map(mib).unwrap_or("-".into()),
+            if c == base { "-".into() } else { spread::cell(&peaks_of(c), &peaks_of(base)) },
             median(&finals).map(mib).unwrap_or("-".into()),
             median(&alloc).map(mib).unwrap_or("-".into()),
             if src.is_empty() { "-" } else { &src }
@@ -446,31 +472,8 @@ pub fn write_report(
     let mut plots = Vec::new();
     let mut plot_err = Vec::new();
     for w in &workloads {
-        let series: Vec<Series> = plan
-            .configs
-            .iter()
-            .enumerate()
-            .map(|(ci, cfg)| Series {
-                label: cfg.name(),
-                color: ci % plan.configs.iter().filter(|c| !c.direct).count().max(1),
-                thin: cfg.direct,
-                points: threads
-                    .iter()
-                    .filter_map(|&t| med(w, &cfg.name(), t, &|c| Some(c.qps)).map(|q| ((t as f64).log2(), q)))
-                    .collect(),
-            })
-            .filter(|s| !s.points.is_empty())
-            .collect();
         let name = format!("qps_{w}.png");
-        let panel = Panel {
-            title: format!("{w}: qps (median over rounds)"),
-            x_desc: "sysbench threads".into(),
-            y_desc: "queries/s".into(),
-            x_fmt: plot::fmt_pow2,
-            y_fmt: plot::fmt_plain,
-            series,
-        };
-        match plot::draw(&out.join(&name), &format!("qps against threads: {w}"), &[panel]) {
+        match super::charts::qps(&out.join(&name), plan, w, cells) {
             Ok(()) => plots.push(name),
             Err(e) => plot_err.push(e),
         }
