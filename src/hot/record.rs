@@ -215,12 +215,7 @@ fn recorded_big<B: Raw, R: Outcome, const H: bool>(
 /// An allocation that ends the thread's heap-profile gap: made, then handed to `heapprof`.
 #[cold]
 #[inline(never)]
-fn heap_sampled<R>(
-    s: &Slot,
-    n: usize,
-    run: impl FnOnce(usize) -> R,
-    block: impl Fn(&R) -> *mut c_void,
-) -> R {
+fn heap_sampled<R>(s: &Slot, n: usize, run: impl FnOnce(usize) -> R, block: impl Fn(&R) -> *mut c_void) -> R {
     let out = run(n);
     heapprof::sampled(s, block(&out), n);
     out
@@ -409,11 +404,29 @@ pub unsafe extern "C" fn realloc<B: Raw, const P: bool, const H: bool>(
     if P && H && heapprof::maybe_sampled(p) {
         // SAFETY: forwarded C contract.
         return realloc_sampled(p, size, || unsafe {
-            entry!(P, H, Entry::Realloc, Op::Realloc, size, c_contract::realloc::<B>(p, size), |r: &*mut c_void| *r, move |_| old_usable::<B>(p))
+            entry!(
+                P,
+                H,
+                Entry::Realloc,
+                Op::Realloc,
+                size,
+                c_contract::realloc::<B>(p, size),
+                |r: &*mut c_void| *r,
+                move |_| old_usable::<B>(p)
+            )
         });
     }
     // SAFETY: forwarded C contract.
-    entry!(P, H, Entry::Realloc, Op::Realloc, size, unsafe { c_contract::realloc::<B>(p, size) }, |r: &*mut c_void| *r, move |_| old_usable::<B>(p))
+    entry!(
+        P,
+        H,
+        Entry::Realloc,
+        Op::Realloc,
+        size,
+        unsafe { c_contract::realloc::<B>(p, size) },
+        |r: &*mut c_void| *r,
+        move |_| old_usable::<B>(p)
+    )
 }
 
 /// The usable size of realloc's old block, as the live count knows it: 0 for NULL and for a
@@ -436,13 +449,29 @@ pub unsafe extern "C" fn reallocarray<B: Raw, const P: bool, const H: bool>(
     if P && H && heapprof::maybe_sampled(p) {
         // SAFETY: forwarded C contract.
         return realloc_sampled(p, total, || unsafe {
-            entry!(P, H, Entry::Reallocarray, Op::Realloc, total, c_contract::reallocarray::<B>(p, n, size), |r: &*mut c_void| *r, move |_| old_usable::<B>(p))
+            entry!(
+                P,
+                H,
+                Entry::Reallocarray,
+                Op::Realloc,
+                total,
+                c_contract::reallocarray::<B>(p, n, size),
+                |r: &*mut c_void| *r,
+                move |_| old_usable::<B>(p)
+            )
         });
     }
     // SAFETY: forwarded C contract.
-    entry!(P, H, Entry::Reallocarray, Op::Realloc, total, unsafe {
-        c_contract::reallocarray::<B>(p, n, size)
-    }, |r: &*mut c_void| *r, move |_| old_usable::<B>(p))
+    entry!(
+        P,
+        H,
+        Entry::Reallocarray,
+        Op::Realloc,
+        total,
+        unsafe { c_contract::reallocarray::<B>(p, n, size) },
+        |r: &*mut c_void| *r,
+        move |_| old_usable::<B>(p)
+    )
 }
 
 /// Realloc of a block that may hold a heap-profile sample: the sample leaves the live set
