@@ -224,6 +224,8 @@ fn heap_sampled<R>(s: &Slot, n: usize, run: impl FnOnce(usize) -> R, block: impl
 /// The rest of [`recorded`]: the guard, a thread's first call (claims its slot), sampled calls
 /// (timed; the countdown is drawn again) and calls counted in the shared EXITED sink (atomic
 /// adds; the countdown stays 0, and 1 call in N is timed, chosen by the clock's low bits).
+// Eight arguments: `recorded`'s, passed on whole (the closures are its call's parts).
+#[allow(clippy::too_many_arguments)]
 #[cold]
 #[inline(never)]
 fn recorded_slow<B: Raw, R: Outcome, const H: bool>(
@@ -416,13 +418,13 @@ pub unsafe extern "C" fn realloc<B: Raw, const P: bool, const H: bool>(
             )
         });
     }
-    // SAFETY: forwarded C contract.
     entry!(
         P,
         H,
         Entry::Realloc,
         Op::Realloc,
         size,
+        // SAFETY: forwarded C contract.
         unsafe { c_contract::realloc::<B>(p, size) },
         |r: &*mut c_void| *r,
         move |_| old_usable::<B>(p)
@@ -461,13 +463,13 @@ pub unsafe extern "C" fn reallocarray<B: Raw, const P: bool, const H: bool>(
             )
         });
     }
-    // SAFETY: forwarded C contract.
     entry!(
         P,
         H,
         Entry::Reallocarray,
         Op::Realloc,
         total,
+        // SAFETY: forwarded C contract.
         unsafe { c_contract::reallocarray::<B>(p, n, size) },
         |r: &*mut c_void| *r,
         move |_| old_usable::<B>(p)

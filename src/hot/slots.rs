@@ -26,6 +26,8 @@
 //! Exited threads fold per start routine (recorded by the `pthread_create` interposition): the
 //! first [`ROUTINE_SINKS`] routines seen get an aggregate slot each (claimed lock-free, kept for
 //! the process's life); threads of other routines, or of none known, fold into `EXITED`.
+//! Long because: the slot's layout, its pool and its walk are one unit (the fold protocol is
+//! already in `fold`).
 
 use crate::base::classes::{Op, BUCKETS, CLASSES, OPS};
 use crate::hot::tls::{self, Reentry};
