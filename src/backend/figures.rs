@@ -12,7 +12,7 @@ pub struct AccountFigures {
     /// The backend's own figures (as `mem_stats` gives them, from the same reading).
     pub stats: MemStats,
     /// Bytes in live blocks; None when the backend counts none (the account then takes the
-    /// heap profile's estimate, else counts everything resident as live).
+    /// shim's count of usable bytes, else counts everything resident as live).
     pub live: Option<u64>,
     /// Resident bytes of the allocator's memory (capped at anonymous RSS by the account).
     pub resident: u64,

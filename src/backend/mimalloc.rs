@@ -21,9 +21,9 @@
 //!
 //! Figures: mimalloc's release build counts no live bytes; it counts the bytes it has committed
 //! from the OS (`mi_process_info`'s `current_commit`; on Linux its `current_rss` is the same
-//! number). That one figure answers `resident`, and stands as the upper bound of `allocated`
-//! and `free` (the RSS account takes its live bytes from the heap profile's estimate instead:
-//! `account`). It moves by whole segments (32 MiB) and, with threads, lags (see [`committed`]):
+//! number). That one figure answers `resident`; `allocated` is the shim's own count of usable
+//! bytes (`Raw::LIVE_BY_USABLE`, kept by the recorder), with profiling off the committed bytes
+//! (upper bound of `allocated` and `free`). It moves by whole segments (32 MiB) and, with threads, lags (see [`committed`]):
 //! a coarse figure, not a live-byte count.
 //!
 //! Trims are `mi_collect(true)`: from the calling thread it frees that thread's empty pages,
@@ -200,6 +200,8 @@ impl super::Raw for Mimalloc {
     /// A size above PTRDIFF_MAX fails with errno untouched: `csem` refuses it and sets ENOMEM.
     const MALLOC_SETS_ENOMEM: bool = false;
     const FREE_KEEPS_ERRNO: bool = cfg!(feature = "semantics-floor");
+    /// mimalloc's release build counts no live bytes: the shim counts usable sizes.
+    const LIVE_BY_USABLE: bool = true;
     super::raw_forwards!();
 }
 
@@ -272,41 +274,42 @@ pub fn segment_cookie() -> Option<(usize, u64)> {
     found
 }
 
-/// The shim's figure of live bytes capped at its argument (`cold::account::shim_live`, a
-/// `fn(u64) -> Option<u64>`), registered by the library constructor so that this backend, below
-/// the cold path, never imports it; null until then.
+/// The shim's count of live bytes (`cold::account::shim_live`, a `fn() -> Option<u64>`),
+/// registered by the library constructor so that this backend, below the cold path, never
+/// imports it; null until then.
 static LIVE_SOURCE: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
 
-/// Registers the shim's live-bytes figure (see [`LIVE_SOURCE`]).
-pub fn register_live_source(f: fn(u64) -> Option<u64>) {
+/// Registers the shim's live-bytes count (see [`LIVE_SOURCE`]).
+pub fn register_live_source(f: fn() -> Option<u64>) {
     LIVE_SOURCE.store(f as *mut (), LiveOrder);
 }
 
-fn shim_live(cap: u64) -> Option<u64> {
+fn shim_live() -> Option<u64> {
     let p = LIVE_SOURCE.load(LiveOrder);
     if p.is_null() {
         return None;
     }
-    // SAFETY: the only non-null value stored is a `fn(u64) -> Option<u64>` (`register_live_source`),
+    // SAFETY: the only non-null value stored is a `fn() -> Option<u64>` (`register_live_source`),
     // which has the size and representation of a data pointer on the targets Rust supports here.
-    let f = unsafe { core::mem::transmute::<*mut (), fn(u64) -> Option<u64>>(p) };
-    f(cap)
+    let f = unsafe { core::mem::transmute::<*mut (), fn() -> Option<u64>>(p) };
+    f()
 }
 
-/// `resident` = committed bytes; `allocated` = the shim's figure of live bytes
-/// (`account::shim_live`: the release build keeps no count of them), `free` = the rest of the
-/// committed bytes; with profiling off both are the committed bytes, their upper bound.
-/// (They read 32 MiB = committed whatever the program held: issue 21.)
+/// `resident` = committed bytes; `allocated` = the shim's count of live bytes (usable sizes,
+/// `account::shim_live`: the release build keeps none), never capped (the committed count lags
+/// with threads), `free` = the committed bytes beyond it; with profiling off (no count) both are
+/// the committed bytes, their upper bound. (They read 32 MiB = committed whatever the program
+/// held: issue 21; a count of requested bytes less usable sizes freed lost track: issue 37.)
 pub(super) unsafe fn mem_stats() -> MemStats {
     let c = committed();
-    match shim_live(c) {
-        Some(live) => MemStats { allocated: live, resident: c, free: c - live },
+    match shim_live() {
+        Some(live) => MemStats { allocated: live, resident: c, free: c.saturating_sub(live) },
         None => MemStats { allocated: c, resident: c, free: c },
     }
 }
 
 /// The account's figures (see `crate::cold::account`): no live figure (mimalloc counts none: the
-/// account takes the heap profile's estimate, else counts its resident bytes as live);
+/// account takes the shim's count, else counts its resident bytes as live);
 /// resident, the pages of its segments found resident by mincore(2), else (segments cannot be
 /// recognised: no cookie learned, another mimalloc version; or process_vm_readv refused by a
 /// seccomp filter) its committed bytes; no metadata figure. A scan that can recognise segments

@@ -361,6 +361,10 @@ pub trait Raw {
     /// free (jemalloc's `thread.deallocated`): the recorder reads the counter around a free
     /// (see [`Raw::thread_freed_counter`]) instead of looking the usable size up first.
     const COUNTS_FREED_BYTES: bool = false;
+    /// The backend counts no live bytes (mimalloc's release build): the recorder keeps the
+    /// count itself, by one rule (`hot::record`'s `live_after`): a served block adds its usable
+    /// size, a block given up (freed, or moved or freed by realloc) subtracts its usable size.
+    const LIVE_BY_USABLE: bool = false;
 
     /// # Safety
     /// `size` is at most `isize::MAX` unless `MALLOC_SETS_ENOMEM`; at least 16 if `SMALL_8`.

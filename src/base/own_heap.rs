@@ -1,6 +1,7 @@
 //! The shim's own heap: Rust's global allocator inside the .so. An allocation made on the shim's
 //! own thread comes from its heap (`worker_heap`), so that the thread is no client of the
-//! backend; every other allocation of the shim's cold path (a dump written by a program's
+//! backend; one made inside the heap profiler's scope (its tables kept for the life of the
+//! process) from the profiler's heap (`tables_heap`); every other allocation of the shim's cold path (a dump written by a program's
 //! thread, the C API) and one the worker's heap cannot serve goes to std's `System` allocator,
 //! that is the interposed malloc family and so, under the thread's reentrancy guard, to the backend.
 //! When that returns NULL (an exhausted `RLIMIT_AS`, `vm.overcommit_memory=2`), the block comes
@@ -19,7 +20,7 @@ use core::alloc::{GlobalAlloc, Layout};
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
 use std::alloc::System;
 
-use crate::base::worker_heap;
+use crate::base::{tables_heap, worker_heap};
 
 /// Size of the reserve, bytes.
 pub const RESERVE_BYTES: usize = 32 << 20;
@@ -118,6 +119,11 @@ unsafe impl GlobalAlloc for ShimHeap {
             if !p.is_null() {
                 return p;
             }
+        } else if tables_heap::mine() {
+            let p = tables_heap::alloc(l);
+            if !p.is_null() {
+                return p;
+            }
         }
         // SAFETY: forwarded GlobalAlloc contract.
         let p = unsafe { System.alloc(l) };
@@ -133,6 +139,13 @@ unsafe impl GlobalAlloc for ShimHeap {
             let p = worker_heap::alloc(l);
             if !p.is_null() {
                 // SAFETY: `alloc` returned `l.size()` writable bytes (reused ones are not zero).
+                unsafe { core::ptr::write_bytes(p, 0, l.size()) };
+                return p;
+            }
+        } else if tables_heap::mine() {
+            let p = tables_heap::alloc(l);
+            if !p.is_null() {
+                // SAFETY: as above.
                 unsafe { core::ptr::write_bytes(p, 0, l.size()) };
                 return p;
             }
@@ -154,6 +167,9 @@ unsafe impl GlobalAlloc for ShimHeap {
         if worker_heap::contains(p) {
             // SAFETY: `p` came from the worker's heap with layout `l`.
             unsafe { worker_heap::free(p, l) }
+        } else if tables_heap::contains(p) {
+            // SAFETY: `p` came from the profiler's heap with layout `l`.
+            unsafe { tables_heap::free(p, l) }
         } else if contains(p) {
             give_back();
         } else {
@@ -163,25 +179,37 @@ unsafe impl GlobalAlloc for ShimHeap {
     }
 
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new_size: usize) -> *mut u8 {
-        let mine = worker_heap::contains(p);
-        if mine && worker_heap::on_worker() {
+        let worker = worker_heap::contains(p);
+        let tables = tables_heap::contains(p);
+        // A block of the backend stays there, but inside the profiler's scope, where it moves
+        // to the profiler's heap.
+        let scoped = tables_heap::mine();
+        let mine = worker || tables;
+        if worker && worker_heap::on_worker() {
             // SAFETY: `p` came from the worker's heap with layout `l`.
             let q = unsafe { worker_heap::realloc(p, l, new_size) };
             if !q.is_null() {
                 return q;
             }
-        } else if !mine && !contains(p) {
+        } else if tables && scoped {
+            // SAFETY: `p` came from the profiler's heap with layout `l`.
+            let q = unsafe { tables_heap::realloc(p, l, new_size) };
+            if !q.is_null() {
+                return q;
+            }
+        } else if !mine && !contains(p) && !scoped {
             // SAFETY: `p` came from `System` with layout `l`; forwarded contract.
             let q = unsafe { System.realloc(p, l, new_size) };
             if !q.is_null() {
                 return q;
             }
         }
-        // Moved: a block of the worker's heap (off the worker, or the heap full) or of the
-        // reserve to a new one from `alloc`; a block `System` could not grow to the reserve.
+        // Moved: a block of the worker's or the profiler's heap (off its owner, or the heap
+        // full), of the reserve, or of `System` inside the profiler's scope, to a new one from
+        // `alloc`; a block `System` could not grow, to the reserve.
         // SAFETY: `new_size` with `l`'s alignment is a valid layout (the caller's contract).
         let nl = unsafe { Layout::from_size_align_unchecked(new_size, l.align()) };
-        let q = if mine || contains(p) {
+        let q = if mine || contains(p) || scoped {
             // SAFETY: forwarded contract; the worker's heap or System first, the reserve after.
             unsafe { self.alloc(nl) }
         } else {

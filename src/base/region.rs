@@ -1,7 +1,7 @@
 //! The shim's own address space: one anonymous `MAP_NORESERVE` reservation of [`BYTES`], mapped
 //! at the first request, that holds the memory the shim maps for itself — the worker's stack and
 //! its guard page, the memory-history ring, and (from a lock-free bump area) the own heap's
-//! reserve, the heap profile's tables, the thread-slot chunks and the worker's heap — so that it
+//! reserve, the heap profile's tables and heap, the thread-slot chunks and the worker's heap — so that it
 //! is a few mappings (VMAs) in the process, not one per table.
 //!
 //! Why one reservation: every `fork()` duplicates each VMA of the process, and on the machines
@@ -36,12 +36,15 @@ pub const WORKER_STACK_BYTES: usize = 2 << 20;
 /// Room for the memory-history ring, bytes (the ring asserts it fits).
 pub const RING_MAX_BYTES: usize = 1 << 20;
 /// The bump area: the own heap's reserve (32 MiB), the heap profile's tables (about 40.3 MiB),
-/// slot chunks (820 KiB per 64 threads: room for 9, 576 threads) and the worker's heap
-/// ([`WORKER_HEAP_BYTES`], taken at the worker's first start); later requests get their own
-/// mapping. Address space only: `MAP_NORESERVE`, untouched pages cost no memory.
-const BUMP_BYTES: usize = (80 << 20) + WORKER_HEAP_BYTES;
+/// slot chunks (820 KiB per 64 threads: room for 9, 576 threads), the worker's heap
+/// ([`WORKER_HEAP_BYTES`], taken at the worker's first start) and the heap profiler's heap
+/// ([`TABLES_HEAP_BYTES`], at its first sample); later requests get their own mapping. Address
+/// space only: `MAP_NORESERVE`, untouched pages cost no memory.
+const BUMP_BYTES: usize = (80 << 20) + WORKER_HEAP_BYTES + TABLES_HEAP_BYTES;
 /// The worker's heap (`worker_heap`), bytes of the bump area.
 pub const WORKER_HEAP_BYTES: usize = 32 << 20;
+/// The heap profiler's heap (`tables_heap`: unwind caches, memos, `.eh_frame` copies), bytes.
+pub const TABLES_HEAP_BYTES: usize = 64 << 20;
 /// The whole reservation, bytes.
 pub const BYTES: usize = GUARD_BYTES + WORKER_STACK_BYTES + RING_MAX_BYTES + BUMP_BYTES;
 const BUMP_OFFSET: usize = GUARD_BYTES + WORKER_STACK_BYTES + RING_MAX_BYTES;

@@ -17,8 +17,8 @@ use crate::backend::{self, MemStats};
 /// docs/memory-account.md), filled here but for `vsz_bytes` (the snapshot's). Where the figures
 /// come from: RSS and its split, /proc/self/status; `live_bytes`, the backend's exact figure
 /// (glibc mallinfo2 `uordblks + hblkhd`, jemalloc `stats.allocated`, tcmalloc
-/// `generic.current_allocated_bytes`; mimalloc, which counts none, the heap profile's estimate
-/// capped at its resident bytes, or with sampling off its committed bytes, an upper bound);
+/// `generic.current_allocated_bytes`; mimalloc, which counts none, the shim's count of usable
+/// bytes ([`shim_live`]) capped at its resident bytes, or with profiling off its resident bytes);
 /// `allocator_resident_bytes`, at most `rss_anon_bytes` (glibc, mincore over its heaps plus
 /// `hblkhd`; jemalloc `stats.resident`; tcmalloc `generic.total_physical_bytes`; mimalloc,
 /// mincore over its segments, else its committed bytes); `allocator_metadata_bytes` where the
@@ -26,58 +26,22 @@ use crate::backend::{self, MemStats};
 /// (heap_size - pageheap_unmapped_bytes)`; None under glibc and mimalloc).
 pub use mallocshim_format::Memory;
 
-/// The shim's best figure of the bytes the program holds, for a backend that counts none
-/// (mimalloc), capped at `cap` (what the backend holds): the shim's own per-op counts (bytes
-/// allocated minus bytes freed, [`counted_live`]) while the heap profile's estimate confirms
-/// them (within four of its standard errors, `sqrt(mean * live)`), else the estimate; either
-/// one alone when the other is off (`MALLOCSHIM_PROF_SAMPLE_BYTES=0`: the counts; profiling
-/// off: neither, None). The counts are exact per call, so they answer a small or short-lived
-/// heap exactly (glibc's tst-mallinfo2: 30 KB held, which a 512 KiB sampling mean cannot see),
-/// but they drift with throughput (an allocation counts its requested size, a free its usable
-/// size; a moving realloc's old block is never subtracted); the estimate is unbiased and takes
-/// over once they drift apart. Not on the hot path (walks the slots).
-pub fn shim_live(cap: u64) -> Option<u64> {
-    let est = crate::hot::heapprof::live_estimate();
-    let counted = crate::hot::config::get().profile.then(counted_live);
-    let live = match (est, counted) {
-        (Some(e), Some(c)) => {
-            let d = e.abs_diff(c) as f64;
-            let var = crate::hot::heapprof::rate() as f64 * e.max(c) as f64;
-            if d * d <= 16.0 * var {
-                c
-            } else {
-                e
-            }
-        }
-        (e, c) => c.or(e)?,
-    };
-    Some(live.min(cap))
-}
-
-/// The lowest balance [`counted_live`] has read (0 or negative).
-static BALANCE_FLOOR: core::sync::atomic::AtomicI64 = core::sync::atomic::AtomicI64::new(0);
-
-/// Bytes allocated (malloc, calloc, realloc, the aligned family: as requested) minus bytes
-/// freed (usable sizes) over every slot, live and exited, less the lowest such balance read so
-/// far when that was negative: a free counts the usable size, so allocate/free pairs drive the
-/// balance below the bytes held, and a balance below 0 is that bias, seen and taken out.
-fn counted_live() -> u64 {
-    use crate::base::classes::Op;
+/// The bytes the program holds under a backend that counts none (mimalloc), by the shim's
+/// own count: the usable size of every block its calls were served, less the usable size of
+/// every block they gave up (freed, or replaced by realloc), summed over every slot, live and
+/// exited (`hot::record`'s `live_after` keeps it; a thread freeing another's blocks makes its
+/// own slot's share negative, so the sum is taken wrapping and read signed, below 0 as 0).
+/// One rule at both ends, so an allocate/free pair nets exactly 0 whatever the block's
+/// alignment, page rounding or moves, and the count never drifts nor saturates. None with
+/// profiling off (nothing is counted). Not on the hot path (walks the slots).
+pub fn shim_live() -> Option<u64> {
     use core::sync::atomic::Ordering::Relaxed;
-    let (mut alloc, mut freed) = (0u128, 0u128);
-    crate::hot::slots::for_each(|s, _| {
-        for (o, cls) in s.tally.iter().enumerate() {
-            let b: u128 = cls.iter().map(|t| t.bytes.load(Relaxed) as u128).sum();
-            if o == Op::Free as usize {
-                freed += b;
-            } else {
-                alloc += b;
-            }
-        }
-    });
-    let balance = (alloc as i128 - freed as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64;
-    let floor = BALANCE_FLOOR.fetch_min(balance, Relaxed).min(balance).min(0);
-    (balance as i128 - floor as i128) as u64
+    if !crate::hot::config::get().profile {
+        return None;
+    }
+    let mut sum = 0u64;
+    crate::hot::slots::for_each(|s, _| sum = sum.wrapping_add(s.live.load(Relaxed)));
+    Some((sum as i64).max(0) as u64)
 }
 
 /// RSS and its split from /proc/self/status, in bytes: (rss, anon, file, shmem).
@@ -115,10 +79,10 @@ pub fn measure() -> Memory {
 /// [`measure`], with the backend's estimate of what a trim gives back and keeps (glibc only).
 pub fn measure_with_trim() -> (Memory, Option<backend::glibc_info::TrimEstimate>) {
     let f = backend::account_figures();
-    // A backend that counts no live bytes (mimalloc): the shim's figure (its counts or the heap
-    // profile's estimate, see `shim_live`), capped at what the allocator holds resident so its
-    // error never pushes the account past RSS; with neither, everything resident counts as live.
-    let live = f.live.or_else(|| shim_live(f.resident));
+    // A backend that counts no live bytes (mimalloc): the shim's count (`shim_live`), capped at
+    // what the allocator holds resident so the account never passes RSS (a block's untouched
+    // pages are live but not resident); without it, everything resident counts as live.
+    let live = f.live.or_else(|| shim_live().map(|l| l.min(f.resident)));
     let (rss, anon, file, shmem) = status_rss();
     let m: MemStats = f.stats;
     let a = compose(live, f.resident, f.metadata, rss, anon, file, shmem);

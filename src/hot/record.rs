@@ -76,15 +76,19 @@ fn tally_in(s: &Slot, shared: bool, op: Op, c: usize, size: usize) {
 /// unrecorded (the shim's own calls, under the guard). The common case — a non-zero countdown,
 /// which implies an own slot and no guard (see [`tls::ThreadState::countdown`]) — is inline;
 /// the guard, claiming a slot, the shared EXITED sink and sampled calls are out of line.
-/// `block(&result)` gives the allocated block (for a heap-profile sample; never called for free).
+/// `block(&result)` gives the allocated block (for a heap-profile sample and the live count;
+/// null for free). `gives_up(n)` gives the usable size of the block the call gives up when it
+/// succeeds (free: `n` itself; realloc: the old block's; 0 otherwise): read before the call,
+/// and only under a backend whose live bytes the shim counts ([`Raw::LIVE_BY_USABLE`]).
 #[inline(always)]
 fn recorded<B: Raw, R: Outcome, const H: bool>(
     e: Entry,
     op: Op,
     size: impl FnOnce() -> usize,
+    gives_up: impl FnOnce(usize) -> usize,
     run: impl FnOnce(usize) -> R,
     plain: impl FnOnce() -> R,
-    block: impl FnOnce(&R) -> *mut c_void,
+    block: impl Fn(&R) -> *mut c_void + Copy,
 ) -> R {
     let st = tls::state();
     // SAFETY: `st` is this thread's TLS block; with a non-zero countdown its slot is claimed
@@ -95,7 +99,7 @@ fn recorded<B: Raw, R: Outcome, const H: bool>(
         let cd = (*st).countdown;
         (*st).countdown = cd.wrapping_sub(1);
         if cd == 0 {
-            return recorded_slow::<B, R, H>(st, e, op, size, run, plain, block);
+            return recorded_slow::<B, R, H>(st, e, op, size, gives_up, run, plain, block);
         }
         let s = (*st).slot;
         if !derived(e) {
@@ -106,14 +110,51 @@ fn recorded<B: Raw, R: Outcome, const H: bool>(
         // counted after the call, out of line; the branch replaces `class_of`'s clamp.
         let c = class_unclamped(n);
         if c >= CLASSES - 1 {
-            return recorded_big::<R, H>(&*s, op, n, run, block);
+            return recorded_big::<B, R, H>(&*s, op, n, gives_up, run, block);
         }
         // Counted before the call, so the call itself is a tail call.
         tally_in(&*s, false, op, c, n);
-        if H && op != Op::Free && heapprof::countdown(&*s, n) {
-            return heap_sampled(&*s, n, run, block);
+        if !B::LIVE_BY_USABLE {
+            if H && op != Op::Free && heapprof::countdown(&*s, n) {
+                return heap_sampled(&*s, n, run, block);
+            }
+            return run(n);
         }
-        run(n)
+        let old = gives_up(n);
+        let out = if H && op != Op::Free && heapprof::countdown(&*s, n) {
+            heap_sampled(&*s, n, run, block)
+        } else {
+            run(n)
+        };
+        live_after::<B, R>(&*s, false, op, n, old, &out, block);
+        out
+    }
+}
+
+/// The live count's one rule, after a call of `op` for `n` bytes that returned `out`, under a
+/// backend whose live bytes the shim counts ([`Raw::LIVE_BY_USABLE`]): a block served adds its
+/// usable size; the block given up (usable size `old`, read before the call) is subtracted when
+/// the call gave it up: a free, a realloc that served a block (moved or in place: its new
+/// usable size replaces the old), a realloc to size 0 (freed). A failed call keeps the block
+/// and changes nothing. Allocations and frees count the same figure, so an allocate/free pair
+/// nets 0 whatever the alignment, page rounding or move.
+#[inline(always)]
+fn live_after<B: Raw, R: Outcome>(
+    s: &Slot,
+    shared: bool,
+    op: Op,
+    n: usize,
+    old: usize,
+    out: &R,
+    block: impl Fn(&R) -> *mut c_void,
+) {
+    let p = if op == Op::Free { core::ptr::null_mut() } else { block(out) };
+    // SAFETY: `p`, when not null, is the block the backend just served to this call.
+    let add = if p.is_null() { 0 } else { unsafe { B::usable_size(p) } };
+    let gone = op == Op::Free || !p.is_null() || (op == Op::Realloc && n == 0);
+    let sub = if gone { old } else { 0 };
+    if add != sub {
+        bump(&s.live, (add as u64).wrapping_sub(sub as u64), shared);
     }
 }
 
@@ -147,17 +188,22 @@ fn count_failed(s: &Slot, shared: bool, op: Op) {
 /// the byte totals (issue 21).
 #[cold]
 #[inline(never)]
-fn recorded_big<R: Outcome, const H: bool>(
+fn recorded_big<B: Raw, R: Outcome, const H: bool>(
     s: &Slot,
     op: Op,
     n: usize,
+    gives_up: impl FnOnce(usize) -> usize,
     run: impl FnOnce(usize) -> R,
-    block: impl FnOnce(&R) -> *mut c_void,
+    block: impl Fn(&R) -> *mut c_void + Copy,
 ) -> R {
+    let old = if B::LIVE_BY_USABLE { gives_up(n) } else { 0 };
     let out = run(n);
     if failed_big(op, n, &out) {
         count_failed(s, false, op);
         return out;
+    }
+    if B::LIVE_BY_USABLE {
+        live_after::<B, R>(s, false, op, n, old, &out, block);
     }
     tally(s, false, op, n);
     if H && op != Op::Free && heapprof::countdown(s, n) {
@@ -169,12 +215,7 @@ fn recorded_big<R: Outcome, const H: bool>(
 /// An allocation that ends the thread's heap-profile gap: made, then handed to `heapprof`.
 #[cold]
 #[inline(never)]
-fn heap_sampled<R>(
-    s: &Slot,
-    n: usize,
-    run: impl FnOnce(usize) -> R,
-    block: impl FnOnce(&R) -> *mut c_void,
-) -> R {
+fn heap_sampled<R>(s: &Slot, n: usize, run: impl FnOnce(usize) -> R, block: impl Fn(&R) -> *mut c_void) -> R {
     let out = run(n);
     heapprof::sampled(s, block(&out), n);
     out
@@ -183,6 +224,8 @@ fn heap_sampled<R>(
 /// The rest of [`recorded`]: the guard, a thread's first call (claims its slot), sampled calls
 /// (timed; the countdown is drawn again) and calls counted in the shared EXITED sink (atomic
 /// adds; the countdown stays 0, and 1 call in N is timed, chosen by the clock's low bits).
+// Eight arguments: `recorded`'s, passed on whole (the closures are its call's parts).
+#[allow(clippy::too_many_arguments)]
 #[cold]
 #[inline(never)]
 fn recorded_slow<B: Raw, R: Outcome, const H: bool>(
@@ -190,9 +233,10 @@ fn recorded_slow<B: Raw, R: Outcome, const H: bool>(
     e: Entry,
     op: Op,
     size: impl FnOnce() -> usize,
+    gives_up: impl FnOnce(usize) -> usize,
     run: impl FnOnce(usize) -> R,
     plain: impl FnOnce() -> R,
-    block: impl FnOnce(&R) -> *mut c_void,
+    block: impl Fn(&R) -> *mut c_void + Copy,
 ) -> R {
     // SAFETY: `st` is this thread's TLS block. The inline path wrapped the countdown below 0:
     // it stays 0 (guard, EXITED sink) unless a sampled call draws a new one below.
@@ -219,6 +263,7 @@ fn recorded_slow<B: Raw, R: Outcome, const H: bool>(
             (*st).countdown = if every > 1 { every / 2 + draw } else { 0 };
             true
         };
+        let old = if B::LIVE_BY_USABLE { gives_up(n) } else { 0 };
         let out = run(n);
         let d = clock::ticks().wrapping_sub(t0);
         if B::COUNTS_FREED_BYTES
@@ -233,6 +278,9 @@ fn recorded_slow<B: Raw, R: Outcome, const H: bool>(
             count_failed(&*s, shared, op);
         } else {
             tally(&*s, shared, op, n);
+            if B::LIVE_BY_USABLE {
+                live_after::<B, R>(&*s, shared, op, n, old, &out, block);
+            }
         }
         if timed {
             sample(&*s, shared, op as usize, class_of(n), d);
@@ -326,10 +374,13 @@ macro_rules! entry {
         entry!($P, $H, $e, $op, $size, $call, |r: &*mut c_void| *r)
     };
     ($P:ident, $H:ident, $e:expr, $op:expr, $size:expr, $call:expr, $block:expr) => {
+        entry!($P, $H, $e, $op, $size, $call, $block, |_| 0)
+    };
+    ($P:ident, $H:ident, $e:expr, $op:expr, $size:expr, $call:expr, $block:expr, $gives_up:expr) => {
         if $P {
             // `move`: the closures hold copies of the arguments, not references to them, so
             // the out-of-line paths get them in registers (no spill on the inline path).
-            recorded::<B, _, $H>($e, $op, move || $size, move |_| $call, move || $call, $block)
+            recorded::<B, _, $H>($e, $op, move || $size, $gives_up, move |_| $call, move || $call, $block)
         } else {
             $call
         }
@@ -355,11 +406,40 @@ pub unsafe extern "C" fn realloc<B: Raw, const P: bool, const H: bool>(
     if P && H && heapprof::maybe_sampled(p) {
         // SAFETY: forwarded C contract.
         return realloc_sampled(p, size, || unsafe {
-            entry!(P, H, Entry::Realloc, Op::Realloc, size, c_contract::realloc::<B>(p, size))
+            entry!(
+                P,
+                H,
+                Entry::Realloc,
+                Op::Realloc,
+                size,
+                c_contract::realloc::<B>(p, size),
+                |r: &*mut c_void| *r,
+                move |_| old_usable::<B>(p)
+            )
         });
     }
-    // SAFETY: forwarded C contract.
-    entry!(P, H, Entry::Realloc, Op::Realloc, size, unsafe { c_contract::realloc::<B>(p, size) })
+    entry!(
+        P,
+        H,
+        Entry::Realloc,
+        Op::Realloc,
+        size,
+        // SAFETY: forwarded C contract.
+        unsafe { c_contract::realloc::<B>(p, size) },
+        |r: &*mut c_void| *r,
+        move |_| old_usable::<B>(p)
+    )
+}
+
+/// The usable size of realloc's old block, as the live count knows it: 0 for NULL and for a
+/// bootstrap-pool block (neither was counted when served).
+#[inline(always)]
+fn old_usable<B: Raw>(p: *mut c_void) -> usize {
+    if p.is_null() || crate::hot::bootstrap::contains(p) {
+        return 0;
+    }
+    // SAFETY: a live backend block (the program's contract for realloc).
+    unsafe { B::usable_size(p) }
 }
 
 pub unsafe extern "C" fn reallocarray<B: Raw, const P: bool, const H: bool>(
@@ -371,13 +451,29 @@ pub unsafe extern "C" fn reallocarray<B: Raw, const P: bool, const H: bool>(
     if P && H && heapprof::maybe_sampled(p) {
         // SAFETY: forwarded C contract.
         return realloc_sampled(p, total, || unsafe {
-            entry!(P, H, Entry::Reallocarray, Op::Realloc, total, c_contract::reallocarray::<B>(p, n, size))
+            entry!(
+                P,
+                H,
+                Entry::Reallocarray,
+                Op::Realloc,
+                total,
+                c_contract::reallocarray::<B>(p, n, size),
+                |r: &*mut c_void| *r,
+                move |_| old_usable::<B>(p)
+            )
         });
     }
-    // SAFETY: forwarded C contract.
-    entry!(P, H, Entry::Reallocarray, Op::Realloc, total, unsafe {
-        c_contract::reallocarray::<B>(p, n, size)
-    })
+    entry!(
+        P,
+        H,
+        Entry::Reallocarray,
+        Op::Realloc,
+        total,
+        // SAFETY: forwarded C contract.
+        unsafe { c_contract::reallocarray::<B>(p, n, size) },
+        |r: &*mut c_void| *r,
+        move |_| old_usable::<B>(p)
+    )
 }
 
 /// Realloc of a block that may hold a heap-profile sample: the sample leaves the live set
@@ -474,7 +570,8 @@ fn free_unowned<B: Raw, const H: bool>(e: Entry, p: *mut c_void) {
             return;
         }
     }
-    recorded::<B, (), H>(e, Op::Free, || n, |_| (), || (), |_| core::ptr::null_mut())
+    // A pool block was never counted live: it gives up nothing.
+    recorded::<B, (), H>(e, Op::Free, || n, |_| 0, |_| (), || (), |_| core::ptr::null_mut())
 }
 
 /// A recorded free that reads the block's usable size from the backend first.
@@ -488,6 +585,7 @@ unsafe fn free_looked_up<B: Raw, const H: bool>(e: Entry, p: *mut c_void) {
         Op::Free,
         // SAFETY: `p` is a live backend block (the caller's contract).
         move || unsafe { B::usable_size(p) },
+        |n| n,
         // SAFETY: as above; `u` is its usable size, read just before.
         move |u| unsafe { c_contract::free_live::<B>(p, u) },
         // SAFETY: as above.

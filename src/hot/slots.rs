@@ -26,6 +26,8 @@
 //! Exited threads fold per start routine (recorded by the `pthread_create` interposition): the
 //! first [`ROUTINE_SINKS`] routines seen get an aggregate slot each (claimed lock-free, kept for
 //! the process's life); threads of other routines, or of none known, fold into `EXITED`.
+//! Long because: the slot's layout, its pool and its walk are one unit (the fold protocol is
+//! already in `fold`).
 
 use crate::base::classes::{Op, BUCKETS, CLASSES, OPS};
 use crate::hot::tls::{self, Reentry};
@@ -85,6 +87,8 @@ pub struct Slot {
     /// request), counted here instead of in `tally` so that no byte count takes a size no
     /// allocator served (`front::recorded_big`).
     pub failed: [AtomicU64; OPS],
+    /// Usable bytes served less given up, wrapping (`Raw::LIVE_BY_USABLE`: `account::shim_live`).
+    pub live: AtomicU64,
     /// Sampled latencies per op, in clock ticks, by [`crate::base::classes::bucket_of`].
     pub hist: [[AtomicU64; BUCKETS]; OPS],
     /// Largest sampled latency per op, in ticks.
@@ -137,6 +141,7 @@ impl Slot {
             calls: [Z; ENTRIES],
             tally: [ZT; OPS],
             failed: [Z; OPS],
+            live: Z,
             hist: [ZB; OPS],
             max: [Z; OPS],
             tid: AtomicU32::new(0),
@@ -173,6 +178,7 @@ impl Slot {
             .iter()
             .chain(self.tally.iter().flatten().flat_map(|t| [&t.count, &t.bytes]))
             .chain(self.failed.iter())
+            .chain(core::iter::once(&self.live))
             .chain(self.hist.iter().flatten())
     }
 }

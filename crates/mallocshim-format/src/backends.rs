@@ -134,7 +134,7 @@ pub const TABLE: [BackendInfo; 4] = [
         env: &["MIMALLOC_*"],
         coarse_figures: true,
         figures: Figures {
-            live: "none counted: the heap profile's estimate (weighted live samples, capped at resident), else mi_process_info current_commit",
+            live: "none counted: the shim's count of usable bytes (served minus given up; capped at resident in the account), else mi_process_info current_commit",
             resident: "pages of its segments found resident by mincore(2), else mi_process_info current_commit",
             free: "resident - live (0 with sampling off: committed bytes count as live)",
             metadata: "none",

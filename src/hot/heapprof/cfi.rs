@@ -21,7 +21,8 @@
 //!   cheap to clone: shared module data) and swaps the pointer; the old state is freed when no
 //!   reader is inside (a global reader count), else parked and freed by a later registration.
 //!   One registration at a time (try-lock: a sampler that finds it busy falls back to frame
-//!   pointers for that frame). Readers never wait: safe from a signal handler's nested malloc,
+//!   pointers for that frame). What a registration allocates (the state, the section copies)
+//!   and the cache pool come from the profiler's heap (`base::tables_heap`), never the backend. Readers never wait: safe from a signal handler's nested malloc,
 //!   an exiting thread, and a forked child (the fork handler resets the counts).
 //! - Unwinding takes one of [`BANKS`] banks of [`BANK`] framehop caches
 //!   (`MustNotAllocateDuringUnwind`: the CFI evaluation stack is preallocated) by atomic swap;
@@ -137,6 +138,7 @@ unsafe extern "C" fn after_fork_child() {
     if WRITER.load(SeqCst) {
         WRITER.store(false, SeqCst);
     }
+    crate::base::tables_heap::after_fork_child();
 }
 
 /// The loader's identity of the module holding `pc`, or None (not in any module).
@@ -307,6 +309,8 @@ fn make_pool() {
     }
     if !POOL_MADE.load(Relaxed) {
         let _g = crate::hot::tls::Reentry::enter();
+        // Kept for the life of the process: from the profiler's heap, not the program's.
+        let _t = crate::base::tables_heap::enter();
         for _ in 0..BANKS {
             let memo = super::memo::new_memo();
             put_bank(Box::into_raw(Box::new(Bank {
@@ -326,6 +330,8 @@ fn register(k: Key) -> bool {
         return false;
     }
     let _g = crate::hot::tls::Reentry::enter();
+    // The new state, the section copies and the states retired: the profiler's heap.
+    let _t = crate::base::tables_heap::enter();
     let old = STATE.load(SeqCst);
     // SAFETY: only the writer (this thread) replaces or frees the state.
     let old_ref = (!old.is_null()).then(|| unsafe { &*old });

@@ -67,10 +67,8 @@ struct Table {
     nlive: usize,
     /// The filter's count per bucket (all buckets; this shard touches only its own).
     counts: *mut u16,
-    /// Estimated bytes in this shard's live blocks: the sum of `scale * size`, kept as samples
-    /// come and go (summed over shards: pprof's inuse_space of the whole profile).
-    inuse: f64,
-    /// The same per size class of the requested size (`classes::class_of`).
+    /// Estimated bytes in this shard's live blocks, the sum of `scale * size` kept as samples
+    /// come and go, per size class of the requested size (`classes::class_of`).
     by_class: [f64; CLASSES],
 }
 
@@ -79,7 +77,6 @@ static S: [Shard<Table>; SHARDS] = [const {
         live: core::ptr::null_mut(),
         nlive: 0,
         counts: core::ptr::null_mut(),
-        inuse: 0.0,
         by_class: [0.0; CLASSES],
     })
 }; SHARDS];
@@ -176,7 +173,6 @@ impl Table {
     /// Adds (`sign` 1) or takes away (-1) a live sample's estimated bytes.
     fn account(&mut self, e: &Live, sign: f64) {
         let v = sign * e.scale * e.size as f64;
-        self.inuse += v;
         // SAFETY: class_of is below CLASSES.
         *unsafe { self.by_class.get_unchecked_mut(class_of(e.size as usize)) } += v;
     }
@@ -320,23 +316,6 @@ pub fn reinsert(e: Live) {
     if ready() {
         put(e);
     }
-}
-
-/// Sums `f` of every shard's table, each read under its lock.
-fn sum<R: Default + core::ops::AddAssign>(f: impl Fn(&Table) -> R) -> R {
-    let mut r = R::default();
-    for s in &S {
-        let _l = s.lock.lock();
-        // SAFETY: under the shard's lock.
-        r += f(unsafe { &*s.t.get() });
-    }
-    r
-}
-
-/// The estimated bytes in live blocks (the weighted sum over the live set, as pprof's
-/// inuse_space): None until the tables exist. Takes each shard's lock for one read.
-pub fn inuse_bytes() -> Option<u64> {
-    ready().then(|| sum(|t| t.inuse).max(0.0) as u64)
 }
 
 /// The estimated bytes in live blocks per size class of the requested size; None until the

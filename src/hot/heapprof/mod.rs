@@ -116,18 +116,9 @@ pub fn rate() -> u64 {
     MEAN.load(Relaxed)
 }
 
-/// The heap profile's estimate of the bytes the program holds (the weighted live samples,
-/// pprof's inuse_space), while sampling is on; None when it is off (the estimate would decay as
-/// old samples are freed and no new ones come).
-pub fn live_estimate() -> Option<u64> {
-    if rate() == 0 {
-        return None;
-    }
-    live::inuse_bytes()
-}
-
 /// The heap profile's estimate of live bytes per size class of the requested size, while
-/// sampling is on (as [`live_estimate`]).
+/// sampling is on (None when off: the estimate would decay as old samples are freed and no new
+/// ones come).
 pub fn live_by_class() -> Option<[u64; crate::base::classes::CLASSES]> {
     if rate() == 0 {
         return None;
