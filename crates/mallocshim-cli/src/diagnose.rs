@@ -214,11 +214,13 @@ fn header_lines(o: &mut String, v: &Verdict) {
     }
     let _ = writeln!(
         o,
-        "thresholds: growth = fitted rise > {} (max of {:.0}% of peak RSS and {}) with R² >= {}; allocator free large >= {} (max of {:.0}% of RSS and {})",
+        "thresholds: growth = fitted rise > {} (max of {:.0}% of peak RSS and {}) with R² >= {}, still rising in the window's last {:.0}% at >= {:.0}% of that pace; allocator free large >= {} (max of {:.0}% of RSS and {})",
         mibu(v.growth_threshold),
         verdict::GROWTH_FRAC * 100.0,
         mibu(verdict::GROWTH_MIN_BYTES),
         verdict::GROWTH_MIN_R2,
+        verdict::TAIL_FRAC * 100.0,
+        verdict::TAIL_PACE * 100.0,
         mibu(v.retained_threshold),
         verdict::RETAINED_FRAC * 100.0,
         mibu(verdict::RETAINED_MIN_BYTES)
