@@ -68,7 +68,9 @@ fn retained_by_the_allocator() {
         let mib: f64 = line.split_whitespace().nth(5).unwrap().parse().unwrap();
         assert!(mib >= 100.0, "{b}: ~180 MiB freed but kept, yet: {line}");
         assert!(
-            out.contains("MALLOCSHIM_TRIM_INTERVAL_MS=") && out.contains("MALLOCSHIM_TRIM_ABOVE_RSS="),
+            out.contains("actions now, live, no restart:")
+                && out.contains("  mallocshim trim PID")
+                && out.contains("  mallocshim set PID TRIM_ABOVE_RSS="),
             "{b}: {out}"
         );
     }

@@ -127,8 +127,24 @@ pub fn run(a: &Args) -> Result<String, String> {
         }
         _ => None,
     };
-    let ps = crate::pfs::query(&a.conn)?;
+    // Thread names need performance_schema (off by default in MariaDB): without it the buffer
+    // pool's figures still count, and the reason is one line.
+    let mut notes = String::new();
+    let ps = crate::pfs::query(&a.conn).unwrap_or_else(|e| {
+        let _ = writeln!(notes, "note: no thread names: {e}");
+        None
+    });
+    let pid = as_pid(&a.memlog);
+    let facts = crate::remedy::Facts {
+        pid,
+        dump: dumps.last(),
+        settings: pid.and_then(crate::facts::settings),
+        arenas: pid.or(dumps.last().map(|d| d.pid)).and_then(crate::facts::arenas),
+        pool: crate::facts::buffer_pool(&a.conn)?,
+    };
     let mut out = render(&v, &dumps, sites.as_deref(), ps.as_ref());
+    crate::remedy::lines(&mut out, &v, &facts);
+    out.push_str(&notes);
     out.push_str(&format!("from: {from}\n"));
     Ok(out)
 }
@@ -258,14 +274,12 @@ fn why_lines(o: &mut String, v: &Verdict, dumps: &[Dump], sites: Option<&[(Strin
     }
 }
 
-/// The retained verdict's why, what a trim returns and what to set.
+/// The retained verdict's why and what a trim returns (the commands: `remedy`).
 fn retained_lines(o: &mut String, l: &memlog::MemRow, dumps: &[Dump]) {
-    let free = l.allocator_free_bytes.unwrap_or(0);
+    // The last dump's account (one instant with its trim estimate), else the history's last row.
+    let free = dumps.last().map_or(l.allocator_free_bytes.unwrap_or(0), |d| d.memory.allocator_free_bytes);
     // glibc's estimate of what a trim gives back, from the last dump when it has one.
     let trimmable = dumps.last().and_then(|d| d.memory.allocator_trimmable_bytes);
-    // Ceiling: what RSS would be after a trim, plus a quarter, in whole MiB.
-    let after = l.rss_bytes.saturating_sub(trimmable.unwrap_or(free));
-    let ceiling_mib = (after + after / 4).div_ceil(1 << 20).max(1);
     let _ = writeln!(
         o,
         "why: live bytes did not grow while the allocator keeps {} resident that the program does not use",
@@ -290,15 +304,6 @@ fn retained_lines(o: &mut String, l: &memlog::MemRow, dumps: &[Dump]) {
             let _ = writeln!(o, "a trim would return now: {} (allocator_free_bytes{bound})", mibu(free));
         }
     }
-    let swap = match backend {
-        Some("glibc") => ", or MALLOCSHIM_BACKEND=jemalloc (a backend that purges on its own)",
-        None => ", or under glibc MALLOCSHIM_BACKEND=jemalloc (a backend that purges on its own)",
-        Some(_) => "",
-    };
-    let _ = writeln!(
-        o,
-        "what to set: MALLOCSHIM_TRIM_INTERVAL_MS=1000 (periodic trim), or MALLOCSHIM_TRIM_ABOVE_RSS={ceiling_mib}M (trim above an RSS ceiling){swap}"
-    );
 }
 
 /// What grew between the first and the last dump, by size class and by thread.
