@@ -22,15 +22,28 @@ use std::path::PathBuf;
                   allocator\" (live bytes flat or falling, allocator-free bytes large: a trim \
                   would return them), \"outside malloc\" (non-heap RSS grows) or \"steady\". \
                   Growth means a least-squares rise over the window above 5% of the peak RSS and \
-                  above 16 MiB, with R² >= 0.6; allocator-free bytes are large at >= 10% of RSS \
-                  and >= 16 MiB. With two or more dumps of the process, the first and last are \
+                  above 16 MiB, with R² >= 0.6, that persists to the window's end (the last 25% \
+                  still rising at >= 25% of the pace: one step then a plateau is a level); \
+                  allocator-free bytes are large at >= 10% of RSS and >= 16 MiB. The verdict ends \
+                  in actions: first the live commands for the process (`mallocshim trim PID`, \
+                  `mallocshim set PID TRIM_ABOVE_RSS=...`), each with the bytes it is expected \
+                  to return (the dump's allocator_trimmable_bytes under glibc), none already in \
+                  effect (the options from the control channel's `get`) and none that would \
+                  return under 1 MiB; then the remedies that need a restart \
+                  (GLIBC_TUNABLES=glibc.malloc.arena_max=N, MALLOCSHIM_BACKEND=jemalloc, \
+                  innodb_buffer_pool_size), ranked by expected saving, with its source. Under \
+                  glibc it names what a trim cannot return and the other arenas' heaps (from \
+                  /proc/PID/smaps). With --mysql-socket, non-heap memory is set against the InnoDB \
+                  buffer pool (innodb_buffer_pool_size, information_schema.INNODB_BUFFER_POOL_STATS \
+                  data pages x innodb_page_size), so that its warm-up is named. With two or more dumps of the process, the first and last are \
                   compared: the size classes and thread start routines whose held bytes \
                   (allocated minus freed) grew are named. With two or more heap profiles \
                   (MALLOCSHIM_DUMP_FORMATS=pprof, .pb.gz), the live heap growth verdict names \
                   the call sites whose in-use bytes grew from the first to the last (as \
                   `mallocshim heap LAST FIRST` computes it). With --mysql-socket, threads are named \
                   by the server's performance_schema.threads NAME (joined on THREAD_OS_ID = tid, \
-                  through the mariadb/mysql client; MariaDB needs performance_schema=ON).\n\n\
+                  through the mariadb/mysql client; MariaDB needs performance_schema=ON; without it \
+                  a note says so and the rest is printed).\n\n\
                   Exit status: 0 with a verdict, 2 on bad input (one line, prefixed \
                   \"mallocshim diagnose:\").",
     after_help = "Examples:\n  mallocshim diagnose $(pidof mariadbd)\n  \

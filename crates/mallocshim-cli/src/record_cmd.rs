@@ -20,8 +20,13 @@ use std::time::{Duration, Instant};
     long_about = "Through the control channel (docs/control.md), make process PID record every \
                   allocator call of every thread (op, size, alignment, thread, block id, time; no \
                   data) for --seconds into --out (zstd, docs/trace-format.md), then print what \
-                  the trace holds. The window ends early at --max-bytes, when the process exits, \
-                  or with --stop. Cost and safety: docs/record.md.\n\n\
+                  the trace holds. The process creates the file itself, as its own user: by \
+                  default in its dump directory (MALLOCSHIM_DUMP_DIR, else TMPDIR, else /tmp) as \
+                  mallocshim.<pid>.<unix seconds>.mst; a file it cannot create is named with its \
+                  user and the reason. More than 1% of the window's calls dropped (the shim's \
+                  thread fell behind) is a warning with its remedy. The window ends early at \
+                  --max-bytes, when the process exits, or with --stop. Cost and safety: \
+                  docs/record.md.\n\n\
                   Exit status: 0 recorded; 1 refused, no channel or no complete trace; 2 bad arguments.",
     after_help = "Examples:\n  mallocshim record $(pgrep -o -x mariadbd) --seconds 30\n  \
                   mallocshim record $(pgrep -o -x mariadbd) --seconds 30 --out /var/tmp/mysqld.mst"

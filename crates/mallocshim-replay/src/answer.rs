@@ -267,6 +267,10 @@ pub fn qualify(verdict: String, events: u64, dropped: u64) -> String {
     )
 }
 
+fn mib(b: u64) -> String {
+    format!("{:.1}", b as f64 / (1u64 << 20) as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,8 +302,4 @@ mod tests {
         let q = qualify("v".into(), 1000, 4556);
         assert!(q.starts_with("v; qualified: the trace misses 82.0% of the window's calls"), "{q}");
     }
-}
-
-fn mib(b: u64) -> String {
-    format!("{:.1}", b as f64 / (1u64 << 20) as f64)
 }
