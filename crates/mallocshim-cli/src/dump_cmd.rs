@@ -85,25 +85,17 @@ pub fn check_process(pid: u32) -> Result<(), Fail> {
     }
     let until = Instant::now() + NOT_UNDER_SHIM;
     loop {
-        let maps = read_maps(pid)?;
+        let maps = crate::procstate::read_maps(pid)?;
         if maps.contains("libmallocshim") {
             return Ok(());
         }
-        // Named in LD_PRELOAD and still being loaded: wait; loaded and yet not mapped, a zombie:
-        // said as such (crate::procstate).
+        // Named in LD_PRELOAD and still being loaded: wait; a failed load, a zombie: said so.
         let why = crate::procstate::no_shim(pid, &maps);
         if why.is_none() && environ_var(pid, "LD_PRELOAD").is_some_and(|v| v.contains("libmallocshim")) {
             return Ok(());
         }
         if Instant::now() >= until {
-            return Err(fail(
-                1,
-                why.unwrap_or_else(|| {
-                    format!(
-                        "process {pid} is not running under the shim (no libmallocshim in /proc/{pid}/maps)"
-                    )
-                }),
-            ));
+            return Err(fail(1, why.unwrap_or_else(|| crate::procstate::not_under_shim(pid))));
         }
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -120,22 +112,10 @@ fn mapped(pid: u32) -> Result<bool, Fail> {
 /// The start address of the process's first libmallocshim mapping (None: not mapped). An
 /// exec maps the library anew, at another address (ASLR): the address names the image.
 fn shim_mapping(pid: u32) -> Result<Option<u64>, Fail> {
-    Ok(read_maps(pid)?
+    Ok(crate::procstate::read_maps(pid)?
         .lines()
         .find(|l| l.contains("libmallocshim"))
         .map(|l| l.split('-').next().and_then(|a| u64::from_str_radix(a, 16).ok()).unwrap_or(0)))
-}
-
-/// /proc/PID/maps; a refusal says which rule refused it and what to run instead.
-fn read_maps(pid: u32) -> Result<String, Fail> {
-    match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
-        Ok(m) => Ok(m),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(fail(1, format!("no such process: {pid}"))),
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            Err(fail(1, crate::procstate::proc_refused(pid, "maps")))
-        }
-        Err(e) => Err(fail(1, format!("cannot read /proc/{pid}/maps: {e}"))),
-    }
 }
 
 /// The process's dump signal, as the shim reads `MALLOCSHIM_DUMP_SIGNAL` (its default, SIGUSR1,

@@ -101,6 +101,11 @@ fn unsafe_geteuid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// A process with no shim mapped and none named in its LD_PRELOAD.
+pub fn not_under_shim(pid: u32) -> String {
+    format!("process {pid} is not running under the shim (no libmallocshim in /proc/{pid}/maps)")
+}
+
 /// For a process that shows no shim in its maps: the zombie, the shim that did not load, or
 /// None (not under the shim at all).
 pub fn no_shim(pid: u32, maps: &str) -> Option<String> {
@@ -127,6 +132,17 @@ pub fn no_shim(pid: u32, maps: &str) -> Option<String> {
     Some(format!(
         "process {pid} names the shim in its LD_PRELOAD ({named}) but did not load it (no libmallocshim in /proc/{pid}/maps): {why}"
     ))
+}
+
+/// /proc/PID/maps; a refusal says which rule refused it and what to run instead.
+pub fn read_maps(pid: u32) -> Result<String, crate::dump_cmd::Fail> {
+    let fail = |msg| crate::dump_cmd::Fail { code: 1, msg };
+    match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+        Ok(m) => Ok(m),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(fail(format!("no such process: {pid}"))),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(fail(proc_refused(pid, "maps"))),
+        Err(e) => Err(fail(format!("cannot read /proc/{pid}/maps: {e}"))),
+    }
 }
 
 /// Whether the process runs with differing real and effective ids (secure execution).
