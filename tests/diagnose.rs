@@ -267,6 +267,9 @@ fn mariadb_threads_named_by_performance_schema() {
     let d = common::stdout(&diag);
     assert!(diag.status.success(), "{}", common::describe(&diag));
     assert!(d.contains("thread roles (performance_schema names)"), "{d}");
+    // Non-heap memory set against the buffer pool, read through the same client (issue 38 item 2).
+    let pool = d.lines().find(|l| l.starts_with("InnoDB buffer pool: ")).expect(&d);
+    assert!(pool.contains("of data pages in use") && pool.contains("of innodb_buffer_pool_size"), "{pool}");
     eprintln!("{out}\n{d}");
 }
 

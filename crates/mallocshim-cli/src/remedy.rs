@@ -60,7 +60,7 @@ pub fn lines(o: &mut String, v: &Verdict, f: &Facts) {
         retained_actions(o, v, f, (&mut live, &mut restart, &mut in_effect));
     }
     if let Some(p) = f.pool.filter(|_| outside || v.last.non_heap_bytes.unwrap_or(0) >= RETAINED_MIN_BYTES) {
-        pool_lines(o, v, p, &mut restart);
+        pool_lines(o, v, p, outside, &mut restart);
     }
     if live.is_empty() && restart.is_empty() && in_effect.is_empty() {
         return;
@@ -70,15 +70,17 @@ pub fn lines(o: &mut String, v: &Verdict, f: &Facts) {
         (None, Some(d)) => format!(" (pid {} of the dump, if it still runs)", d.pid),
         (None, None) => String::new(),
     };
-    let _ = writeln!(o, "actions now, live, no restart{who}:");
-    if live.is_empty() {
-        let _ = writeln!(o, "  none that would return {} or more", mib(MIN_ACTION));
-    }
-    for (cmd, why) in &live {
-        let _ = writeln!(o, "  {cmd}\n      {why}");
-    }
-    for s in &in_effect {
-        let _ = writeln!(o, "  already in effect: {s}");
+    if retained || !live.is_empty() || !in_effect.is_empty() {
+        let _ = writeln!(o, "actions now, live, no restart{who}:");
+        if live.is_empty() {
+            let _ = writeln!(o, "  none that would return {} or more", mib(MIN_ACTION));
+        }
+        for (cmd, why) in &live {
+            let _ = writeln!(o, "  {cmd}\n      {why}");
+        }
+        for s in &in_effect {
+            let _ = writeln!(o, "  already in effect: {s}");
+        }
     }
     if !restart.is_empty() {
         restart.sort_by_key(|r| std::cmp::Reverse(r.0));
@@ -171,7 +173,14 @@ fn arena_lines(o: &mut String, free: u64, trimmable: u64, arenas: Option<Arenas>
 }
 
 /// Non-heap memory against the InnoDB buffer pool: warm-up named, the cap and what is beyond it.
-fn pool_lines(o: &mut String, v: &Verdict, p: BufferPool, restart: &mut Vec<(u64, String, String)>) {
+/// The pool's cap is suggested only for the outside-malloc verdict when it is not warm-up.
+fn pool_lines(
+    o: &mut String,
+    v: &Verdict,
+    p: BufferPool,
+    outside: bool,
+    restart: &mut Vec<(u64, String, String)>,
+) {
     let nh = v.last.non_heap_bytes.unwrap_or(0);
     let _ = writeln!(
         o,
@@ -181,7 +190,8 @@ fn pool_lines(o: &mut String, v: &Verdict, p: BufferPool, restart: &mut Vec<(u64
         mib(p.size),
         mib(nh)
     );
-    if nh <= p.size + p.size / 8 + (64 << 20) && p.data < p.size {
+    let warm_up = nh <= p.size + p.size / 8 + (64 << 20) && p.data < p.size;
+    if warm_up {
         let _ = writeln!(
             o,
             "warm-up: the buffer pool fills with pages as they are read, up to innodb_buffer_pool_size; non-heap growth up to it is expected, not a leak ({} more at most)",
@@ -194,6 +204,9 @@ fn pool_lines(o: &mut String, v: &Verdict, p: BufferPool, restart: &mut Vec<(u64
             mib(nh - p.size)
         );
     }
+    if !outside || warm_up {
+        return;
+    }
     restart.push((
         0,
         "a smaller innodb_buffer_pool_size (mysqld setting; SET GLOBAL in MariaDB >= 10.2, else restart)"
@@ -204,4 +217,95 @@ fn pool_lines(o: &mut String, v: &Verdict, p: BufferPool, restart: &mut Vec<(u64
             mib(p.data)
         ),
     ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mallocshim_format::memlog::MemRow;
+
+    const MIB: u64 = 1 << 20;
+
+    fn verdict(live: u64, free: u64, non_heap: &dyn Fn(u64) -> u64) -> Verdict {
+        let rows: Vec<MemRow> = (0..20)
+            .map(|s| MemRow {
+                unix_ms: 1_000_000 + s * 1000,
+                rss_bytes: (live + free + non_heap(s)) * MIB,
+                live_bytes: Some(live * MIB),
+                allocator_free_bytes: Some(free * MIB),
+                non_heap_bytes: Some(non_heap(s) * MIB),
+                ..Default::default()
+            })
+            .collect();
+        crate::verdict::diagnose(&rows).unwrap()
+    }
+
+    fn dump(free: u64, trimmable: u64) -> Dump {
+        let mut d: Dump = serde_json::from_str(
+            r#"{"format":"mallocshim","version":1,"pid":42,"backend":"glibc","unix_time_ms":0,"uptime_s":0,
+                "sample_every":1,"totals":{},"size_classes":[],"threads":[]}"#,
+        )
+        .unwrap();
+        d.memory.rss_bytes = 300 * MIB;
+        d.memory.allocator_free_bytes = free * MIB;
+        d.memory.allocator_trimmable_bytes = Some(trimmable * MIB);
+        d
+    }
+
+    #[test]
+    fn retained_gives_the_commands_with_bytes_and_arena_remedies() {
+        let v = verdict(50, 200, &|_| 10);
+        let d = dump(200, 40);
+        let f = Facts {
+            pid: Some(7),
+            dump: Some(&d),
+            arenas: Some(Arenas { heaps: 6, resident: 170 * MIB }),
+            ..Default::default()
+        };
+        let mut o = String::new();
+        lines(&mut o, &v, &f);
+        assert!(o.contains("  mallocshim trim 7\n      returns about 40.0 MiB now"), "{o}");
+        assert!(o.contains("  mallocshim set 7 TRIM_ABOVE_RSS=325M"), "{o}");
+        // Bounded by the arenas' resident bytes.
+        assert!(
+            o.contains("GLIBC_TUNABLES=glibc.malloc.arena_max=3 (restart)\n      saves up to 160.0 MiB"),
+            "{o}"
+        );
+        assert!(o.contains("arenas: 6 heaps"), "{o}");
+    }
+
+    #[test]
+    fn nothing_to_trim_and_settings_in_effect_are_not_suggested() {
+        let v = verdict(50, 200, &|_| 10);
+        let d = dump(200, 0);
+        let settings = crate::facts::parse_settings(
+            "MALLOCSHIM_TRIM_ABOVE_RSS\t2G\tset\tyes\nMALLOCSHIM_TRIM_INTERVAL_MS\t0\tset\tyes\n",
+        );
+        let f = Facts { pid: Some(7), dump: Some(&d), settings: Some(settings), ..Default::default() };
+        let mut o = String::new();
+        lines(&mut o, &v, &f);
+        assert!(!o.contains("mallocshim trim 7") && !o.contains("mallocshim set"), "{o}");
+        assert!(o.contains("none that would return 1.0 MiB or more"), "{o}");
+        assert!(o.contains("already in effect: TRIM_ABOVE_RSS=2G"), "{o}");
+        assert!(!o.contains("TRIM_INTERVAL_MS"), "{o}");
+    }
+
+    #[test]
+    fn a_buffer_pool_warming_up_is_named_not_a_problem() {
+        let v = verdict(50, 2, &|s| 20 + 8 * s);
+        assert_eq!(v.kind, Kind::OutsideMalloc);
+        let pool = BufferPool { size: 512 * MIB, data: 150 * MIB, page: 16384 };
+        let mut o = String::new();
+        lines(&mut o, &v, &Facts { pool: Some(pool), ..Default::default() });
+        assert!(o.contains("warm-up: the buffer pool fills"), "{o}");
+        assert!(!o.contains("innodb_buffer_pool_size (mysqld"), "{o}");
+        // Far beyond the pool: named, and the pool's cap suggested.
+        let small = BufferPool { size: 16 * MIB, data: 16 * MIB, page: 16384 };
+        let mut o = String::new();
+        lines(&mut o, &v, &Facts { pool: Some(small), ..Default::default() });
+        assert!(
+            o.contains("beyond the buffer pool") && o.contains("a smaller innodb_buffer_pool_size"),
+            "{o}"
+        );
+    }
 }
