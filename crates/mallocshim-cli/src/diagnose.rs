@@ -152,7 +152,8 @@ pub fn run(a: &Args) -> Result<String, String> {
         pid,
         dump: dumps.last(),
         settings: pid.and_then(crate::facts::settings),
-        arenas: pid.or(dumps.last().map(|d| d.pid)).and_then(crate::facts::arenas),
+        // Only for a live pid: a dump's pid may since belong to another process.
+        arenas: pid.and_then(crate::facts::arenas),
         pool: crate::facts::buffer_pool(&a.conn)?,
     };
     let mut out = render(&v, &dumps, sites.as_deref(), ps.as_ref());
