@@ -47,7 +47,7 @@ fn drops_warn_with_a_remedy_and_replay_qualifies_or_refuses() {
         .env("MALLOCSHIM_BACKEND", "glibc")
         .env("MALLOCSHIM_DUMP_DIR", &dir)
         .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .stderr(std::fs::File::create(dir.join("stderr")).unwrap());
     let mut child = c.spawn().unwrap();
     let pid = child.id();
     let tid = shim_thread(pid);
@@ -66,11 +66,13 @@ fn drops_warn_with_a_remedy_and_replay_qualifies_or_refuses() {
     std::thread::sleep(Duration::from_millis(1000));
     chrt("--other");
     let o = rec.wait_with_output().unwrap();
+    let early = child.try_wait().unwrap();
     let _ = child.kill();
     let _ = child.wait();
     let out = common::stdout(&o);
     eprintln!("{out}");
-    assert!(o.status.success(), "{}", common::describe(&o));
+    let child_err = std::fs::read_to_string(dir.join("stderr")).unwrap_or_default();
+    assert!(o.status.success(), "{}\n--- the program: {early:?}\n{child_err}", common::describe(&o));
     let trace = out.split(": ").next().unwrap().to_string();
     assert!(
         trace.starts_with(&format!("{}/mallocshim.{pid}.", dir.display())),
@@ -83,7 +85,14 @@ fn drops_warn_with_a_remedy_and_replay_qualifies_or_refuses() {
     let err = common::stderr(&r);
     assert_eq!(r.status.code(), Some(2), "{}", common::describe(&r));
     assert!(err.contains("of the window's calls") && err.contains("--force"), "{err}");
-    let r = cli().args(["replay", &trace, "--backends", "glibc", "--force"]).output().unwrap();
+    let png = dir.join("rss.png");
+    let r = cli()
+        .args(["replay", &trace, "--backends", "glibc", "--force", "--plot"])
+        .arg(&png)
+        .output()
+        .unwrap();
+    let bytes = std::fs::read(&png).unwrap_or_default();
+    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "--plot rss.png writes a PNG: {}", common::describe(&r));
     let text = common::stdout(&r);
     let verdict = text.lines().find(|l| l.starts_with("verdict: ")).expect(&text);
     assert!(verdict.contains("ends at") && verdict.contains("; qualified: the trace misses"), "{verdict}");
