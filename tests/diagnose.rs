@@ -68,7 +68,9 @@ fn retained_by_the_allocator() {
         let mib: f64 = line.split_whitespace().nth(5).unwrap().parse().unwrap();
         assert!(mib >= 100.0, "{b}: ~180 MiB freed but kept, yet: {line}");
         assert!(
-            out.contains("MALLOCSHIM_TRIM_INTERVAL_MS=") && out.contains("MALLOCSHIM_TRIM_ABOVE_RSS="),
+            out.contains("actions now, live, no restart:")
+                && out.contains("  mallocshim trim PID")
+                && out.contains("  mallocshim set PID TRIM_ABOVE_RSS="),
             "{b}: {out}"
         );
     }
@@ -265,6 +267,9 @@ fn mariadb_threads_named_by_performance_schema() {
     let d = common::stdout(&diag);
     assert!(diag.status.success(), "{}", common::describe(&diag));
     assert!(d.contains("thread roles (performance_schema names)"), "{d}");
+    // Non-heap memory set against the buffer pool, read through the same client (issue 38 item 2).
+    let pool = d.lines().find(|l| l.starts_with("InnoDB buffer pool: ")).expect(&d);
+    assert!(pool.contains("of data pages in use") && pool.contains("of innodb_buffer_pool_size"), "{pool}");
     eprintln!("{out}\n{d}");
 }
 

@@ -7,7 +7,14 @@
  *             and a 2.5 s idle, read as growth (R² >= 0.6); under 0.6 while p < 0.28;
  *   growth:   every 50 ms allocate and hold 4 MiB more in 4 KiB blocks (in hold_more), for 3 s;
  *   outside:  every 50 ms mmap and touch 4 MiB more of anonymous memory, for 3 s;
- *   steady:   hold 8 MiB, malloc/free 1 KiB blocks in a loop for 2.5 s.
+ *   steady:   hold 8 MiB, malloc/free 1 KiB blocks in a loop for 2.5 s;
+ *   arenas:   glibc arena retention (tests/diagnose_actions.rs): one malloc/free of 30 MiB (an
+ *             mmap'ed chunk: glibc raises its mmap threshold to 30 MiB and its trim threshold to
+ *             60 MiB), then 6 threads, each in an arena of its own, fill 32 MiB of 16 KiB blocks
+ *             and free them all: each arena's top chunk keeps ~32 MiB, under the trim threshold,
+ *             which malloc_trim never shrinks outside the main arena; the main thread fills 48
+ *             MiB of 64 KiB blocks and frees 7 of every 8: free chunks whose whole pages
+ *             malloc_trim returns (~42 MiB); then idle 5 s.
  * An idle thread starts first: the shim's worker (memlog) starts with the program's first thread.
  * With DIAGNOSE_WAIT set, the program prints "done MODE" and then waits for EOF on stdin, holding
  * what it made, so that `mallocshim diagnose PID` can ask it for its memory history. */
@@ -37,6 +44,19 @@ static void *idle(void *a) {
 }
 
 static char *volatile sink;
+
+/* One arena's worth: 32 MiB of 16 KiB blocks, touched, then all freed (into the top chunk). */
+static void *arena_fill(void *a) {
+    (void)a;
+    enum { N = (32 << 20) / (16 << 10) };
+    static __thread char *p[N];
+    for (int i = 0; i < N; i++) {
+        p[i] = malloc(16 << 10);
+        memset(p[i], 1, 16 << 10);
+    }
+    for (int i = N - 1; i >= 0; i--) free(p[i]);
+    return NULL;
+}
 
 /* The growth's call site, named in heap profiles (tests/diagnose.rs). */
 __attribute__((noinline)) void hold_more(void) {
@@ -75,6 +95,21 @@ int main(int argc, char **argv) {
             nap_ms(50);
         }
         nap_ms(300);
+    } else if (!strcmp(mode, "arenas")) {
+        sink = malloc(30u << 20);
+        free(sink);
+        pthread_t w[6];
+        for (int i = 0; i < 6; i++) pthread_create(&w[i], NULL, arena_fill, NULL);
+        for (int i = 0; i < 6; i++) pthread_join(w[i], NULL);
+        size_t n = (48u << 20) / (64u << 10);
+        char **p = malloc(n * sizeof *p);
+        for (size_t i = 0; i < n; i++) {
+            p[i] = malloc(64u << 10);
+            memset(p[i], 1, 64u << 10);
+        }
+        for (size_t i = 0; i < n; i++)
+            if (i % 8) { free(p[i]); p[i] = NULL; }
+        nap_ms(5000);
     } else if (!strcmp(mode, "steady")) {
         char *hold = malloc(8u << 20);
         memset(hold, 1, 8u << 20);
@@ -89,7 +124,7 @@ int main(int argc, char **argv) {
         }
         free(hold);
     } else {
-        fprintf(stderr, "usage: diagnose retained|growth|outside|steady\n");
+        fprintf(stderr, "usage: diagnose retained|growth|outside|steady|arenas\n");
         return 2;
     }
     printf("done %s\n", mode);

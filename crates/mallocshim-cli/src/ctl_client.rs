@@ -197,6 +197,18 @@ pub fn request_if_open(pid: u32, line: &str, timeout: Duration) -> Option<Result
     connect_now(&paths).map(|s| request_on(s, pid, line, timeout))
 }
 
+/// Why the process's socket, which exists, refuses this caller (EACCES, EPERM); None otherwise.
+fn refused(pid: u32) -> Option<String> {
+    let dir = proto::dir(euid(pid).ok()?, environ_var(pid, "MALLOCSHIM_CTL_DIR").as_deref());
+    let path = format!("{dir}/{}", proto::socket_name(pid));
+    match UnixStream::connect(&path) {
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::PermissionDenied) => {
+            Some(crate::procstate::channel_refused(pid, &dir, &e))
+        }
+        _ => None,
+    }
+}
+
 /// One request to `pid`, attaching when needed.
 pub fn request(pid: u32, line: &str, timeout: f64) -> Result<String, Fail> {
     if !(timeout.is_finite() && timeout > 0.0) {
@@ -205,6 +217,7 @@ pub fn request(pid: u32, line: &str, timeout: f64) -> Result<String, Fail> {
     let t = Duration::from_secs_f64(timeout);
     match connect(pid, t)? {
         Some(s) => request_on(s, pid, line, t),
+        None if refused(pid).is_some() => Err(fail(1, refused(pid).unwrap_or_default())),
         None => Err(fail(
             1,
             format!(

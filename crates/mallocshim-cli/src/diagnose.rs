@@ -22,15 +22,28 @@ use std::path::PathBuf;
                   allocator\" (live bytes flat or falling, allocator-free bytes large: a trim \
                   would return them), \"outside malloc\" (non-heap RSS grows) or \"steady\". \
                   Growth means a least-squares rise over the window above 5% of the peak RSS and \
-                  above 16 MiB, with R² >= 0.6; allocator-free bytes are large at >= 10% of RSS \
-                  and >= 16 MiB. With two or more dumps of the process, the first and last are \
+                  above 16 MiB, with R² >= 0.6, that persists to the window's end (the last 25% \
+                  still rising at >= 25% of the pace: one step then a plateau is a level); \
+                  allocator-free bytes are large at >= 10% of RSS and >= 16 MiB. The verdict ends \
+                  in actions: first the live commands for the process (`mallocshim trim PID`, \
+                  `mallocshim set PID TRIM_ABOVE_RSS=...`), each with the bytes it is expected \
+                  to return (the dump's allocator_trimmable_bytes under glibc), none already in \
+                  effect (the options from the control channel's `get`) and none that would \
+                  return under 1 MiB; then the remedies that need a restart \
+                  (GLIBC_TUNABLES=glibc.malloc.arena_max=N, MALLOCSHIM_BACKEND=jemalloc, \
+                  innodb_buffer_pool_size), ranked by expected saving, with its source. Under \
+                  glibc it names what a trim cannot return and the other arenas' heaps (from \
+                  /proc/PID/smaps). With --mysql-socket, non-heap memory is set against the InnoDB \
+                  buffer pool (innodb_buffer_pool_size, information_schema.INNODB_BUFFER_POOL_STATS \
+                  data pages x innodb_page_size), so that its warm-up is named. With two or more dumps of the process, the first and last are \
                   compared: the size classes and thread start routines whose held bytes \
                   (allocated minus freed) grew are named. With two or more heap profiles \
                   (MALLOCSHIM_DUMP_FORMATS=pprof, .pb.gz), the live heap growth verdict names \
                   the call sites whose in-use bytes grew from the first to the last (as \
                   `mallocshim heap LAST FIRST` computes it). With --mysql-socket, threads are named \
                   by the server's performance_schema.threads NAME (joined on THREAD_OS_ID = tid, \
-                  through the mariadb/mysql client; MariaDB needs performance_schema=ON).\n\n\
+                  through the mariadb/mysql client; MariaDB needs performance_schema=ON; without it \
+                  a note says so and the rest is printed).\n\n\
                   Exit status: 0 with a verdict, 2 on bad input (one line, prefixed \
                   \"mallocshim diagnose:\").",
     after_help = "Examples:\n  mallocshim diagnose $(pidof mariadbd)\n  \
@@ -127,8 +140,25 @@ pub fn run(a: &Args) -> Result<String, String> {
         }
         _ => None,
     };
-    let ps = crate::pfs::query(&a.conn)?;
+    // Thread names need performance_schema (off by default in MariaDB): without it the buffer
+    // pool's figures still count, and the reason is one line.
+    let mut notes = String::new();
+    let ps = crate::pfs::query(&a.conn).unwrap_or_else(|e| {
+        let _ = writeln!(notes, "note: no thread names: {e}");
+        None
+    });
+    let pid = as_pid(&a.memlog);
+    let facts = crate::remedy::Facts {
+        pid,
+        dump: dumps.last(),
+        settings: pid.and_then(crate::facts::settings),
+        // Only for a live pid: a dump's pid may since belong to another process.
+        arenas: pid.and_then(crate::facts::arenas),
+        pool: crate::facts::buffer_pool(&a.conn)?,
+    };
     let mut out = render(&v, &dumps, sites.as_deref(), ps.as_ref());
+    crate::remedy::lines(&mut out, &v, &facts);
+    out.push_str(&notes);
     out.push_str(&format!("from: {from}\n"));
     Ok(out)
 }
@@ -214,11 +244,13 @@ fn header_lines(o: &mut String, v: &Verdict) {
     }
     let _ = writeln!(
         o,
-        "thresholds: growth = fitted rise > {} (max of {:.0}% of peak RSS and {}) with R² >= {}; allocator free large >= {} (max of {:.0}% of RSS and {})",
+        "thresholds: growth = fitted rise > {} (max of {:.0}% of peak RSS and {}) with R² >= {}, still rising in the window's last {:.0}% at >= {:.0}% of that pace; allocator free large >= {} (max of {:.0}% of RSS and {})",
         mibu(v.growth_threshold),
         verdict::GROWTH_FRAC * 100.0,
         mibu(verdict::GROWTH_MIN_BYTES),
         verdict::GROWTH_MIN_R2,
+        verdict::TAIL_FRAC * 100.0,
+        verdict::TAIL_PACE * 100.0,
         mibu(v.retained_threshold),
         verdict::RETAINED_FRAC * 100.0,
         mibu(verdict::RETAINED_MIN_BYTES)
@@ -256,14 +288,12 @@ fn why_lines(o: &mut String, v: &Verdict, dumps: &[Dump], sites: Option<&[(Strin
     }
 }
 
-/// The retained verdict's why, what a trim returns and what to set.
+/// The retained verdict's why and what a trim returns (the commands: `remedy`).
 fn retained_lines(o: &mut String, l: &memlog::MemRow, dumps: &[Dump]) {
-    let free = l.allocator_free_bytes.unwrap_or(0);
+    // The last dump's account (one instant with its trim estimate), else the history's last row.
+    let free = dumps.last().map_or(l.allocator_free_bytes.unwrap_or(0), |d| d.memory.allocator_free_bytes);
     // glibc's estimate of what a trim gives back, from the last dump when it has one.
     let trimmable = dumps.last().and_then(|d| d.memory.allocator_trimmable_bytes);
-    // Ceiling: what RSS would be after a trim, plus a quarter, in whole MiB.
-    let after = l.rss_bytes.saturating_sub(trimmable.unwrap_or(free));
-    let ceiling_mib = (after + after / 4).div_ceil(1 << 20).max(1);
     let _ = writeln!(
         o,
         "why: live bytes did not grow while the allocator keeps {} resident that the program does not use",
@@ -288,15 +318,6 @@ fn retained_lines(o: &mut String, l: &memlog::MemRow, dumps: &[Dump]) {
             let _ = writeln!(o, "a trim would return now: {} (allocator_free_bytes{bound})", mibu(free));
         }
     }
-    let swap = match backend {
-        Some("glibc") => ", or MALLOCSHIM_BACKEND=jemalloc (a backend that purges on its own)",
-        None => ", or under glibc MALLOCSHIM_BACKEND=jemalloc (a backend that purges on its own)",
-        Some(_) => "",
-    };
-    let _ = writeln!(
-        o,
-        "what to set: MALLOCSHIM_TRIM_INTERVAL_MS=1000 (periodic trim), or MALLOCSHIM_TRIM_ABOVE_RSS={ceiling_mib}M (trim above an RSS ceiling){swap}"
-    );
 }
 
 /// What grew between the first and the last dump, by size class and by thread.

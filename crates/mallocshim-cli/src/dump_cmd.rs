@@ -86,14 +86,17 @@ pub fn check_process(pid: u32) -> Result<(), Fail> {
     }
     let until = Instant::now() + NOT_UNDER_SHIM;
     loop {
-        if mapped(pid)? || environ_var(pid, "LD_PRELOAD").is_some_and(|v| v.contains("libmallocshim")) {
+        let maps = crate::procstate::read_maps(pid)?;
+        if maps.contains("libmallocshim") {
+            return Ok(());
+        }
+        // Named in LD_PRELOAD and still being loaded: wait; a failed load, a zombie: said so.
+        let why = crate::procstate::no_shim(pid, &maps);
+        if why.is_none() && environ_var(pid, "LD_PRELOAD").is_some_and(|v| v.contains("libmallocshim")) {
             return Ok(());
         }
         if Instant::now() >= until {
-            return Err(fail(
-                1,
-                format!("process {pid} is not running under the shim (no libmallocshim in /proc/{pid}/maps)"),
-            ));
+            return Err(fail(1, why.unwrap_or_else(|| crate::procstate::not_under_shim(pid))));
         }
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -110,14 +113,10 @@ fn mapped(pid: u32) -> Result<bool, Fail> {
 /// The start address of the process's first libmallocshim mapping (None: not mapped). An
 /// exec maps the library anew, at another address (ASLR): the address names the image.
 fn shim_mapping(pid: u32) -> Result<Option<u64>, Fail> {
-    match std::fs::read_to_string(format!("/proc/{pid}/maps")) {
-        Ok(m) => Ok(m
-            .lines()
-            .find(|l| l.contains("libmallocshim"))
-            .map(|l| l.split('-').next().and_then(|a| u64::from_str_radix(a, 16).ok()).unwrap_or(0))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(fail(1, format!("no such process: {pid}"))),
-        Err(e) => Err(fail(1, format!("cannot read /proc/{pid}/maps: {e}"))),
-    }
+    Ok(crate::procstate::read_maps(pid)?
+        .lines()
+        .find(|l| l.contains("libmallocshim"))
+        .map(|l| l.split('-').next().and_then(|a| u64::from_str_radix(a, 16).ok()).unwrap_or(0)))
 }
 
 /// The process's dump signal, as the shim reads `MALLOCSHIM_DUMP_SIGNAL` (its default, SIGUSR1,
@@ -346,6 +345,9 @@ fn raw_send(pid: u32, sig: i32, value: Option<usize>) -> Result<(), Fail> {
         let e = std::io::Error::last_os_error();
         let msg = match e.raw_os_error() {
             Some(libc::ESRCH) => format!("no such process: {pid}"),
+            Some(libc::EPERM) => {
+                format!("cannot signal process {pid}: {}", crate::procstate::proc_refused(pid, "maps"))
+            }
             _ => format!("cannot signal process {pid}: {e}"),
         };
         return Err(fail(1, msg));

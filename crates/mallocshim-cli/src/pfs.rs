@@ -64,9 +64,10 @@ pub fn parse(out: &str) -> Result<PsThreads, String> {
     Ok(m)
 }
 
-/// Runs the client once and returns the server's threads; None without `--mysql-socket`.
-/// Errors are one line: the client's own first error line, or why nothing came back.
-pub fn query(a: &ConnArgs) -> Result<Option<PsThreads>, String> {
+/// Runs the client once with `sql` in batch mode (tab-separated, no column names) and returns its
+/// output; None without `--mysql-socket`. Errors are one line: the client's own first error line,
+/// or why nothing came back.
+pub fn client_output(a: &ConnArgs, sql: &str) -> Result<Option<String>, String> {
     let Some(sock) = &a.mysql_socket else { return Ok(None) };
     let run = |prog: &PathBuf| {
         let mut c = Command::new(prog);
@@ -74,7 +75,7 @@ pub fn query(a: &ConnArgs) -> Result<Option<PsThreads>, String> {
         if let Some(u) = &a.mysql_user {
             c.arg(format!("--user={u}"));
         }
-        c.args(["--batch", "--skip-column-names", "-e", QUERY]);
+        c.args(["--batch", "--skip-column-names", "-e", sql]);
         c.output()
     };
     let (prog, out) = match &a.mysql_client {
@@ -102,11 +103,17 @@ pub fn query(a: &ConnArgs) -> Result<Option<PsThreads>, String> {
             out.status
         ));
     }
-    let m = parse(&String::from_utf8_lossy(&out.stdout))?;
+    Ok(Some(String::from_utf8_lossy(&out.stdout).into_owned()))
+}
+
+/// Runs the client once and returns the server's threads; None without `--mysql-socket`.
+pub fn query(a: &ConnArgs) -> Result<Option<PsThreads>, String> {
+    let Some(out) = client_output(a, QUERY)? else { return Ok(None) };
+    let sock = a.mysql_socket.as_ref().map(|s| s.display().to_string()).unwrap_or_default();
+    let m = parse(&out)?;
     if m.is_empty() {
         return Err(format!(
-            "performance_schema.threads on {} has no thread with an OS id: is performance_schema on? (MariaDB: performance_schema=ON, off by default)",
-            sock.display()
+            "performance_schema.threads on {sock} has no thread with an OS id: is performance_schema on? (MariaDB: performance_schema=ON, off by default)"
         ));
     }
     Ok(Some(m))

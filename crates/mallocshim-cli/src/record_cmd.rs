@@ -1,9 +1,11 @@
-//! `mallocshim record PID --seconds N --out FILE [--max-bytes B]` (issue 24): asks a running
+//! `mallocshim record PID --seconds N [--out FILE] [--max-bytes B]` (issue 24): asks a running
 //! process, through its control channel (`record` row, docs/control.md), to record every
-//! allocator call for N seconds into FILE, waits for the window to close and prints what the
-//! trace holds (calls, threads, size, bytes per call, why it ended). `--stop` ends a window
-//! early. The trace format is `mallocshim_format::trace` (docs/trace-format.md). Owns nothing
-//! else.
+//! allocator call for N seconds into FILE (by default a new name in the process's dump
+//! directory), waits for the window to close and prints what the trace holds (calls, threads,
+//! size, bytes per call, why it ended), with a warning and its remedy when more than
+//! [`DROP_WARN_PCT`] of the calls were dropped. A file the process cannot create is named with
+//! the process's user and the reason. `--stop` ends a window early. The trace format is
+//! `mallocshim_format::trace` (docs/trace-format.md). Owns nothing else.
 
 use crate::ctl_client::{request, request_if_open};
 use crate::dump_cmd::Fail;
@@ -18,10 +20,16 @@ use std::time::{Duration, Instant};
     long_about = "Through the control channel (docs/control.md), make process PID record every \
                   allocator call of every thread (op, size, alignment, thread, block id, time; no \
                   data) for --seconds into --out (zstd, docs/trace-format.md), then print what \
-                  the trace holds. The window ends early at --max-bytes, when the process exits, \
-                  or with --stop. Cost and safety: docs/record.md.\n\n\
+                  the trace holds. The process creates the file itself, as its own user: by \
+                  default in its dump directory (MALLOCSHIM_DUMP_DIR, else TMPDIR, else /tmp) as \
+                  mallocshim.<pid>.<unix seconds>.mst; a file it cannot create is named with its \
+                  user and the reason. More than 1% of the window's calls dropped (the shim's \
+                  thread fell behind) is a warning with its remedy. The window ends early at \
+                  --max-bytes, when the process exits, or with --stop. Cost and safety: \
+                  docs/record.md.\n\n\
                   Exit status: 0 recorded; 1 refused, no channel or no complete trace; 2 bad arguments.",
-    after_help = "Example:\n  mallocshim record $(pgrep -o -x mariadbd) --seconds 30 --out /var/tmp/mysqld.mst"
+    after_help = "Examples:\n  mallocshim record $(pgrep -o -x mariadbd) --seconds 30\n  \
+                  mallocshim record $(pgrep -o -x mariadbd) --seconds 30 --out /var/tmp/mysqld.mst"
 )]
 pub struct RecordArgs {
     #[arg(value_name = "PID")]
@@ -29,8 +37,9 @@ pub struct RecordArgs {
     /// Seconds to record (0: until --stop or the process exits; the command does not wait then).
     #[arg(long, value_name = "N", default_value_t = 30)]
     pub seconds: u64,
-    /// The trace file (created 0600 by the process, with its permissions).
-    #[arg(long, value_name = "FILE", required_unless_present = "stop")]
+    /// The trace file, created 0600 by the process itself, as its user (default: the process's
+    /// dump directory, mallocshim.<pid>.<unix seconds>.mst).
+    #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
     /// Size budget of the file (bytes, or a K, M or G suffix; at least 64K).
     #[arg(long, value_name = "B", default_value = "1G")]
@@ -77,14 +86,28 @@ pub fn run(a: &RecordArgs) -> Result<String, Fail> {
     let max = parse_size(&a.max_bytes)
         .filter(|&b| b >= 64 << 10)
         .ok_or_else(|| fail(2, format!("--max-bytes {}: expected a size of at least 64K", a.max_bytes)))?;
-    let out = absolute(a.out.as_deref().expect("clap: --out"))?;
-    let reply = request(a.pid, &format!("record {} {} {max}", out.display(), a.seconds), a.timeout)?;
-    // The process names the file: FILE.<pid> when FILE was taken (an existing file, another
-    // recording); it is FILE.part until whole.
-    let out = match reply.trim().strip_prefix("recording=") {
-        Some(named) if named != out.display().to_string() => {
-            eprintln!("mallocshim record: {} is taken; process {} records to {named}", out.display(), a.pid);
-            PathBuf::from(named)
+    let out = match a.out.as_deref() {
+        Some(p) => absolute(p)?,
+        None => default_out(a.pid)?,
+    };
+    let reply = request(a.pid, &format!("record {} {} {max}", out.display(), a.seconds), a.timeout)
+        .map_err(|f| Fail { msg: not_created(a.pid, &out, &f.msg).unwrap_or(f.msg), ..f })?;
+    // The process may record elsewhere (a path taken: PATH.<pid>; it is PATH.part until
+    // whole); its reply names the file.
+    let named = reply
+        .lines()
+        .find_map(|l| l.strip_prefix("recording="))
+        .map(|p| PathBuf::from(p.trim()))
+        .filter(|p| p.is_absolute());
+    let out = match named {
+        Some(n) if n != out => {
+            eprintln!(
+                "mallocshim record: {} is taken; process {} records to {}",
+                out.display(),
+                a.pid,
+                n.display()
+            );
+            n
         }
         _ => out,
     };
@@ -122,6 +145,44 @@ pub fn run(a: &RecordArgs) -> Result<String, Fail> {
     }
 }
 
+/// More dropped calls than this share (%) of the window's calls is a warning with its remedy.
+pub const DROP_WARN_PCT: f64 = 1.0;
+
+/// A new trace name in the process's dump directory.
+fn default_out(pid: u32) -> Result<PathBuf, Fail> {
+    let dir = crate::dump_cmd::dump_dir(pid);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    absolute(&dir.join(format!("mallocshim.{pid}.{now}.mst")))
+}
+
+/// A refusal to create the file, in words: the path, the process's user, the reason and what to
+/// give instead. None for other errors.
+fn not_created(pid: u32, out: &Path, msg: &str) -> Option<String> {
+    let reason = msg.strip_prefix("record: ").filter(|r| r.contains("(os error"))?;
+    let uid = crate::procstate::euid(pid)?;
+    let user = crate::procstate::user_name(uid);
+    let parent = out.parent().unwrap_or(Path::new("/"));
+    let mode = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(parent)
+            .map(|m| {
+                format!(
+                    "{} is owned by {}, mode {:04o}",
+                    parent.display(),
+                    crate::procstate::user_name(m.uid()),
+                    m.mode() & 0o7777
+                )
+            })
+            .unwrap_or_else(|e| format!("{}: {e}", parent.display()))
+    };
+    Some(format!(
+        "process {pid} could not create {}: {reason}. The process creates the trace itself, as its user {user} (uid {uid}), \
+         and {mode}: give --out in a directory {user} may write, or leave --out out for its dump directory ({})",
+        out.display(),
+        crate::dump_cmd::dump_dir(pid).display()
+    ))
+}
+
 /// Whether the process's window is still open, by its channel's `record status`; a process
 /// gone, a channel closed or an answer of another kind: no (the file is read then).
 fn still_recording(pid: u32, timeout: f64) -> bool {
@@ -140,5 +201,20 @@ fn summary(out: &Path, h: &trace::Header, threads: usize, events: u64, f: &trace
         bytes as f64 / events.max(1) as f64,
         f.ended.name(),
         if f.dropped > 0 { format!("; {} calls dropped (full buffers)", f.dropped) } else { String::new() }
+    ) + &drop_warning(events, f.dropped)
+}
+
+/// The warning line for a trace that dropped more than [`DROP_WARN_PCT`] of its calls.
+pub fn drop_warning(events: u64, dropped: u64) -> String {
+    let pct = 100.0 * dropped as f64 / (events + dropped).max(1) as f64;
+    if pct <= DROP_WARN_PCT {
+        return String::new();
+    }
+    format!(
+        "warning: {pct:.1}% of the window's calls were dropped ({dropped} of {}): the shim's thread, which drains each \
+         thread's ring every 10 ms, fell behind (a busy or loaded machine), so the trace misses them and `mallocshim \
+         replay` qualifies its verdict. Remedy: record again when the server has a core to spare (a quieter hour, or \
+         fewer client threads), or a shorter --seconds; docs/record.md\n",
+        events + dropped
     )
 }

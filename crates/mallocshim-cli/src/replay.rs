@@ -30,8 +30,12 @@ use std::time::{Duration, Instant};
                   trim (MiB, minus the replayer's baseline), RSS over live bytes, calls/s, CPU per call, \
                   p50/p99 latency per op and size class, replay errors (must be 0); then the verdict. \
                   See docs/replay.md.\n\n\
+                  The verdict weighs peak RSS and RSS at the end of the window (what \"RSS keeps \
+                  growing\" asks); it is qualified when the trace dropped more than 1% of the window's \
+                  calls, and refused above 25% without --force.\n\n\
                   Exit status: 0 on success, 1 when a replay had errors (the answer is printed), 2 on \
-                  bad arguments, an unreadable, truncated or corrupt trace, or a replay process that \
+                  bad arguments, an unreadable, truncated or corrupt trace, a trace that dropped more \
+                  than 25% of its calls (without --force), or a replay process that \
                   failed (one line, prefixed \"mallocshim replay:\").",
     after_help = "Example:\n  mallocshim replay mysqld.trace --backends glibc,jemalloc --json answer.json --plot rss.svg"
 )]
@@ -55,9 +59,14 @@ pub struct Args {
     /// Write the answer as JSON here (a new file).
     #[arg(long, value_name = "OUT.json")]
     pub json: Option<PathBuf>,
-    /// Draw RSS over replay time per backend here (SVG when it ends in .svg, else PNG).
-    #[arg(long, value_name = "OUT.svg")]
+    /// Draw RSS over replay time per backend here: SVG when it ends in .svg, PNG otherwise
+    /// (OUT.png).
+    #[arg(long, value_name = "OUT.svg|OUT.png")]
     pub plot: Option<PathBuf>,
+    /// Give a verdict even when the trace dropped more than 25% of its window's calls (the
+    /// verdict is qualified above 1%).
+    #[arg(long)]
+    pub force: bool,
     /// Output format of the tables.
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
@@ -125,6 +134,19 @@ pub fn run(a: &Args) -> Result<String, Fail> {
             plan.end_reason
         );
     }
+    let (events, dropped) = (plan.summary.events, plan.summary.dropped);
+    let pct = answer::dropped_pct(events, dropped);
+    if pct > answer::DROPS_REFUSE_PCT && !a.force {
+        return Err(fail(
+            2,
+            format!(
+                "{}: the recorder dropped {pct:.1}% of the window's calls ({dropped} of {}): a replay of the rest is not \
+                 the workload, no verdict (--force gives one, qualified); record again with a core to spare (docs/record.md)",
+                a.file.display(),
+                events + dropped
+            ),
+        ));
+    }
     let scratch = Scratch::new().map_err(|e| fail(2, e))?;
     let plan_path = scratch.0.join("plan.bin");
     plan.write(&plan_path).map_err(|e| fail(2, e))?;
@@ -137,7 +159,7 @@ pub fn run(a: &Args) -> Result<String, Fail> {
         ans.engine.trace_end = plan.end_reason.clone();
         backends.push(ans);
     }
-    let verdict = answer::verdict(&backends);
+    let verdict = answer::qualify(answer::verdict(&backends), events, dropped);
     let answer = Answer {
         format: answer::FORMAT.into(),
         version: answer::VERSION,

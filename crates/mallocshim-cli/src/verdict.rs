@@ -21,6 +21,13 @@ pub const RETAINED_FRAC: f64 = 0.10;
 pub const RETAINED_MIN_BYTES: u64 = 16 << 20;
 /// Rows needed (with the account columns).
 pub const MIN_ROWS: usize = 3;
+/// The rise must persist to the window's end: the line fitted to the last `TAIL_FRAC` of the
+/// window (at least [`MIN_ROWS`] rows) must rise at no less than `TAIL_PACE` of the whole
+/// window's fitted pace. A step up at 28–72% of the window followed by a plateau fits a line
+/// with R² up to 0.75 (3p(1-p) for a step at p) but its tail is flat: a level, not growth.
+pub const TAIL_FRAC: f64 = 0.25;
+/// See [`TAIL_FRAC`].
+pub const TAIL_PACE: f64 = 0.25;
 
 /// Which situation the window shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,6 +58,9 @@ pub struct Fit {
     pub r2: f64,
     pub first: u64,
     pub last: u64,
+    /// Bytes per second of the line fitted to the window's last [`TAIL_FRAC`] (the persistence
+    /// rule, [`grows`]).
+    pub tail_bytes_per_s: f64,
 }
 
 /// The verdict and its numbers.
@@ -93,11 +103,29 @@ pub fn fit(xs: &[f64], ys: &[u64]) -> Fit {
         r2,
         first: *ys.first().unwrap_or(&0),
         last: *ys.last().unwrap_or(&0),
+        tail_bytes_per_s: slope,
     }
 }
 
-fn grows(f: &Fit, threshold: u64) -> bool {
-    f.rise_bytes > threshold as f64 && f.r2 >= GROWTH_MIN_R2 && f.last.saturating_sub(f.first) > threshold / 2
+/// [`fit`], with `tail_bytes_per_s` from the rows in the window's last [`TAIL_FRAC`] (at least
+/// the last [`MIN_ROWS`]).
+pub fn fit_with_tail(xs: &[f64], ys: &[u64]) -> Fit {
+    let mut f = fit(xs, ys);
+    let end = xs.last().copied().unwrap_or(0.0);
+    let span = end - xs.first().copied().unwrap_or(0.0);
+    let from = xs.iter().position(|&x| x >= end - TAIL_FRAC * span).unwrap_or(0);
+    let from = from.min(xs.len().saturating_sub(MIN_ROWS));
+    f.tail_bytes_per_s = fit(&xs[from..], &ys[from..]).bytes_per_s;
+    f
+}
+
+/// Growth: a fitted rise above `threshold` that explains the data, a last value above the
+/// first by half the threshold, and a rise that persists to the window's end ([`TAIL_FRAC`]).
+pub fn grows(f: &Fit, threshold: u64) -> bool {
+    f.rise_bytes > threshold as f64
+        && f.r2 >= GROWTH_MIN_R2
+        && f.last.saturating_sub(f.first) > threshold / 2
+        && f.tail_bytes_per_s >= TAIL_PACE * f.bytes_per_s
 }
 
 /// The verdict for a memlog's rows. Errors (one line) when fewer than [`MIN_ROWS`] rows carry
@@ -116,9 +144,9 @@ pub fn diagnose(rows: &[MemRow]) -> Result<Verdict, String> {
     let t0 = rows[0].unix_ms;
     let xs: Vec<f64> = rows.iter().map(|r| r.unix_ms.saturating_sub(t0) as f64 / 1000.0).collect();
     let col = |f: fn(&MemRow) -> u64| rows.iter().map(|r| f(r)).collect::<Vec<u64>>();
-    let live = fit(&xs, &col(|r| r.live_bytes.unwrap_or(0)));
-    let non_heap = fit(&xs, &col(|r| r.non_heap_bytes.unwrap_or(0)));
-    let rss = fit(&xs, &col(|r| r.rss_bytes));
+    let live = fit_with_tail(&xs, &col(|r| r.live_bytes.unwrap_or(0)));
+    let non_heap = fit_with_tail(&xs, &col(|r| r.non_heap_bytes.unwrap_or(0)));
+    let rss = fit_with_tail(&xs, &col(|r| r.rss_bytes));
     let peak_rss = rows.iter().map(|r| r.rss_bytes).max().unwrap_or(0);
     let last = (*rows.last().unwrap()).clone();
     let growth_threshold = ((GROWTH_FRAC * peak_rss as f64) as u64).max(GROWTH_MIN_BYTES);
@@ -280,6 +308,38 @@ mod tests {
         assert!(diagnose(&[row(0, 1, 1, 1, 1), row(1, 1, 1, 1, 1)]).is_err());
         let old: Vec<_> = (0..5).map(|s| MemRow { unix_ms: s, ..Default::default() }).collect();
         assert!(diagnose(&old).is_err());
+    }
+
+    /// A step at share `p` of a 100-row window, then a plateau to the end: never growth
+    /// (issue 37 item 6), whatever the R² of the whole-window line (0.75 at p = 0.5).
+    #[test]
+    fn one_step_then_plateau_is_not_growth() {
+        for p in [0.2, 0.28, 0.35, 0.4, 0.5, 0.6, 0.65, 0.72, 0.8] {
+            let at = (p * 100.0) as u64;
+            let rows: Vec<_> = (0..100)
+                .map(|s| if s < at { row(s, 300, 40, 5, 30) } else { row(s, 500, 240, 5, 30) })
+                .collect();
+            let v = diagnose(&rows).unwrap();
+            assert_ne!(v.kind, Kind::LiveHeapGrowth, "step at {p}: {v:?}");
+            // Also for non-heap memory (a buffer pool that warmed up, then stayed).
+            let rows: Vec<_> = (0..100)
+                .map(|s| if s < at { row(s, 300, 40, 5, 30) } else { row(s, 500, 40, 5, 230) })
+                .collect();
+            assert_ne!(diagnose(&rows).unwrap().kind, Kind::OutsideMalloc, "non-heap step at {p}");
+        }
+    }
+
+    /// Growth that goes on to the end still reads as growth: a line with noise, two steps of a
+    /// staircase that keeps climbing, and a rise that slows but does not stop.
+    #[test]
+    fn rise_to_the_end_is_growth() {
+        let noisy: Vec<_> = (0..100).map(|s| row(s, 100 + 2 * s, 40 + 2 * s + (s * 7 % 5), 2, 5)).collect();
+        assert_eq!(diagnose(&noisy).unwrap().kind, Kind::LiveHeapGrowth);
+        let stairs: Vec<_> = (0..100).map(|s| row(s, 100 + 2 * s, 40 + 20 * (s / 10), 2, 5)).collect();
+        assert_eq!(diagnose(&stairs).unwrap().kind, Kind::LiveHeapGrowth);
+        let slowing: Vec<_> =
+            (0..100).map(|s| row(s, 300, 40 + (((s as f64).sqrt()) * 30.0) as u64, 2, 5)).collect();
+        assert_eq!(diagnose(&slowing).unwrap().kind, Kind::LiveHeapGrowth, "{:?}", diagnose(&slowing));
     }
 
     #[test]

@@ -190,16 +190,19 @@ pub struct Answer {
     pub verdict: String,
 }
 
-/// The verdict over the backends: the one with the lowest net peak RSS against the first
-/// (the reference, glibc by default). "at equal CPU" when CPU per call is within 10%.
+/// The verdict over the backends: the one with the lowest net peak plus net end RSS (the peak,
+/// and what the window leaves resident at its end: "RSS keeps growing" asks about the end)
+/// against the first backend, with both figures and the CPU per call.
 pub fn verdict(bs: &[BackendAnswer]) -> String {
     let Some(first) = bs.first() else { return "no backend replayed".into() };
-    let Some(best) = bs.iter().min_by_key(|b| b.net_peak_rss_bytes) else { return String::new() };
+    let weight = |b: &BackendAnswer| b.net_peak_rss_bytes + b.net_end_rss_bytes;
+    let Some(best) = bs.iter().min_by_key(|b| weight(b)) else { return String::new() };
     if bs.len() == 1 {
         return format!(
-            "on this window {} peaks at {} MiB over the baseline",
+            "on this window {} peaks at {} MiB and ends at {} MiB over the baseline",
             first.engine.backend,
-            mib(first.net_peak_rss_bytes)
+            mib(first.net_peak_rss_bytes),
+            mib(first.net_end_rss_bytes)
         );
     }
     let cpu = if first.cpu_ns_per_call > 0.0 { best.cpu_ns_per_call / first.cpu_ns_per_call } else { 1.0 };
@@ -208,25 +211,95 @@ pub fn verdict(bs: &[BackendAnswer]) -> String {
     } else {
         format!("at {cpu:.2}x the CPU per call")
     };
-    if std::ptr::eq(best, first) || best.net_peak_rss_bytes == first.net_peak_rss_bytes {
+    if std::ptr::eq(best, first) || weight(best) == weight(first) {
         let others: Vec<&str> = bs[1..].iter().map(|b| b.engine.backend.as_str()).collect();
         return format!(
-            "on this window {} keeps the least peak RSS ({} MiB); {} keep more",
+            "on this window {} keeps the least RSS (peak {} MiB, {} MiB at the end); {} keep more",
             first.engine.backend,
             mib(first.net_peak_rss_bytes),
+            mib(first.net_end_rss_bytes),
             others.join(", ")
         );
     }
-    let less = 100.0 * (1.0 - best.net_peak_rss_bytes as f64 / first.net_peak_rss_bytes.max(1) as f64);
     format!(
-        "on this window {} keeps {less:.0}% less peak RSS than {} ({} vs {} MiB) {cost}",
+        "on this window {} ends {} and peaks {} in RSS than {} (end {} vs {} MiB, peak {} vs {} MiB) {cost}",
         best.engine.backend,
+        rel(best.net_end_rss_bytes, first.net_end_rss_bytes, "lower", "higher"),
+        rel(best.net_peak_rss_bytes, first.net_peak_rss_bytes, "lower", "higher"),
         first.engine.backend,
+        mib(best.net_end_rss_bytes),
+        mib(first.net_end_rss_bytes),
         mib(best.net_peak_rss_bytes),
         mib(first.net_peak_rss_bytes)
     )
 }
 
+/// `a` against `b` in words: "12% lower", "5% higher", "no lower".
+fn rel(a: u64, b: u64, lower: &str, higher: &str) -> String {
+    let pct = 100.0 * (a as f64 - b as f64) / b.max(1) as f64;
+    match pct.round() as i64 {
+        0 => format!("no {lower}"),
+        p if p < 0 => format!("{}% {lower}", -p),
+        p => format!("{p}% {higher}"),
+    }
+}
+
+/// More dropped calls than this share (%) of the recorded window qualifies the verdict ...
+pub const DROPS_QUALIFY_PCT: f64 = 1.0;
+/// ... and more than this refuses it without `--force`: the replay is then not the workload.
+pub const DROPS_REFUSE_PCT: f64 = 25.0;
+
+/// The share of the window's calls the recorder dropped, %.
+pub fn dropped_pct(events: u64, dropped: u64) -> f64 {
+    100.0 * dropped as f64 / (events + dropped).max(1) as f64
+}
+
+/// The verdict qualified for a trace that dropped calls (above [`DROPS_QUALIFY_PCT`]).
+pub fn qualify(verdict: String, events: u64, dropped: u64) -> String {
+    let pct = dropped_pct(events, dropped);
+    if pct <= DROPS_QUALIFY_PCT {
+        return verdict;
+    }
+    format!(
+        "{verdict}; qualified: the trace misses {pct:.1}% of the window's calls ({dropped} dropped while recording), so its \
+         heap is not the process's: a dropped free leaves its block live in the replay, a dropped allocation's free frees \
+         a pre-window block (docs/replay.md, Drops)"
+    )
+}
+
 fn mib(b: u64) -> String {
     format!("{:.1}", b as f64 / (1u64 << 20) as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(name: &str, peak: u64, end: u64) -> BackendAnswer {
+        BackendAnswer {
+            engine: EngineOut { backend: name.into(), ..Default::default() },
+            net_peak_rss_bytes: peak << 20,
+            net_end_rss_bytes: end << 20,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_end_of_the_window_weighs_with_the_peak() {
+        // jemalloc peaks a little higher but ends far lower: it wins, and both figures show.
+        let v = verdict(&[b("glibc", 100, 90), b("jemalloc", 105, 20)]);
+        assert!(
+            v.starts_with("on this window jemalloc ends 78% lower and peaks 5% higher in RSS than glibc"),
+            "{v}"
+        );
+        assert!(verdict(&[b("glibc", 100, 20), b("jemalloc", 90, 95)]).contains("glibc keeps the least RSS"));
+        assert!(verdict(&[b("glibc", 10, 5)]).contains("ends at 5.0 MiB"));
+    }
+
+    #[test]
+    fn drops_qualify_the_verdict_above_one_percent() {
+        assert_eq!(qualify("v".into(), 1000, 10), "v");
+        let q = qualify("v".into(), 1000, 4556);
+        assert!(q.starts_with("v; qualified: the trace misses 82.0% of the window's calls"), "{q}");
+    }
 }

@@ -1,0 +1,114 @@
+//! `mallocshim diagnose PID` ends in actions (issue 38 items 1 and 2), black-box on a planted
+//! case of glibc arena retention (tests/c/diagnose.c `arenas`: six arenas whose top chunks keep
+//! ~32 MiB each, which malloc_trim never reaches, and ~42 MiB of free pages inside the main
+//! arena's free chunks, which it returns), under the glibc backend with periodic trims off:
+//! the verdict names the arenas and what stays, prints `mallocshim trim PID` with the bytes it
+//! is expected to return, `mallocshim set PID TRIM_ABOVE_RSS=...` and the restart-time
+//! `glibc.malloc.arena_max` and jemalloc remedies; `mallocshim trim PID` then returns that
+//! figure (±25%); diagnosed again, no trim is suggested (it would return nothing), and once
+//! `TRIM_ABOVE_RSS` is set it is shown as in effect, not suggested.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+
+fn cli(args: &[&str]) -> String {
+    let o = Command::new(common::cli_bin()).args(args).output().unwrap();
+    assert!(o.status.success(), "mallocshim {args:?}: {}", common::describe(&o));
+    common::stdout(&o)
+}
+
+/// The MiB figure after `key` in `line` ("returns about 41.4 MiB").
+fn mib_after(line: &str, key: &str) -> f64 {
+    let at = line.find(key).unwrap_or_else(|| panic!("no `{key}` in {line}")) + key.len();
+    line[at..].split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// The planted program under `backend`, holding what it made until its stdin closes.
+fn start(backend: &str) -> std::process::Child {
+    let prog = common::cc("diagnose.c", "diagnose_prog", &[]);
+    let dir = common::work_dir().join(format!("diagnose-actions/{backend}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut c = common::preloaded(&prog, backend);
+    c.arg("arenas")
+        .env("DIAGNOSE_WAIT", "1")
+        .env("MALLOCSHIM_DUMP_DIR", &dir)
+        .env("MALLOCSHIM_HISTORY_MS", "100")
+        .env("MALLOCSHIM_TRIM_INTERVAL_MS", "0")
+        .env_remove("MALLOCSHIM_MEMLOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "done arenas", "{backend}");
+    child
+}
+
+/// Under jemalloc the same program gets no glibc remedy, and the trim figure is an upper bound.
+#[test]
+fn other_backends_get_no_glibc_remedy() {
+    let mut child = start("jemalloc");
+    let pid = child.id().to_string();
+    let out = cli(&["diagnose", &pid]);
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+    eprintln!("{out}");
+    assert!(!out.contains("arena_max") && !out.contains("MALLOCSHIM_BACKEND="), "{out}");
+    assert!(!out.contains("arenas: "), "{out}");
+    if out.contains(&format!("mallocshim trim {pid}")) {
+        assert!(out.contains("an upper bound: pages that still hold a live block stay"), "{out}");
+    }
+}
+
+#[test]
+fn arena_retention_ends_in_live_actions_with_expected_bytes() {
+    let mut child = start("glibc");
+    let pid = child.id().to_string();
+
+    let out = cli(&["diagnose", &pid]);
+    eprintln!("{out}");
+    assert_eq!(out.lines().next(), Some("verdict: retained by the allocator"), "{out}");
+    let arenas = out.lines().find(|l| l.starts_with("arenas: ")).expect(&out);
+    let heaps: u64 = arenas.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(heaps >= 6, "six threads, six arenas: {arenas}");
+    let stays = out.lines().find(|l| l.starts_with("what a trim cannot return: ")).expect(&out);
+    assert!(mib_after(stays, "cannot return: ") >= 150.0, "6 x 32 MiB in arena tops: {stays}");
+    let lines: Vec<&str> = out.lines().collect();
+    let at = lines.iter().position(|l| l.trim() == format!("mallocshim trim {pid}")).expect(&out);
+    let expect = mib_after(lines[at + 1], "returns about ");
+    assert!((30.0..=60.0).contains(&expect), "~42 MiB of free pages in the main arena: {}", lines[at + 1]);
+    assert!(out.contains(&format!("mallocshim set {pid} TRIM_ABOVE_RSS=")), "{out}");
+    let arena_max =
+        lines.iter().position(|l| l.contains("GLIBC_TUNABLES=glibc.malloc.arena_max=")).expect(&out);
+    assert!(lines[arena_max].contains("(restart)"), "{out}");
+    assert!(mib_after(lines[arena_max + 1], "saves up to ") >= 150.0, "{out}");
+    assert!(out.contains("MALLOCSHIM_BACKEND=jemalloc (restart)"), "{out}");
+    assert!(!out.contains("already in effect"), "periodic trim off, no ceiling: {out}");
+
+    // The figure is what the trim returns.
+    let t = cli(&["trim", &pid]);
+    let released = mib_after(&t, "released ");
+    eprintln!("expected {expect} MiB, released {released} MiB: {t}");
+    assert!((released - expect).abs() <= expect / 4.0, "expected {expect} MiB, {t}");
+
+    // Again: nothing left for a trim to return, so no trim; the arenas' remedy stays.
+    let again = cli(&["diagnose", &pid]);
+    assert!(!again.contains(&format!("mallocshim trim {pid}")), "{again}");
+    assert!(again.contains("none that would return 1.0 MiB or more"), "{again}");
+    assert!(again.contains("glibc.malloc.arena_max="), "{again}");
+
+    // A setting in effect is named as such, never suggested.
+    cli(&["set", &pid, "TRIM_ABOVE_RSS=1G"]);
+    cli(&["set", &pid, "TRIM_INTERVAL_MS=10000"]);
+    let set = cli(&["diagnose", &pid]);
+    assert!(set.contains("already in effect: TRIM_ABOVE_RSS=1073741824"), "{set}");
+    assert!(set.contains("already in effect: TRIM_INTERVAL_MS=10000"), "{set}");
+    assert!(!set.contains("mallocshim set"), "{set}");
+
+    let _ = child.stdin.take().unwrap().write_all(b"");
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+}
