@@ -153,6 +153,11 @@ fn check(bin: &Path, backend: &str, what: &str, debug: Option<&Path>) -> PathBuf
             "{what}: no {want:?} in tree\n{out}"
         );
     }
+    // A build with its symbols (its .symtab, or the debug file found) gets no note.
+    assert!(
+        !out.lines().any(|l| l.starts_with("heap_cmd_") && l.contains("has no debug symbols")),
+        "{what}: a note\n{out}"
+    );
     for wrong in ["my_malloc", "operator new[]", "0x"] {
         assert!(
             !out.lines().take(8).any(|l| l.contains(wrong)),
@@ -191,6 +196,12 @@ fn names_sites_past_wrappers_in_three_builds() {
         let bare = heap(&["--debug-dir", "/nonexistent", p.to_str().unwrap()]);
         let first = rows(&bare, "by inuse_space (total");
         assert!(first[0].0.starts_with("heap_cmd_strip+0x"), "stripped under {backend}: {bare}");
+        // ... and a note that says so and how to get them (issue 38.7).
+        assert!(
+            bare.lines().nth(1).is_some_and(|l| l.starts_with("heap_cmd_strip has no debug symbols (")),
+            "stripped under {backend}: no note\n{bare}"
+        );
+        assert!(bare.contains("no Debian package ships it") && bare.contains("--debug-dir DIR"), "{bare}");
         symbolized_for_go(&p, dir, backend);
     }
 }

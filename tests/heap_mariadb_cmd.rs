@@ -12,6 +12,8 @@
 //! - against jemalloc: the direct callers of my_malloc and my_once_alloc (`--callers-of`), by
 //!   inuse_space: each of jemalloc's top 10 holds the same share of those stacks in the shim's
 //!   profile within ±8 points, and the shim's top caller is among jemalloc's top 3;
+//! - the note: mariadbd is stripped and its `-dbgsym` is not installed, so the first screen
+//!   says how many of its frames stayed unnamed and how to get the symbols (issue 38.7);
 //! - two runs: `heap B A` between the two shim servers: no call site holding 3% or more of
 //!   either profile appears or vanishes (no false growth from ASLR).
 //!
@@ -145,6 +147,27 @@ fn mariadbd_sites_named_and_matching_jemalloc() {
             !WRAPPERS.contains(&bare) && !named.contains("0x") && !named.is_empty(),
             "first screen: {name}\n{top}"
         );
+    }
+    // Debian ships mariadbd stripped, its symbols in mariadb-server-core-dbgsym (debug
+    // archive): without that file the first screen says so and how to get it (issue 38.7).
+    let id = common::stdout(&common::run_ok(
+        {
+            let mut c = Command::new(common::require("readelf"));
+            c.arg("-n").arg("/usr/sbin/mariadbd");
+            c
+        },
+        "readelf -n mariadbd",
+    ))
+    .lines()
+    .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
+    .expect("mariadbd has no build ID");
+    let note = format!("mariadbd has no debug symbols (/usr/sbin/mariadbd, build ID {id}");
+    if Path::new(&format!("/usr/lib/debug/.build-id/{}/{}.debug", &id[..2], &id[2..])).exists() {
+        assert!(!top.contains(&note), "mariadbd's debug file is installed, yet:\n{top}");
+    } else {
+        for want in [note.as_str(), "apt-get install mariadb-server-core-dbgsym", "--debug-dir DIR"] {
+            assert!(top.lines().take(6).any(|l| l.contains(want)), "no {want:?} on the first screen\n{top}");
+        }
     }
     let unnamed = first.iter().filter(|(n, _)| n.contains(" < ")).count();
     eprintln!("shim, first screen ({unnamed} of {} static, named by caller):\n{top}", first.len());

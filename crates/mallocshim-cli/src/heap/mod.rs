@@ -8,6 +8,7 @@
 
 mod flame;
 mod jeheap;
+mod missing;
 mod stacks;
 mod symbolize;
 mod symbolized;
@@ -56,7 +57,9 @@ impl Index {
                   with --wrapper). Frames are named after the fact from a debug file found by \
                   build ID under --debug-dir (DIR/.build-id/xx/rest.debug), else the binary's \
                   symbol table, else the profile's own names, else MODULE+0xFILE_OFFSET; C++ and \
-                  Rust names are demangled. Figures are the profile's unbiased estimates from \
+                  Rust names are demangled. When the program has no debug symbols — Debian's mariadbd is stripped — a note says how many of \
+                  its frames stayed unnamed and how to get them (its -dbgsym package from \
+                  Debian's debug archive, or --debug-dir). Figures are the profile's unbiased estimates from \
                   sampling (MALLOCSHIM_PROF_SAMPLE_BYTES); samples the shim dropped at its bounds \
                   are warned about.\n\n\
                   With BASE (an earlier profile of the same process, or a profile of another run \
@@ -174,6 +177,8 @@ pub fn run(args: &Args) -> Result<String, String> {
     let cur = named(&p, &mut sym);
     let mut o = format!("heap profile {}\n", args.profile.display());
     warn(&mut o, "profile", &cur);
+    let program = p.mapping.first().map(|m| p.str(m.filename).to_string());
+    o += &missing::notes(&sym.unsymbolized(program.as_deref()), &args.debug_dir);
     let one = args.sample_index.unwrap_or(Index::InuseSpace).name();
     if let Some(base_path) = &args.base {
         let base = named(&read(base_path)?, &mut sym);
@@ -231,8 +236,9 @@ pub fn run(args: &Args) -> Result<String, String> {
         o += "\n";
         o += &symbolized::write(&p, &mut sym, out)?;
     }
-    for d in sym.debug_files() {
-        o += &format!("debug symbols: {}\n", d.display());
+    for (module, d) in sym.debug_files() {
+        let file = module.rsplit('/').next().unwrap_or(&module);
+        o += &format!("debug symbols for {file}: {}\n", d.display());
     }
     Ok(o)
 }

@@ -8,7 +8,7 @@
 //! profile carries. C++ (Itanium) and Rust names are demangled. Reads files; no global state.
 
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// Function symbols of one ELF file, by virtual address, and its loadable segments.
@@ -18,6 +18,8 @@ struct Table {
     segments: Vec<(u64, u64, u64)>,
     /// (vaddr, size, mangled name) sorted by vaddr.
     syms: Vec<(u64, u64, String)>,
+    /// Whether the file has a full symbol table (`.symtab`), not only the exported `.dynsym`.
+    symtab: bool,
 }
 
 impl Table {
@@ -33,6 +35,7 @@ impl Table {
                 (off, size.max(s.size()), s.address())
             })
             .collect();
+        let symtab = f.symbols().next().is_some();
         let mut syms: Vec<(u64, u64, String)> = f
             .symbols()
             .chain(f.dynamic_symbols())
@@ -41,7 +44,7 @@ impl Table {
             .collect();
         syms.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
         syms.dedup_by_key(|s| s.0);
-        Some((Table { segments, syms }, build_id))
+        Some((Table { segments, syms, symtab }, build_id))
     }
 
     fn vaddr(&self, off: u64) -> Option<u64> {
@@ -64,6 +67,20 @@ struct Module {
     binary: Option<Table>,
     /// Where the debug file was found (for `--verbose`-style notes in the output).
     debug_path: Option<PathBuf>,
+    /// Distinct file offsets asked for, and those no table named.
+    asked: HashSet<u64>,
+    unnamed: HashSet<u64>,
+}
+
+/// A module whose frames the profile holds and that has neither a debug file nor a full
+/// symbol table (a stripped binary, named at most from its exported symbols).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unsymbolized {
+    pub path: String,
+    pub build_id: String,
+    /// Distinct frames (file offsets) of the module in the profile, and those left unnamed.
+    pub frames: usize,
+    pub unnamed: usize,
 }
 
 /// Per-module symbol tables, loaded on first use.
@@ -120,6 +137,17 @@ impl Symbolizer {
     /// (demangled name, raw symbol as the table spells it) of the function at file offset
     /// `off` of module (`path`, `build_id`), if any symbol table covers it.
     pub fn symbol(&mut self, path: &str, build_id: &str, off: u64) -> Option<(String, String)> {
+        let found = self.lookup(path, build_id, off);
+        let m =
+            self.modules.get_mut(&(path.to_string(), build_id.to_string())).expect("module loaded by lookup");
+        m.asked.insert(off);
+        if found.is_none() {
+            m.unnamed.insert(off);
+        }
+        found
+    }
+
+    fn lookup(&mut self, path: &str, build_id: &str, off: u64) -> Option<(String, String)> {
         let m = self.module(path, build_id);
         // Virtual addresses from the binary's segments when it is there (the debug file keeps
         // the same program headers, so either gives the same vaddr).
@@ -133,10 +161,33 @@ impl Symbolizer {
         Some((demangle(raw), raw.to_string()))
     }
 
-    /// The debug files found so far.
-    pub fn debug_files(&self) -> Vec<PathBuf> {
-        let mut v: Vec<PathBuf> = self.modules.values().filter_map(|m| m.debug_path.clone()).collect();
+    /// (module path, debug file) of the debug files found so far.
+    pub fn debug_files(&self) -> Vec<(String, PathBuf)> {
+        let mut v: Vec<(String, PathBuf)> =
+            self.modules.iter().filter_map(|((p, _), m)| Some((p.clone(), m.debug_path.clone()?))).collect();
         v.sort();
+        v
+    }
+
+    /// `main` (the profile's program) when it has frames in the profile but no debug file and
+    /// no `.symtab`. Libraries are left out: their unnamed frames are the stack's bottom
+    /// (`__libc_start_call_main` and the like), and a note about them is noise.
+    pub fn unsymbolized(&self, main: Option<&str>) -> Vec<Unsymbolized> {
+        let mut v: Vec<Unsymbolized> = self
+            .modules
+            .iter()
+            .filter(|(_, m)| {
+                m.debug.is_none() && !m.binary.as_ref().is_some_and(|t| t.symtab) && !m.asked.is_empty()
+            })
+            .filter(|((p, _), _)| Some(p.as_str()) == main)
+            .map(|((p, id), m)| Unsymbolized {
+                path: p.clone(),
+                build_id: id.clone(),
+                frames: m.asked.len(),
+                unnamed: m.unnamed.len(),
+            })
+            .collect();
+        v.sort_by(|a, b| b.unnamed.cmp(&a.unnamed).then(a.path.cmp(&b.path)));
         v
     }
 }
