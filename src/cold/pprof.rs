@@ -12,7 +12,10 @@
 
 use super::symbols;
 use crate::hot::heapprof::{self, live};
-use mallocshim_format::pprof::{Function, Label, Line, Location, Mapping, Profile, Sample, ValueType};
+use mallocshim_format::pprof::{
+    Function, Label, Line, Location, Mapping, Profile, Sample, ValueType, EXITED, LABEL_START_ROUTINE,
+    LABEL_THREAD, LABEL_TID,
+};
 use std::collections::HashMap;
 
 /// The string table under construction.
@@ -110,7 +113,7 @@ pub fn build(heap_table: bool) -> Profile {
         }
     }
     let mut names: HashMap<u32, String> = HashMap::new();
-    let (k_thread, k_tid, k_role) = (st.id("thread"), st.id("tid"), st.id("start_routine"));
+    let (k_thread, k_tid, k_role) = (st.id(LABEL_THREAD), st.id(LABEL_TID), st.id(LABEL_START_ROUTINE));
     let mut sample = Vec::with_capacity(c.records.len());
     for (r, &(io, ib)) in c.records.iter().zip(&inuse) {
         let frames = c.frames.get(r.frames_at as usize..(r.frames_at + r.nframes) as usize).unwrap_or(&[]);
@@ -154,7 +157,7 @@ pub fn build(heap_table: bool) -> Profile {
         let name = names.entry(r.tid).or_insert_with(|| {
             std::fs::read_to_string(format!("/proc/self/task/{}/comm", r.tid))
                 .map(|s| s.trim_end().to_string())
-                .unwrap_or_else(|_| "exited".to_string())
+                .unwrap_or_else(|_| EXITED.to_string())
         });
         let mut label = vec![
             Label { key: k_thread, str: st.id(name), ..Default::default() },

@@ -18,6 +18,7 @@ mod interval;
 mod man7;
 mod pfs;
 mod plot_cmd;
+mod processlist;
 mod procstate;
 mod record_cmd;
 mod remedy;

@@ -4,10 +4,25 @@
 //! command, the tests and benches read it through [`Profile::read`]. Strings are indices into
 //! `string_table` (0 is the empty string), as in the .proto; [`Profile::str`] looks them up.
 //! No global state; I/O only in [`Profile::read`].
+//!
+//! Sample labels the shim writes (one sample per stack and allocating thread): [`LABEL_TID`]
+//! (numeric, the kernel tid of the thread that allocated the sample's blocks), [`LABEL_THREAD`]
+//! (string, that thread's `comm` at dump time, `exited` when it was gone) and
+//! [`LABEL_START_ROUTINE`] (string, its start routine, when the shim started it).
 
 use prost::Message;
 use std::io::{Read, Write};
 use std::path::Path;
+
+/// Numeric label: the kernel tid of the thread that allocated the sample's blocks.
+pub const LABEL_TID: &str = "tid";
+/// String label: that thread's name (`/proc/PID/task/TID/comm`) at dump time; [`EXITED`] when
+/// the thread was gone.
+pub const LABEL_THREAD: &str = "thread";
+/// The [`LABEL_THREAD`] of a thread that had exited by the dump.
+pub const EXITED: &str = "exited";
+/// String label: the thread's start routine (threads the shim's `pthread_create` started).
+pub const LABEL_START_ROUTINE: &str = "start_routine";
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Profile {
@@ -190,6 +205,16 @@ impl Profile {
         usize::try_from(i).ok().and_then(|i| self.string_table.get(i)).map(String::as_str).unwrap_or("")
     }
 
+    /// The numeric label `key` of sample `s` (None when it has none).
+    pub fn label_num(&self, s: &Sample, key: &str) -> Option<i64> {
+        s.label.iter().find(|l| l.str == 0 && self.str(l.key) == key).map(|l| l.num)
+    }
+
+    /// The string label `key` of sample `s` (None when it has none).
+    pub fn label_str(&self, s: &Sample, key: &str) -> Option<&str> {
+        s.label.iter().find(|l| l.str != 0 && self.str(l.key) == key).map(|l| self.str(l.str))
+    }
+
     /// The index of the sample type named `name` (for example `inuse_space`).
     pub fn sample_index(&self, name: &str) -> Option<usize> {
         self.sample_type.iter().position(|t| self.str(t.r#type) == name)
@@ -217,6 +242,22 @@ mod tests {
         assert_eq!(p.sample_index("inuse_space"), Some(0));
         assert_eq!(p.sample_index("alloc_space"), None);
         assert_eq!(p.str(99), "");
+    }
+
+    #[test]
+    fn labels_by_key() {
+        let mut p = sample_profile();
+        p.string_table.extend(["tid".into(), "thread".into(), "worker".into()]);
+        p.sample[0].label = vec![
+            Label { key: 3, num: 4242, ..Default::default() },
+            Label { key: 4, str: 5, ..Default::default() },
+        ];
+        let s = &p.sample[0];
+        assert_eq!(p.label_num(s, LABEL_TID), Some(4242));
+        assert_eq!(p.label_str(s, LABEL_THREAD), Some("worker"));
+        assert_eq!(p.label_num(s, LABEL_THREAD), None);
+        assert_eq!(p.label_str(s, LABEL_TID), None);
+        assert_eq!(p.label_num(s, LABEL_START_ROUTINE), None);
     }
 
     #[test]

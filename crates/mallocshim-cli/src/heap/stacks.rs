@@ -68,7 +68,7 @@ fn frame(p: &Profile, id: u64, sym: &mut Symbolizer) -> Option<String> {
 }
 
 /// The drop warnings of a profile's comments.
-fn warnings(p: &Profile) -> Vec<String> {
+pub fn warnings(p: &Profile) -> Vec<String> {
     let mut w = Vec::new();
     for c in &p.comment {
         let c = p.str(*c);

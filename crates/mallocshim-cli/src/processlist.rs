@@ -1,0 +1,106 @@
+//! The server's connections by OS thread id, from MariaDB's `information_schema.PROCESSLIST`
+//! (its `TID` column, MariaDB 10.5 and later: no performance_schema needed), read through the
+//! `mariadb` (or `mysql`) client once, in batch mode, as `--mysql-socket` does for `report`
+//! (`pfs::client_output`). Used by `heap --by connection`. The join is as of the moment the
+//! command runs, not the dump's: run it while the server still has the connections the profile
+//! saw. Under `thread_handling=pool-of-threads` a worker thread serves many connections and
+//! `TID` is the worker that last ran the connection, so several connections share one tid.
+
+use crate::pfs::ConnArgs;
+use std::collections::BTreeMap;
+
+/// One row of `information_schema.PROCESSLIST`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Conn {
+    /// `ID`: the connection id (`CONNECTION_ID()`, `KILL` takes it).
+    pub id: u64,
+    pub user: String,
+    pub host: String,
+    /// `DB` (None: no default database).
+    pub db: Option<String>,
+    /// `COMMAND`: `Sleep`, `Query`, `Daemon`...
+    pub command: String,
+    /// The first 40 characters of `INFO` (the statement running), None when idle.
+    pub info: Option<String>,
+    /// `MEMORY_USED`: what the server counts for the connection itself (its tagged allocations).
+    pub memory_used: Option<u64>,
+}
+
+/// Connections by OS thread id (several under a thread pool).
+pub type Conns = BTreeMap<u32, Vec<Conn>>;
+
+/// The query: every connection with an OS thread id but the client's own.
+pub const QUERY: &str = "SELECT TID, ID, USER, HOST, DB, COMMAND, LEFT(INFO, 40), MEMORY_USED \
+                         FROM information_schema.PROCESSLIST \
+                         WHERE TID IS NOT NULL AND ID <> CONNECTION_ID() ORDER BY ID";
+
+/// Parses the client's `--batch --skip-column-names` output (tab-separated, `NULL` for null; the
+/// client escapes tabs and newlines inside values as `\t` and `\n`).
+pub fn parse(out: &str) -> Result<Conns, String> {
+    let mut m = Conns::new();
+    for line in out.lines().filter(|l| !l.is_empty()) {
+        let f: Vec<&str> = line.split('\t').collect();
+        let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
+        let (Some(tid), Some(id), true) = (num(0), num(1), f.len() >= 7) else {
+            return Err(format!("unexpected line from the client: {line:?}"));
+        };
+        let opt = |i: usize| f.get(i).filter(|v| **v != "NULL").map(|v| v.to_string());
+        m.entry(tid as u32).or_default().push(Conn {
+            id,
+            user: opt(2).unwrap_or_default(),
+            host: opt(3).unwrap_or_default(),
+            db: opt(4),
+            command: opt(5).unwrap_or_default(),
+            info: opt(6).filter(|v| !v.is_empty()),
+            memory_used: num(7),
+        });
+    }
+    Ok(m)
+}
+
+/// The server's connections through the client; None without `--mysql-socket`. A server without
+/// the `TID` column (MySQL, MariaDB before 10.5) gets the client's own error line.
+pub fn query(a: &ConnArgs) -> Result<Option<Conns>, String> {
+    let Some(out) = crate::pfs::client_output(a, QUERY)? else { return Ok(None) };
+    parse(&out).map(Some)
+}
+
+impl Conn {
+    /// `#ID user@host db=DB Command "INFO"`, `MEMORY_USED` when the server counts it.
+    pub fn label(&self) -> String {
+        let mut s = format!("#{} {}@{}", self.id, self.user, self.host);
+        s += &format!(" db={}", self.db.as_deref().unwrap_or("-"));
+        s += &format!(" {}", self.command);
+        if let Some(m) = self.memory_used {
+            s += &format!(" MEMORY_USED={}", crate::heap::bytes(m as i64).replace(' ', ""));
+        }
+        if let Some(i) = &self.info {
+            s += &format!(" \"{i}\"");
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_batch_output() {
+        let m = parse(
+            "4321\t12\tapp\tlocalhost\tshop\tQuery\tSELECT * FROM t ORDER BY x\t209715200\n\
+             4400\t13\tidle\tlocalhost\tNULL\tSleep\tNULL\t81920\n\
+             4321\t14\tother\t10.0.0.1:5555\tNULL\tSleep\tNULL\tNULL\n",
+        )
+        .unwrap();
+        assert_eq!(m[&4321].len(), 2, "two connections last run by one pool worker");
+        assert_eq!(
+            m[&4321][0].label(),
+            "#12 app@localhost db=shop Query MEMORY_USED=200.00MiB \"SELECT * FROM t ORDER BY x\""
+        );
+        assert_eq!(m[&4400][0].label(), "#13 idle@localhost db=- Sleep MEMORY_USED=80.0KiB");
+        assert_eq!(m[&4321][1].memory_used, None);
+        assert!(parse("garbage\n").is_err());
+        assert!(parse("1\t2\tonly three\n").is_err());
+    }
+}
