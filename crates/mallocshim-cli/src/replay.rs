@@ -7,6 +7,8 @@
 //! and prints the table, the verdict, and optionally the JSON answer and the RSS plot.
 //!
 //! Owns the runs and the report; must not decode the trace itself nor link the shim.
+//! Long because: the runs and their report (table, verdict, latency, plot) share the `Answer`
+//! and the options; the report's renderers are the part to split out when it grows further.
 
 use crate::dump_cmd::Fail;
 use crate::plot::{self, Panel, Series};
