@@ -4,7 +4,8 @@
  * twice (kill: a process-directed signal) and waits: the shim must write the dump from its
  * thread's own heap, or skip it with one line where it has no memory, never abort the process.
  * Then it frees everything and sends SIGUSR1 again: that dump must be written. Prints
- * `exhausted blocks=N` and `freed`; exits 0. */
+ * `exhausted blocks=N bytes=B` (B: the bytes the program asked for and holds) and `freed`; exits
+ * 0. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -30,7 +31,7 @@ int main(void)
     pthread_detach(t);
     /* Each held block points to the previous one: no other memory is needed to hold them. */
     void **head = NULL;
-    long n = 0;
+    long n = 0, bytes = 0;
     for (size_t sz = 64 << 10; sz >= 1024; sz /= 64) {
         for (;;) {
             void **b = malloc(sz);
@@ -42,13 +43,14 @@ int main(void)
             *b = head;
             head = b;
             n++;
+            bytes += (long)sz;
         }
     }
     for (int i = 0; i < 2; i++) {
         kill(getpid(), SIGUSR1);
         usleep(300 * 1000);
     }
-    printf("exhausted blocks=%ld\n", n);
+    printf("exhausted blocks=%ld bytes=%ld\n", n, bytes);
     fflush(stdout);
     while (head) {
         void **prev = *head;
