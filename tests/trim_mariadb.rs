@@ -47,9 +47,18 @@ fn fulltext_rss_trim_on_vs_off_glibc() {
     assert_eq!(dump_on.interval_ms, 1000, "{dump_on:?}\n{report}");
     let runs = dump_on.runs;
     assert!(runs >= 1, "trimming on, yet no run: {dump_on:?}\n{report}");
-    assert_eq!(runs, on.trim_lines, "one verbose line per run: {dump_on:?}\n{report}");
-    assert_eq!(dump_on.skipped, on.skip_lines, "{dump_on:?}\n{report}");
-    assert_eq!(dump_on.released_bytes, on.trim_released, "{dump_on:?}\n{report}");
+    // The exit dump is written a moment before the process ends: one more periodic trim (run or
+    // skipped, one a second) may come after it and log its line (seen: 18 skipped in the dump,
+    // 19 lines in the log).
+    let one_after = |dump: u64, lines: u64| lines == dump || lines == dump + 1;
+    assert!(one_after(runs, on.trim_lines), "one verbose line per run: {dump_on:?}\n{report}");
+    assert!(one_after(dump_on.skipped, on.skip_lines), "{dump_on:?}\n{report}");
+    let late_run = on.trim_lines - runs;
+    if late_run == 0 {
+        assert_eq!(dump_on.released_bytes, on.trim_released, "{dump_on:?}\n{report}");
+    } else {
+        assert!(dump_on.released_bytes <= on.trim_released, "{dump_on:?}\n{report}");
+    }
     assert!(on.trim_released > 0, "no trim released anything: {dump_on:?}\n{report}");
 
     let (fin_off, fin_on) = (off.rss_final, on.rss_final);
