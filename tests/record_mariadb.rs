@@ -155,6 +155,7 @@ fn mariadbd_window_replays_under_every_backend() {
     let json = inst.dir().join("answer.json");
     let o = cli(&["replay", &trace.display().to_string(), "--json", &json.display().to_string()]);
     eprint!("{}", common::stdout(&o));
+    assert!(o.status.success(), "mallocshim replay: {}", common::describe(&o));
     let replay_s = t1.elapsed().as_secs_f64();
     let a: Answer = serde_json::from_slice(&std::fs::read(&json).unwrap()).expect("the answer's JSON");
     assert_eq!(

@@ -109,37 +109,9 @@ fn create_temp(dest: &Path) -> Result<(PathBuf, File), Error> {
     Err(io(&tmp, "create")(e))
 }
 
-/// renameat2(RENAME_NOREPLACE): Ok(false) when `to` appeared meanwhile; falls back to link +
-/// unlink where the file system does not support the flag.
+/// [`mallocshim_format::rename::rename_noreplace`], its error naming `to`.
 fn rename_noreplace(from: &Path, to: &Path) -> Result<bool, Error> {
-    let c = |p: &Path| {
-        std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(|_| Error::Io {
-            path: p.to_path_buf(),
-            op: "name",
-            err: std::io::ErrorKind::InvalidInput.into(),
-        })
-    };
-    let (f, t) = (c(from)?, c(to)?);
-    // SAFETY: two NUL-terminated paths relative to the current directory.
-    let r = unsafe {
-        libc::renameat2(libc::AT_FDCWD, f.as_ptr(), libc::AT_FDCWD, t.as_ptr(), libc::RENAME_NOREPLACE)
-    };
-    if r == 0 {
-        return Ok(true);
-    }
-    let e = std::io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EEXIST) => Ok(false),
-        Some(libc::EINVAL) | Some(libc::ENOSYS) => match std::fs::hard_link(from, to) {
-            Ok(()) => {
-                let _ = std::fs::remove_file(from);
-                Ok(true)
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
-            Err(e) => Err(io(to, "rename into")(e)),
-        },
-        _ => Err(io(to, "rename into")(e)),
-    }
+    mallocshim_format::rename::rename_noreplace(from, to).map_err(io(to, "rename into"))
 }
 
 /// Puts the finished file `tmp` at `dest` when `dest` is absent or our regular file; otherwise

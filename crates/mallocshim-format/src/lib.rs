@@ -37,6 +37,7 @@ pub mod formats;
 pub mod history;
 pub mod memlog;
 pub mod pprof;
+pub mod rename;
 pub mod stats;
 pub mod trace;
 

@@ -17,8 +17,14 @@ use std::sync::atomic::Ordering::*;
 /// How old a call must be before it is written, ns.
 pub const HOLD_NS: u64 = 20_000_000;
 
-/// A multiply-shift hash for block addresses (SipHash, the default, costs several times more
-/// per call, and the drain looks up every call).
+/// The block map's hash: keeps neighbours together and mixes the rest. The low 12 bits are the
+/// address's 16-byte granule within its 64 KiB region, as is, so blocks allocated one after
+/// another (an arena's top chunk, a size class's run) land in neighbouring buckets and their
+/// lookups share cache lines; the region number is multiplied, which spreads the regions and
+/// gives hashbrown's tag (the top 7 bits) from mixed bits. A multiply of the whole address
+/// (until issue 36) sent every lookup to a random cache line: half the drain's time on
+/// mariadbd's FULLTEXT load, in cache misses (docs/record.md). SipHash, the default, costs
+/// several times more per call.
 #[derive(Default, Clone, Copy)]
 pub struct AddrHash(u64);
 
@@ -32,7 +38,8 @@ impl std::hash::Hasher for AddrHash {
         }
     }
     fn write_u64(&mut self, v: u64) {
-        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let region = (v >> 16).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = (region & !0xfff) | ((v >> 4) & 0xfff);
     }
 }
 
@@ -66,6 +73,8 @@ pub struct Drain {
     last_ns: u64,
     /// Calls written out of their time order (late) or whose block had to be taken as freed.
     pub reordered: u64,
+    /// The most calls one ring held at the last [`Drain::collect`] (how full the fullest was).
+    pub fullest: u64,
 }
 
 impl Drain {
@@ -83,12 +92,14 @@ impl Drain {
             pre: 0,
             last_ns: 0,
             reordered: 0,
+            fullest: 0,
         }
     }
 
     /// Reads every ring of the window into the pending calls (declaring new threads to `w`),
     /// and frees the rings of exited threads once read.
     pub fn collect<W: Write>(&mut self, w: &mut TraceWriter<W>) -> Result<(), TraceError> {
+        self.fullest = 0;
         for b in tracebuf::buffers() {
             let state = b.state.load(Acquire);
             if state == FREE {
@@ -128,6 +139,7 @@ impl Drain {
     fn read_ring(&mut self, b: &Buf, thread: u32) {
         let head = b.head.load(Acquire);
         let tail = b.tail.load(Relaxed);
+        self.fullest = self.fullest.max(head.saturating_sub(tail));
         for i in tail..head {
             // SAFETY: an entry below the head the owner published (release), not yet freed.
             let e = unsafe { b.entry(i).read() };
@@ -161,14 +173,16 @@ impl Drain {
         let hold = (HOLD_NS as f64 / self.ns_per_tick) as u64;
         let cut = if all { u64::MAX } else { now_rel.saturating_sub(hold) };
         let n = self.pending.partition_point(|r| r.rel <= cut);
-        let ready: Vec<Raw> = self.pending.drain(..n).collect();
-        for r in ready {
+        // Written in place, then removed at once (a Vec per pass cost page faults).
+        for i in 0..n {
             if stop(w)? {
                 self.pending.clear();
                 return Ok(true);
             }
+            let r = self.pending[i];
             self.write_one(w, &r)?;
         }
+        self.pending.drain(..n);
         Ok(false)
     }
 

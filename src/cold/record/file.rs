@@ -10,6 +10,7 @@
 //! descriptor) is this process's to reuse. Cold path only (the recorder's lock held, under the
 //! reentrancy guard); owns no state.
 
+use mallocshim_format::rename::rename_noreplace;
 use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -108,30 +109,6 @@ pub fn claim(path: &Path, pid: u32) -> Result<Claimed, String> {
         Try::Taken(why) => {
             Err(format!("{} is taken ({first}) and so is {} ({why})", path.display(), alt.display()))
         }
-    }
-}
-
-/// Renames `from` to `to` unless `to` exists: `Ok(false)` when it does.
-fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<bool> {
-    let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(std::io::Error::other);
-    let (f, t) = (c(from)?, c(to)?);
-    // SAFETY: two NUL-terminated paths, relative to the working directory (both absolute here).
-    let r = unsafe {
-        libc::renameat2(libc::AT_FDCWD, f.as_ptr(), libc::AT_FDCWD, t.as_ptr(), libc::RENAME_NOREPLACE)
-    };
-    if r == 0 {
-        return Ok(true);
-    }
-    let e = std::io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EEXIST) => Ok(false),
-        // A file system without RENAME_NOREPLACE: link(2) never replaces either.
-        Some(libc::EINVAL) | Some(libc::ENOSYS) => match std::fs::hard_link(from, to) {
-            Ok(()) => std::fs::remove_file(from).map(|_| true),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
-            Err(e) => Err(e),
-        },
-        _ => Err(e),
     }
 }
 

@@ -1,6 +1,6 @@
 //! Trace recording's cold half (issue 24): opens a window (`MALLOCSHIM_RECORD` from start, or
-//! a request from `mallocshim record`), drains the threads' rings every [`DRAIN_MS`] on the
-//! shim's thread ([`drain`]), writes the trace file (`mallocshim_format::trace`, zstd) and closes
+//! a request from `mallocshim record`), drains the threads' rings every [`DRAIN_MS`] (every
+//! [`BUSY_DRAIN_MS`] while a ring comes back more than an eighth full) on the shim's thread ([`drain`]), writes the trace file (`mallocshim_format::trace`, zstd) and closes
 //! the window at its planned end, at its byte budget, at exit or on request. One window at a
 //! time. Owns the recorder's state behind a lock that only the shim's own code takes (the
 //! shim's thread, the exit path, and in a process without that thread the thread whose ring
@@ -25,6 +25,11 @@ use std::sync::Mutex;
 
 /// Milliseconds between drains while a window is open.
 pub const DRAIN_MS: u64 = 10;
+/// ... and while the last drain found a ring more than an eighth full (a burst: mariadbd's
+/// FULLTEXT searches make over 2 million calls a second on one thread, which fill a ring in 8 ms).
+pub const BUSY_DRAIN_MS: u64 = 1;
+/// The next drain's wait, ms: [`DRAIN_MS`] or [`BUSY_DRAIN_MS`], set by each pass.
+static NEXT_MS: AtomicU64 = AtomicU64::new(DRAIN_MS);
 /// Bytes kept free under the budget for the footer and zstd's last block and checksum.
 const RESERVE: u64 = 4096;
 /// Flush (end a zstd block) at least this often, ns: a killed process's file keeps all but
@@ -67,7 +72,7 @@ pub fn configured() -> bool {
 
 /// The worker's next drain, ms from now: while a window is open.
 pub fn wait_ms() -> Option<u64> {
-    active().then_some(DRAIN_MS)
+    active().then(|| NEXT_MS.load(Relaxed))
 }
 
 /// `MALLOCSHIM_RECORD` with `%p` expanded.
@@ -251,6 +256,8 @@ fn pass(st: &mut Option<Recorder>, closing: bool) {
 
 fn step(r: &mut Recorder, all: bool) -> Result<(), TraceError> {
     r.drain.collect(&mut r.w)?;
+    let busy = r.drain.fullest > tracebuf::CAP as u64 / 8;
+    NEXT_MS.store(if busy { BUSY_DRAIN_MS } else { DRAIN_MS }, Relaxed);
     let now_rel = clock::ticks().wrapping_sub(tracebuf::T0.load(Relaxed));
     let max = r.max_bytes;
     let stopped = r.drain.emit(&mut r.w, now_rel, all, |w| {

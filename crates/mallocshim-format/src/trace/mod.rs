@@ -34,7 +34,7 @@ pub const VERSION: u32 = 1;
 /// The flag of a pre-window block id (a block live when the window opened).
 pub const PRE_WINDOW: u64 = 1 << 63;
 /// Default zstd level of [`TraceWriter`] (measured: see docs/trace-format.md).
-pub const DEFAULT_LEVEL: i32 = 3;
+pub const DEFAULT_LEVEL: i32 = 1;
 
 /// What the call was. The aligned family (posix_memalign, aligned_alloc, memalign, valloc,
 /// pvalloc) is `Memalign` with its alignment; reallocarray is `Realloc`; free_sized and
