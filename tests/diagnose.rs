@@ -270,6 +270,13 @@ fn mariadb_threads_named_by_performance_schema() {
     // Non-heap memory set against the buffer pool, read through the same client (issue 38 item 2).
     let pool = d.lines().find(|l| l.starts_with("InnoDB buffer pool: ")).expect(&d);
     assert!(pool.contains("of data pages in use") && pool.contains("of innodb_buffer_pool_size"), "{pool}");
+    // ... and against the other buffers mmap()ed at start (MariaDB's defaults: log 2 x 16 MiB,
+    // key cache 128 MiB, Aria 128 MiB).
+    let other = d.lines().find(|l| l.starts_with("other server buffers outside malloc")).expect(&d);
+    assert!(
+        other.contains("InnoDB log buffer 32.0 MiB") && other.contains("Aria page cache 128.0 MiB"),
+        "{other}"
+    );
     eprintln!("{out}\n{d}");
 }
 

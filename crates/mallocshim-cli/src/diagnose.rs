@@ -35,7 +35,9 @@ use std::path::PathBuf;
                   glibc it names what a trim cannot return and the other arenas' heaps (from \
                   /proc/PID/smaps). With --mysql-socket, non-heap memory is set against the InnoDB \
                   buffer pool (innodb_buffer_pool_size, information_schema.INNODB_BUFFER_POOL_STATS \
-                  data pages x innodb_page_size), so that its warm-up is named. With two or more dumps of the process, the first and last are \
+                  data pages x innodb_page_size) and the server's other buffers that are mmap()ed, \
+                  not malloc'ed (2 x innodb_log_buffer_size, key_buffer_size, \
+                  aria_pagecache_buffer_size), so that their warm-up is named. With two or more dumps of the process, the first and last are \
                   compared: the size classes and thread start routines whose held bytes \
                   (allocated minus freed) grew are named. With two or more heap profiles \
                   (MALLOCSHIM_DUMP_FORMATS=pprof, .pb.gz), the live heap growth verdict names \
@@ -155,6 +157,7 @@ pub fn run(a: &Args) -> Result<String, String> {
         // Only for a live pid: a dump's pid may since belong to another process.
         arenas: pid.and_then(crate::facts::arenas),
         pool: crate::facts::buffer_pool(&a.conn)?,
+        buffers: crate::facts::server_buffers(&a.conn)?,
     };
     let mut out = render(&v, &dumps, sites.as_deref(), ps.as_ref());
     crate::remedy::lines(&mut out, &v, &facts);

@@ -116,6 +116,49 @@ pub fn buffer_pool(c: &crate::pfs::ConnArgs) -> Result<Option<BufferPool>, Strin
     }
 }
 
+/// The server's other large buffers that are not malloc'ed (mmap()ed at start by
+/// `my_large_malloc`, seen with `strace -k` on MariaDB 10.11: resident only as their pages are
+/// touched, so each is an upper bound of what it holds), in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServerBuffers {
+    /// InnoDB's redo log buffer: two of `innodb_log_buffer_size` (the buffer and the one
+    /// being written).
+    pub log: u64,
+    /// The MyISAM key cache's blocks: `key_buffer_size` (its hash and block links are malloc'ed).
+    pub key_cache: u64,
+    /// Aria's page cache: `aria_pagecache_buffer_size` (MariaDB only; 0 elsewhere).
+    pub aria: u64,
+}
+
+impl ServerBuffers {
+    /// All three, bytes.
+    pub fn total(&self) -> u64 {
+        self.log + self.key_cache + self.aria
+    }
+}
+
+/// The query both servers answer: log buffer and key cache.
+pub const BUFFERS_QUERY: &str = "SELECT @@innodb_log_buffer_size, @@key_buffer_size";
+/// MariaDB's alone (MySQL has no Aria: that query fails and counts as 0).
+pub const ARIA_QUERY: &str = "SELECT @@aria_pagecache_buffer_size";
+
+/// Parses [`BUFFERS_QUERY`]'s row and [`ARIA_QUERY`]'s (None: failed).
+pub fn parse_buffers(out: &str, aria: Option<&str>) -> Result<ServerBuffers, String> {
+    let f: Vec<u64> = out.trim().split('\t').filter_map(|v| v.parse().ok()).collect();
+    let [log, key_cache] = f[..] else {
+        return Err(format!("unexpected server buffers row from the client: {:?}", out.trim()));
+    };
+    let aria = aria.and_then(|a| a.trim().parse().ok()).unwrap_or(0);
+    Ok(ServerBuffers { log: 2 * log, key_cache, aria })
+}
+
+/// The other buffers through the client; None without `--mysql-socket`.
+pub fn server_buffers(c: &crate::pfs::ConnArgs) -> Result<Option<ServerBuffers>, String> {
+    let Some(out) = crate::pfs::client_output(c, BUFFERS_QUERY)? else { return Ok(None) };
+    let aria = crate::pfs::client_output(c, ARIA_QUERY).ok().flatten();
+    parse_buffers(&out, aria.as_deref()).map(Some)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,5 +190,9 @@ Rss:                 100 kB
         let p = parse_pool("134217728\t16384\t1000\n").unwrap();
         assert_eq!(p, BufferPool { size: 134217728, data: 16384000, page: 16384 });
         assert!(parse_pool("NULL\n").is_err());
+        let b = parse_buffers("16777216\t134217728\n", Some("134217720\n")).unwrap();
+        assert_eq!(b, ServerBuffers { log: 2 * 16777216, key_cache: 134217728, aria: 134217720 });
+        assert_eq!(parse_buffers("16777216\t8388608\n", None).unwrap().aria, 0, "MySQL: no Aria");
+        assert!(parse_buffers("16777216\n", None).is_err());
     }
 }

@@ -7,7 +7,7 @@
 //! return) and, with the InnoDB buffer pool's figures, its warm-up. Pure text from the figures it
 //! is given; reading them is `facts`'s, the verdict is `verdict`'s.
 
-use crate::facts::{Arenas, BufferPool, Settings};
+use crate::facts::{Arenas, BufferPool, ServerBuffers, Settings};
 use crate::verdict::{Kind, Verdict, RETAINED_MIN_BYTES};
 use mallocshim_format::Dump;
 use std::fmt::Write as _;
@@ -24,6 +24,8 @@ pub struct Facts<'a> {
     pub settings: Option<Settings>,
     pub arenas: Option<Arenas>,
     pub pool: Option<BufferPool>,
+    /// The server's other buffers outside malloc (with `pool`).
+    pub buffers: Option<ServerBuffers>,
 }
 
 fn mib(b: u64) -> String {
@@ -60,7 +62,7 @@ pub fn lines(o: &mut String, v: &Verdict, f: &Facts) {
         retained_actions(o, v, f, (&mut live, &mut restart, &mut in_effect));
     }
     if let Some(p) = f.pool.filter(|_| outside || v.last.non_heap_bytes.unwrap_or(0) >= RETAINED_MIN_BYTES) {
-        pool_lines(o, v, p, outside, &mut restart);
+        pool_lines(o, v, (p, f.buffers.unwrap_or_default()), outside, &mut restart);
     }
     if live.is_empty() && restart.is_empty() && in_effect.is_empty() {
         return;
@@ -172,12 +174,13 @@ fn arena_lines(o: &mut String, free: u64, trimmable: u64, arenas: Option<Arenas>
     }
 }
 
-/// Non-heap memory against the InnoDB buffer pool: warm-up named, the cap and what is beyond it.
-/// The pool's cap is suggested only for the outside-malloc verdict when it is not warm-up.
+/// Non-heap memory against the InnoDB buffer pool and the server's other buffers outside malloc:
+/// warm-up named, the cap and what is beyond them. The pool's cap is suggested only for the
+/// outside-malloc verdict when it is not warm-up.
 fn pool_lines(
     o: &mut String,
     v: &Verdict,
-    p: BufferPool,
+    (p, b): (BufferPool, ServerBuffers),
     outside: bool,
     restart: &mut Vec<(u64, String, String)>,
 ) {
@@ -190,18 +193,39 @@ fn pool_lines(
         mib(p.size),
         mib(nh)
     );
-    let warm_up = nh <= p.size + p.size / 8 + (64 << 20) && p.data < p.size;
+    if b.total() > 0 {
+        let _ = writeln!(
+            o,
+            "other server buffers outside malloc (mmap()ed at start, resident only as used): InnoDB log buffer {} (2 x innodb_log_buffer_size), MyISAM key cache {} (key_buffer_size), Aria page cache {} (aria_pagecache_buffer_size); {} at most",
+            mib(b.log),
+            mib(b.key_cache),
+            mib(b.aria),
+            mib(b.total())
+        );
+    }
+    // What the server may hold outside malloc by design, and a slack for thread stacks,
+    // libraries' data and the shim's own tables.
+    let by_design = p.size + b.total() + p.size / 8 + (64 << 20);
+    let warm_up = nh <= by_design && p.data < p.size;
     if warm_up {
         let _ = writeln!(
             o,
-            "warm-up: the buffer pool fills with pages as they are read, up to innodb_buffer_pool_size; non-heap growth up to it is expected, not a leak ({} more at most)",
-            mib(p.size.saturating_sub(p.data))
+            "warm-up: the buffer pool fills with pages as they are read, up to innodb_buffer_pool_size; non-heap growth up to it is expected, not a leak ({} more at most{})",
+            mib(p.size.saturating_sub(p.data)),
+            if b.total() > 0 { format!(", and up to {} in the buffers above as they are used", mib(b.total())) } else { String::new() }
         );
-    } else if nh > p.size + p.size / 8 + (64 << 20) {
+    } else if nh <= by_design && b.total() > 0 {
         let _ = writeln!(
             o,
-            "beyond the buffer pool: {} of non-heap RSS is not the pool: thread stacks, other mmaps (/proc/PID/smaps)",
-            mib(nh - p.size)
+            "the server's buffers: non-heap RSS {} is within the pool's {} and the buffers above: expected as they fill, not a leak",
+            mib(nh),
+            mib(p.size)
+        );
+    } else if nh > by_design {
+        let _ = writeln!(
+            o,
+            "beyond the server's buffers: {} of non-heap RSS is neither the pool nor the buffers above: thread stacks, other mmaps (/proc/PID/smaps)",
+            mib(nh - p.size - b.total())
         );
     }
     if !outside || warm_up {
@@ -304,8 +328,18 @@ mod tests {
         let mut o = String::new();
         lines(&mut o, &v, &Facts { pool: Some(small), ..Default::default() });
         assert!(
-            o.contains("beyond the buffer pool") && o.contains("a smaller innodb_buffer_pool_size"),
+            o.contains("beyond the server's buffers") && o.contains("a smaller innodb_buffer_pool_size"),
             "{o}"
         );
+        // The same non-heap RSS within a full pool and an Aria page cache: named, no cap.
+        let aria = ServerBuffers { log: 32 * MIB, key_cache: 0, aria: 128 * MIB };
+        let mut o = String::new();
+        lines(&mut o, &v, &Facts { pool: Some(small), buffers: Some(aria), ..Default::default() });
+        assert!(
+            o.contains("Aria page cache 128.0 MiB (aria_pagecache_buffer_size); 160.0 MiB at most"),
+            "{o}"
+        );
+        assert!(o.contains("the server's buffers: non-heap RSS 172.0 MiB is within"), "{o}");
+        assert!(!o.contains("beyond the server's buffers"), "{o}");
     }
 }

@@ -223,7 +223,10 @@ impl Drain {
             ev.size = 0;
         }
         if op.allocates() && r.e.addr != 0 {
-            if let Some(stale) = self.blocks.remove(&r.e.addr) {
+            self.ids += 1;
+            ev.id = self.ids;
+            // One probe of the map for the lookup and the insert (two cost a cache miss each).
+            if let Some(stale) = self.blocks.insert(r.e.addr, ev.id) {
                 // Allocated again before its free was seen (a late free): freed here.
                 self.reordered += 1;
                 let f = Event {
@@ -238,9 +241,6 @@ impl Drain {
                 };
                 w.write(&f)?;
             }
-            self.ids += 1;
-            ev.id = self.ids;
-            self.blocks.insert(r.e.addr, ev.id);
         } else if op == TraceOp::Realloc && r.e.size != 0 && ev.old_id != 0 && ev.old_id & PRE_WINDOW == 0 {
             // A failed realloc leaves its block live, under the same id (a pre-window block's
             // next use is taken as another pre-window block).

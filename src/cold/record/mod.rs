@@ -47,6 +47,8 @@ struct Recorder {
     max_bytes: u64,
     opened_ns: u64,
     flushed_ns: u64,
+    /// When the pending calls were last written (every [`DRAIN_MS`]; a 1 ms pass only reads).
+    emitted_ns: u64,
     ended: Option<EndReason>,
 }
 
@@ -162,6 +164,7 @@ pub fn open(path: &Path, seconds: u64, max_bytes: u64) -> Result<PathBuf, String
         max_bytes: max_bytes.max(crate::hot::config::RECORD_MIN_BYTES),
         opened_ns,
         flushed_ns: opened_ns,
+        emitted_ns: opened_ns,
         ended: None,
     });
     OWNER.store(pid(), Relaxed);
@@ -258,6 +261,13 @@ fn step(r: &mut Recorder, all: bool) -> Result<(), TraceError> {
     r.drain.collect(&mut r.w)?;
     let busy = r.drain.fullest > tracebuf::CAP as u64 / 8;
     NEXT_MS.store(if busy { BUSY_DRAIN_MS } else { DRAIN_MS }, Relaxed);
+    // A busy pass only empties the rings: sorting and writing every 1 ms would sort and move
+    // the 20 ms held back (HOLD_NS) twenty times over.
+    let now = clock::mono_ns();
+    if !all && now.saturating_sub(r.emitted_ns) < DRAIN_MS * 1_000_000 {
+        return Ok(());
+    }
+    r.emitted_ns = now;
     let now_rel = clock::ticks().wrapping_sub(tracebuf::T0.load(Relaxed));
     let max = r.max_bytes;
     let stopped = r.drain.emit(&mut r.w, now_rel, all, |w| {
