@@ -74,6 +74,11 @@ fn arena_retention_ends_in_live_actions_with_expected_bytes() {
     let arenas = out.lines().find(|l| l.starts_with("arenas: ")).expect(&out);
     let heaps: u64 = arenas.split_whitespace().nth(1).unwrap().parse().unwrap();
     assert!(heaps >= 6, "six threads, six arenas: {arenas}");
+    // Exact, from malloc_info in the dump: the main arena and at least the six threads' own.
+    let exact = out.lines().find(|l| l.starts_with("glibc arenas: ")).expect(&out);
+    let n: u64 = exact.split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert!(n >= 7, "the main arena and six others: {exact}");
+    assert!(mib_after(exact, "others); ") >= 150.0, "6 x 32 MiB free in the other arenas' tops: {exact}");
     let stays = out.lines().find(|l| l.starts_with("what a trim cannot return: ")).expect(&out);
     assert!(mib_after(stays, "cannot return: ") >= 150.0, "6 x 32 MiB in arena tops: {stays}");
     let lines: Vec<&str> = out.lines().collect();

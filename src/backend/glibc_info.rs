@@ -31,6 +31,11 @@ pub struct TrimEstimate {
     pub kept: u64,
     /// Of `kept`, the other arenas' top chunks.
     pub arena_tops: u64,
+    /// Arenas, the main one included (`<heap nr=...>` elements).
+    pub arenas: u64,
+    /// Free bytes in the arenas other than the main one: their bins (fast chunks included) and
+    /// top chunks.
+    pub other_free: u64,
 }
 
 /// `sizeof(struct malloc_chunk)` on 64-bit: mtrim's first candidate page starts past it.
@@ -67,6 +72,7 @@ pub fn estimate(xml: &str, page: u64) -> Option<TrimEstimate> {
     for line in xml.lines().map(str::trim) {
         if line.starts_with("<heap ") {
             heap = attr(line, "nr");
+            e.arenas += 1;
             (bins, whole, fast, rest) = (0, 0, 0, 0);
             seen = true;
         } else if heap.is_none() {
@@ -92,6 +98,7 @@ pub fn estimate(xml: &str, page: u64) -> Option<TrimEstimate> {
             e.releasable += whole + top_released;
             e.kept += bins.saturating_sub(whole) + top_kept;
             e.arena_tops += if heap == Some(0) { 0 } else { top };
+            e.other_free += if heap == Some(0) { 0 } else { bins + top };
             heap = None;
         }
     }
@@ -241,6 +248,7 @@ mod tests {
         // main top: 60960 - 50960 = 10000 -> 8192 released.
         assert_eq!(e.releasable, 32672 + 4856 + 8192);
         assert_eq!(e.arena_tops, 100000);
+        assert_eq!((e.arenas, e.other_free), (2, 100000), "two arenas; the other's free is its top");
         assert_eq!(e.kept, (96 + 40960 + 10000 - 32672 - 4856) + (10000 - 8192) + 100000);
     }
 

@@ -95,6 +95,8 @@ pub fn measure_with_trim() -> (Memory, Option<backend::glibc_info::TrimEstimate>
         allocator_trimmable_bytes: f
             .trim
             .map(|t| t.releasable.min(a.allocator_free_bytes.saturating_sub(t.kept))),
+        allocator_arenas: f.trim.map(|t| t.arenas),
+        allocator_other_arenas_free_bytes: f.trim.map(|t| t.other_free),
         ..a
     };
     (m, f.trim)

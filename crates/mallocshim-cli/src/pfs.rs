@@ -10,9 +10,10 @@ use std::process::Command;
 /// The client connection options shared by the commands that join with performance_schema.
 #[derive(clap::Args, Debug, Default, Clone)]
 pub struct ConnArgs {
-    /// Name the dump's threads from performance_schema.threads (THREAD_OS_ID = tid: NAME,
-    /// PROCESSLIST_ID, PROCESSLIST_USER), read through the client on this server socket.
-    /// MariaDB needs performance_schema=ON (off by default).
+    /// The server's socket, through which the client reads the server's threads: `report` and
+    /// `diagnose` name the dump's threads from performance_schema.threads (THREAD_OS_ID = tid:
+    /// NAME, PROCESSLIST_ID, PROCESSLIST_USER; MariaDB needs performance_schema=ON, off by
+    /// default); `heap --by connection` reads information_schema.PROCESSLIST (TID, MariaDB 10.5+).
     #[arg(long, value_name = "PATH")]
     pub mysql_socket: Option<PathBuf>,
     /// The user the client connects as (with --mysql-socket; default: the client's own, e.g.

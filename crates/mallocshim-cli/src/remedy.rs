@@ -112,6 +112,9 @@ fn retained_actions(o: &mut String, v: &Verdict, f: &Facts, (live, restart, in_e
     let kept = free.saturating_sub(now);
     if let Some(t) = trimmable {
         arena_lines(o, free, t, f.arenas);
+        if let Some(d) = f.dump {
+            exact_arena_line(o, &d.memory);
+        }
     }
     let pid = f.pid.or(f.dump.map(|d| d.pid)).map_or("PID".to_string(), |p| p.to_string());
     if now >= MIN_ACTION {
@@ -140,7 +143,9 @@ fn retained_actions(o: &mut String, v: &Verdict, f: &Facts, (live, restart, in_e
         in_effect.push(format!("TRIM_INTERVAL_MS={i} (periodic trim, skipped while the backend holds fewer free bytes than TRIM_MIN_BYTES)"));
     }
     if glibc && kept >= RETAINED_MIN_BYTES {
-        let heaps = f.arenas.map_or(0, |a| a.heaps);
+        // The other arenas: counted by malloc_info in the dump, else by their heaps in smaps.
+        let others = f.dump.and_then(|d| d.memory.allocator_arenas).map(|a| a.saturating_sub(1));
+        let heaps = others.unwrap_or(f.arenas.map_or(0, |a| a.heaps));
         let n = if heaps >= 2 { (heaps / 2).clamp(1, 4) } else { 2 };
         let bound = f.arenas.map_or(String::new(), |a| {
             format!(", at most the {} resident in the other arenas' heaps", mib(a.resident))
@@ -172,6 +177,18 @@ fn arena_lines(o: &mut String, free: u64, trimmable: u64, arenas: Option<Arenas>
             mib(a.resident)
         );
     }
+}
+
+/// The arenas as glibc counts them (the dump's `malloc_info` figures), when the dump has them.
+fn exact_arena_line(o: &mut String, m: &mallocshim_format::dump::Memory) {
+    let (Some(n), Some(other)) = (m.allocator_arenas, m.allocator_other_arenas_free_bytes) else { return };
+    let _ = writeln!(
+        o,
+        "glibc arenas: {n} (malloc_info(3): the main one and {} others); {} of the allocator's {} free sits in the other arenas (their bins and top chunks)",
+        n.saturating_sub(1),
+        mib(other),
+        mib(m.allocator_free_bytes)
+    );
 }
 
 /// Non-heap memory against the InnoDB buffer pool and the server's other buffers outside malloc:

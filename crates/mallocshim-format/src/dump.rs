@@ -220,6 +220,13 @@ pub struct Memory {
     /// bytes a trim keeps)`; null under the other backends and in older dumps
     /// (docs/memory-account.md).
     pub allocator_trimmable_bytes: Option<u64>,
+    /// glibc's arenas, the main one included, counted in `malloc_info(3)`; null under the other
+    /// backends and in older dumps.
+    pub allocator_arenas: Option<u64>,
+    /// Free bytes in glibc's arenas other than the main one (their bins and top chunks, from
+    /// `malloc_info(3)`), of `allocator_free_bytes`; null under the other backends and in older
+    /// dumps.
+    pub allocator_other_arenas_free_bytes: Option<u64>,
 }
 
 /// Trims (`MALLOCSHIM_TRIM_*`, `mallocshim_trim()`).

@@ -152,16 +152,10 @@ pub struct Args {
     /// with --sample-index alloc_*), each ± one standard error of the sampling, sqrt(S x R).
     #[arg(long, value_enum, value_name = "WHAT", conflicts_with_all = ["base", "flame", "symbolized"])]
     pub by: Option<by::By>,
-    /// With --by connection: the server's socket; its information_schema.PROCESSLIST (TID
-    /// column, MariaDB 10.5+) is read through the client when this command runs.
-    #[arg(long, value_name = "PATH")]
-    pub mysql_socket: Option<PathBuf>,
-    /// The user the client connects as (with --mysql-socket; default: the client's own).
-    #[arg(long, value_name = "USER", requires = "mysql_socket")]
-    pub mysql_user: Option<String>,
-    /// The client program (with --mysql-socket; default `mariadb`, else `mysql`).
-    #[arg(long, value_name = "PROGRAM", requires = "mysql_socket")]
-    pub mysql_client: Option<PathBuf>,
+    /// With --by connection: the server's connection options; its information_schema.PROCESSLIST
+    /// (TID column, MariaDB 10.5+) is read through the client when this command runs.
+    #[command(flatten)]
+    pub conn: crate::pfs::ConnArgs,
 }
 
 pub fn bytes(v: i64) -> String {
@@ -219,12 +213,7 @@ fn run_by(args: &Args, p: &Profile, what: by::By) -> Result<String, String> {
     let rows = match what {
         by::By::Thread => shares.into_iter().map(|s| (s.clone(), s.name)).collect(),
         by::By::Connection => {
-            let conn = crate::pfs::ConnArgs {
-                mysql_socket: args.mysql_socket.clone(),
-                mysql_user: args.mysql_user.clone(),
-                mysql_client: args.mysql_client.clone(),
-            };
-            let conns = crate::processlist::query(&conn)?.ok_or(
+            let conns = crate::processlist::query(&args.conn)?.ok_or(
                 "--by connection needs --mysql-socket PATH (the server's PROCESSLIST joins threads to connections)",
             )?;
             by::with_connections(shares, &conns)
