@@ -5,7 +5,8 @@
 //! control channel (`mallocshim record PID --seconds …`). Then `mallocshim replay FILE --json`
 //! under all four backends. Asserted (what is robust): the recording holds calls of the
 //! workload's threads and ends by its seconds; the trace costs at most 4 bytes per call (the
-//! issue's bound, printed); every backend replays every call with zero errors, and its live
+//! issue's bound, printed); at most 20% of the window's calls dropped (issue 36's drain: 6-10%
+//! measured on 2 cores, 21-26% before, when replay refused the trace); every backend replays every call with zero errors, and its live
 //! bytes per class at every second equal the trace's; drops are reported (the footer's count,
 //! printed, and what the replay makes of them). Printed, not asserted: the peak-RSS ranking of
 //! the replay beside the ranking of the live servers: the same workload on a fresh server per
@@ -150,6 +151,11 @@ fn mariadbd_window_replays_under_every_backend() {
     assert!(th.len() >= 4, "{} threads recorded", th.len());
     assert_eq!(f.ended.name(), "seconds", "the window ends by its seconds");
     assert!(per_call <= 4.0, "the trace costs {per_call:.2} bytes per call (issue: at most 4)");
+    // The drain keeps up with the FULLTEXT bursts to within a few percent on 2 cores (5.6-10.3%
+    // measured; 21-26% before issue 36's drain changes, when replay refused the trace): a bound
+    // that catches a drain gone slow again (docs/record.md, "Bursts").
+    let dropped = f.dropped as f64 / (ev.len() as f64 + f.dropped as f64);
+    assert!(dropped <= 0.20, "{:.1}% of the window's calls dropped (at most 20%)", dropped * 100.0);
 
     let t1 = Instant::now();
     let json = inst.dir().join("answer.json");
