@@ -99,9 +99,14 @@ pub struct BufferPool {
 pub const POOL_QUERY: &str = "SELECT @@innodb_buffer_pool_size, @@innodb_page_size, \
      (SELECT SUM(DATABASE_PAGES) FROM information_schema.INNODB_BUFFER_POOL_STATS)";
 
+/// The numbers of one batch row (tab-separated; `NULL` and text left out).
+fn numbers(out: &str) -> Vec<u64> {
+    out.trim().split('\t').filter_map(|v| v.parse().ok()).collect()
+}
+
 /// Parses the query's one batch row.
 pub fn parse_pool(out: &str) -> Result<BufferPool, String> {
-    let f: Vec<u64> = out.trim().split('\t').filter_map(|v| v.parse().ok()).collect();
+    let f = numbers(out);
     match f[..] {
         [size, page, pages] => Ok(BufferPool { size, data: pages * page, page }),
         _ => Err(format!("unexpected buffer pool row from the client: {:?}", out.trim())),
@@ -144,7 +149,7 @@ pub const ARIA_QUERY: &str = "SELECT @@aria_pagecache_buffer_size";
 
 /// Parses [`BUFFERS_QUERY`]'s row and [`ARIA_QUERY`]'s (None: failed).
 pub fn parse_buffers(out: &str, aria: Option<&str>) -> Result<ServerBuffers, String> {
-    let f: Vec<u64> = out.trim().split('\t').filter_map(|v| v.parse().ok()).collect();
+    let f = numbers(out);
     let [log, key_cache] = f[..] else {
         return Err(format!("unexpected server buffers row from the client: {:?}", out.trim()));
     };

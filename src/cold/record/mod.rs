@@ -1,6 +1,7 @@
 //! Trace recording's cold half (issue 24): opens a window (`MALLOCSHIM_RECORD` from start, or
 //! a request from `mallocshim record`), drains the threads' rings every [`DRAIN_MS`] (every
-//! [`BUSY_DRAIN_MS`] while a ring comes back more than an eighth full) on the shim's thread ([`drain`]), writes the trace file (`mallocshim_format::trace`, zstd) and closes
+//! [`BUSY_DRAIN_MS`] while a ring comes back more than an eighth full) on the shim's thread
+//! ([`drain`]), writes the trace file (`mallocshim_format::trace`, zstd) and closes
 //! the window at its planned end, at its byte budget, at exit or on request. One window at a
 //! time. Owns the recorder's state behind a lock that only the shim's own code takes (the
 //! shim's thread, the exit path, and in a process without that thread the thread whose ring
