@@ -10,6 +10,11 @@
 //! - the default mean (512 KiB, N = 256): A inuse within 4 standard errors of 128 MiB (± 8 MiB),
 //!   the ± printed beside it is sqrt(inuse x 524288) (within 1%), B inuse 0.
 //!
+//! The dump's JSON written with the profile carries the same charge per live thread
+//! (`threads[].live_bytes`, what `top --by connection` reads through the control channel): A's
+//! within 4 KiB of 32 MiB with exact sampling and within 4 standard errors of 128 MiB at the
+//! default mean, B's 0 in both, the dump's `prof_sample_bytes` the mean in force.
+//!
 //! On the command before `--by` (main at a74b66e), `mallocshim heap --by thread` is an unknown
 //! argument: every case fails.
 
@@ -66,14 +71,14 @@ fn heap(args: &[&str], profile: &Path) -> String {
     common::stdout(&o)
 }
 
-/// Runs heap_threads under `backend` with `mib` and `env`; (profile, tid A, tid B).
-fn run(backend: &str, mib: &str, env: &[(&str, &str)], name: &str) -> (PathBuf, u32, u32) {
+/// Runs heap_threads under `backend` with `mib` and `env`; (profile, its JSON dump, tid A, tid B).
+fn run(backend: &str, mib: &str, env: &[(&str, &str)], name: &str) -> (PathBuf, mallocshim_format::Dump, u32, u32) {
     let bin = common::cc("heap_threads.c", "heap_threads", &[]);
     let dir = common::work_dir().join(format!("heap-by-thread-{name}"));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let mut cmd = common::preloaded(&bin, backend);
-    cmd.arg(mib).env("MALLOCSHIM_DUMP_DIR", &dir).env("MALLOCSHIM_DUMP_FORMATS", "pprof");
+    cmd.arg(mib).env("MALLOCSHIM_DUMP_DIR", &dir).env("MALLOCSHIM_DUMP_FORMATS", "pprof,json");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -84,7 +89,22 @@ fn run(backend: &str, mib: &str, env: &[(&str, &str)], name: &str) -> (PathBuf, 
     let (a, b) = (common::kv(line, "tid_a").unwrap() as u32, common::kv(line, "tid_b").unwrap() as u32);
     let p = common::profiles(&dir);
     assert_eq!(p.len(), 1, "{name}: one profile expected, found {p:?}");
-    (p[0].clone(), a, b)
+    let j: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|f| f.extension().is_some_and(|x| x == "json"))
+        .collect();
+    assert_eq!(j.len(), 1, "{name}: one JSON dump expected, found {j:?}");
+    let d = mallocshim_format::Dump::read(&j[0]).unwrap_or_else(|e| panic!("{name}: {e}"));
+    (p[0].clone(), d, a, b)
+}
+
+/// The dump's `live_bytes` of live thread `tid` (0 when it has no row: it never allocated).
+fn live_bytes(d: &mallocshim_format::Dump, tid: u32, name: &str) -> f64 {
+    match d.threads.iter().find(|t| t.tid == tid && t.state == "live") {
+        Some(t) => t.live_bytes.unwrap_or_else(|| panic!("{name}: thread {tid} has no live_bytes")) as f64,
+        None => 0.0,
+    }
 }
 
 fn row(rows: &[Row], tid: u32) -> Option<&Row> {
@@ -96,7 +116,11 @@ fn a_block_freed_by_another_thread_leaves_its_allocators_figure_exact_sampling()
     common::require("go");
     for backend in common::BACKENDS {
         let name = format!("exact-{backend}");
-        let (p, a, b) = run(backend, "64", &[("MALLOCSHIM_PROF_SAMPLE_BYTES", "1")], &name);
+        let (p, d, a, b) = run(backend, "64", &[("MALLOCSHIM_PROF_SAMPLE_BYTES", "1")], &name);
+        assert_eq!(d.prof_sample_bytes, 1, "{name}");
+        let (ja, jb) = (live_bytes(&d, a, &name), live_bytes(&d, b, &name));
+        assert!((ja - 32.0 * 1048576.0).abs() <= 4096.0, "{name}: the JSON's A live_bytes {ja}");
+        assert_eq!(jb, 0.0, "{name}: the JSON charges B");
         let out = heap(&["--by", "thread", "--top", "1000"], &p);
         let r = rows(&out);
         let ra = row(&r, a).unwrap_or_else(|| panic!("{name}: no row for A ({a})\n{out}"));
@@ -120,7 +144,11 @@ fn a_block_freed_by_another_thread_leaves_its_allocators_figure_exact_sampling()
 fn a_block_freed_by_another_thread_leaves_its_allocators_figure_default_rate() {
     for backend in common::BACKENDS {
         let name = format!("default-{backend}");
-        let (p, a, b) = run(backend, "256", &[], &name);
+        let (p, d, a, b) = run(backend, "256", &[], &name);
+        assert_eq!(d.prof_sample_bytes, 524_288, "{name}");
+        let (ja, jb) = (live_bytes(&d, a, &name), live_bytes(&d, b, &name));
+        assert!((ja - 128.0 * 1048576.0).abs() <= 32.0 * 1048576.0, "{name}: the JSON's A live_bytes {ja}");
+        assert_eq!(jb, 0.0, "{name}: the JSON charges B");
         let out = heap(&["--by", "thread", "--top", "1000"], &p);
         let r = rows(&out);
         let ra = row(&r, a).unwrap_or_else(|| panic!("{name}: no row for A ({a})\n{out}"));

@@ -26,6 +26,7 @@ mod replay;
 mod report;
 mod table;
 mod top;
+mod top_held;
 mod verdict;
 
 use clap::{CommandFactory, Parser, Subcommand};

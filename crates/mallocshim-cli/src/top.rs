@@ -27,9 +27,19 @@ use std::time::{Duration, Instant};
                   quits. Runs until q, an interrupt, --count views or the end of the process. \
                   Without a channel (a process without the shim's thread) each view is one \
                   `mallocshim dump`, whose files are removed unless --keep.\n\n\
+                  With --by thread|connection|user the view is who holds the heap instead: the \
+                  bytes held by the live blocks each thread allocated (the heap profile's sampled \
+                  estimate, charged to the allocating thread whichever thread frees; ± one \
+                  standard error), the bytes it allocated per second over the interval (exact \
+                  counts), and with --mysql-socket each thread's connection from the server's \
+                  information_schema.PROCESSLIST (id, user@host, db, command, MEMORY_USED, the \
+                  statement's first characters), read at each view; server threads keep their \
+                  names. The first such view comes at once.\n\n\
                   Exit status: 0 after q, --count views or at the end of the process; 1 the \
-                  process could not be read (see mallocshim dump); 2 bad arguments.",
-    after_help = "Example:\n  mallocshim top $(pgrep -o -x mariadbd) --interval 5"
+                  process could not be read (see mallocshim dump); 2 bad arguments (also: the \
+                  server's connections could not be read through --mysql-socket).",
+    after_help = "Examples:\n  mallocshim top $(pgrep -o -x mariadbd) --interval 5\n  \
+                  mallocshim top $(pgrep -o -x mariadbd) --by connection --mysql-socket /run/mysqld/mysqld.sock"
 )]
 pub struct Args {
     /// The process to watch.
@@ -53,6 +63,27 @@ pub struct Args {
     /// Keep the dump files of the fallback (without a channel no file is written anyway).
     #[arg(long)]
     pub keep: bool,
+    /// Show who holds the heap instead: bytes held by the live blocks each thread, connection
+    /// or user allocated (heap profiles; connection and user need --mysql-socket), most first.
+    #[arg(long, value_enum, value_name = "WHAT")]
+    pub by: Option<crate::top_held::By>,
+    #[command(flatten)]
+    pub conn: crate::pfs::ConnArgs,
+}
+
+/// One `--by` view of `cur` (`prev`: the previous dump, None for the first view).
+fn held_view(args: &Args, by: crate::top_held::By, prev: Option<&Dump>, cur: &Dump, tty: bool) -> Result<String, Fail> {
+    use crate::top_held as h;
+    let conns = match by {
+        h::By::Thread => Default::default(),
+        _ => crate::processlist::query(&args.conn)
+            .map_err(|e| Fail { code: 2, msg: format!("the server's connections: {e}") })?
+            .unwrap_or_default(),
+    };
+    let rows = h::rows(&h::held(prev, cur), &conns, by);
+    let secs = prev.map(|p| cur.uptime_s - p.uptime_s).filter(|s| *s > 0.0);
+    let (lines, cols) = term_size();
+    Ok(h::view(cur, &rows, &conns, by, secs, lines.saturating_sub(1), cols, tty))
 }
 
 fn take(args: &Args) -> Result<Dump, Fail> {
@@ -238,12 +269,30 @@ pub fn run(args: &Args) -> Result<String, Fail> {
     if args.count == Some(0) {
         return Err(Fail { code: 2, msg: "--count wants at least 1".into() });
     }
+    if matches!(args.by, Some(b) if b != crate::top_held::By::Thread) && args.conn.mysql_socket.is_none() {
+        return Err(Fail {
+            code: 2,
+            msg: "--by connection and --by user need --mysql-socket (the server's connections name the threads)".into(),
+        });
+    }
     let tty = std::io::stdout().is_terminal();
     static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let _ = ctrlc::set_handler(|| STOP.store(true, std::sync::atomic::Ordering::Relaxed));
     let raw = Raw::enter();
     let mut prev = take(args)?;
     let mut shown = 0u64;
+    let show = |body: String| {
+        let clear = if tty { "\x1b[H\x1b[2J" } else { "" };
+        crate::print(&format!("{clear}{body}\n")).map_err(|msg| Fail { code: 2, msg })
+    };
+    if let Some(by) = args.by {
+        // Who holds what needs no interval: the first view comes at once.
+        show(held_view(args, by, None, &prev, tty)?)?;
+        shown += 1;
+        if args.count.is_some_and(|c| shown >= c) {
+            return Ok(String::new());
+        }
+    }
     loop {
         if raw.quit_within(Duration::from_secs_f64(args.interval), &STOP) {
             return Ok(String::new());
@@ -257,13 +306,10 @@ pub fn run(args: &Args) -> Result<String, Fail> {
             Err(f) => return Err(f),
         };
         let (rows, cols) = term_size();
-        let mut o = String::new();
-        if tty {
-            o.push_str("\x1b[H\x1b[2J");
-        }
-        o.push_str(&view(&cur, &interval(&prev, &cur), rows.saturating_sub(1), cols, args.threads, tty));
-        o.push('\n');
-        crate::print(&o).map_err(|msg| Fail { code: 2, msg })?;
+        show(match args.by {
+            None => view(&cur, &interval(&prev, &cur), rows.saturating_sub(1), cols, args.threads, tty),
+            Some(by) => held_view(args, by, Some(&prev), &cur, tty)?,
+        })?;
         shown += 1;
         if args.count.is_some_and(|c| shown >= c) {
             return Ok(String::new());

@@ -46,6 +46,10 @@ pub struct Dump {
     /// figures. Dumps older than this field read as true.
     #[serde(default = "profiling_default")]
     pub profiling: bool,
+    /// The heap profile's mean gap in bytes (`MALLOCSHIM_PROF_SAMPLE_BYTES`, or as set since);
+    /// 0 when heap profiles are off (and in dumps of older shims).
+    #[serde(default)]
+    pub prof_sample_bytes: u64,
     /// Exact calls and bytes per op, over all size classes and threads.
     pub totals: BTreeMap<String, Total>,
     /// One row per op and size class with at least one call or sample.
@@ -169,6 +173,13 @@ pub struct ThreadRow {
     /// Exited rows (one per start routine): how many threads were folded in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exited_threads: Option<u64>,
+    /// Bytes held by the live blocks this thread allocated (an exited row: its routine's exited
+    /// threads allocated), estimated by the heap profile (sum of size x weight of the live
+    /// samples; one standard error is sqrt(live_bytes x sample_bytes)). A block stays charged to
+    /// the thread that allocated it whichever thread frees it, and leaves with its free. Null
+    /// when heap profiles are off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live_bytes: Option<u64>,
 }
 
 /// One op of one thread.
@@ -499,6 +510,7 @@ mod tests {
             uptime_s: 1.5,
             sample_every: 1,
             profiling: true,
+            prof_sample_bytes: 524_288,
             totals,
             size_classes: vec![
                 ClassRow {
@@ -540,6 +552,7 @@ mod tests {
                 creator_tid: 41,
                 start_unix_ms: 1_700_000_000_000,
                 exited_threads: None,
+                live_bytes: Some(4096),
             }],
             memory: Memory { rss_bytes: 1 << 20, ..Memory::default() },
             trim: Trim {

@@ -42,6 +42,7 @@ pub fn dump(s: &Snapshot) -> Dump {
         uptime_s: s.uptime_s,
         sample_every: s.sample_every.into(),
         profiling: s.profiling,
+        prof_sample_bytes: crate::hot::heapprof::rate(),
         totals,
         size_classes: size_classes(s),
         threads: threads(s),

@@ -129,11 +129,13 @@ pub fn snapshot() -> Snapshot {
             creator_tid: s.creator_tid.load(Relaxed),
             start_unix_ms: s.start_unix_ms.load(Relaxed),
             exited_threads: (!live).then(|| s.folded_threads.load(Relaxed)),
+            live_bytes: None,
         };
         threads.push(ThreadRow { row, ops });
     });
     let known: Vec<usize> = routines.iter().copied().filter(|&r| r != 0).collect();
     let names = routines::names(&known);
+    let routines_of = routines.clone();
     for (t, r) in threads.iter_mut().zip(routines) {
         let row = &mut t.row;
         row.start_routine = (r != 0).then(|| names.get(&r).cloned().unwrap_or_else(|| format!("{r:#x}")));
@@ -144,6 +146,7 @@ pub fn snapshot() -> Snapshot {
         };
         row.comm = row.name.clone();
     }
+    charge_live(&mut threads, &routines_of);
     let (_, vsz) = statm();
     let memory = Memory { vsz_bytes: vsz, ..crate::cold::account::measure() };
     let now_ms = unix_ms();
@@ -161,6 +164,49 @@ pub fn snapshot() -> Snapshot {
         memory,
         live_by_class: crate::hot::heapprof::live_by_class(),
         trim: crate::cold::trim::stats(),
+    }
+}
+
+/// Fills each row's `live_bytes` from the heap profile's live samples per allocating thread
+/// (None everywhere while sampling is off): a live thread's row gets its tid's; the blocks of
+/// threads that exited go to the exited row of their start routine (`routines[i]` is row i's),
+/// else to the row of other routines, made when the dump has none.
+fn charge_live(threads: &mut Vec<ThreadRow>, routines: &[usize]) {
+    let Some((by, _)) = crate::hot::heapprof::live_by_thread() else { return };
+    for t in threads.iter_mut() {
+        t.row.live_bytes = Some(0);
+    }
+    for (tid, role, bytes) in by {
+        let live = threads.iter().position(|t| t.row.state == STATE_LIVE && t.row.tid == tid && tid != 0);
+        let exited = || {
+            let of = |want: usize| {
+                threads
+                    .iter()
+                    .zip(routines.iter().chain(core::iter::repeat(&0)))
+                    .position(|(t, &r)| t.row.state != STATE_LIVE && r == want)
+            };
+            of(role).or_else(|| of(0))
+        };
+        let i = match live.or_else(exited) {
+            Some(i) => i,
+            None => {
+                let row = mallocshim_format::ThreadRow {
+                    tid: 0,
+                    name: EXITED_OTHER.to_string(),
+                    comm: EXITED_OTHER.to_string(),
+                    state: STATE_EXITED.to_string(),
+                    ops: Default::default(),
+                    start_routine: None,
+                    creator_tid: 0,
+                    start_unix_ms: 0,
+                    exited_threads: Some(0),
+                    live_bytes: Some(0),
+                };
+                threads.push(ThreadRow { row, ops: vec![OpRow::default(); OPS] });
+                threads.len() - 1
+            }
+        };
+        *threads[i].row.live_bytes.get_or_insert(0) += bytes;
     }
 }
 

@@ -13,7 +13,7 @@
 //! allocate); a forked child resets every one. The bound is global and exact ([`MAX_LIVE`], one
 //! atomic count); a shard refuses past 3/4 of its slots (beyond four times its fair share at the
 //! bound: never seen with a uniform hash), counted as dropped like the bound. Never allocates
-//! but in [`copy`], outside every lock.
+//! but in [`copy`] and [`inuse_by_record`] (the dump's), outside every lock.
 //! Long because: the live set's sharded table with its insert, remove, fork reset and walk, which must agree on one layout.
 
 use super::lock::Shard;
@@ -334,6 +334,37 @@ pub fn inuse_by_class() -> Option<[u64; CLASSES]> {
         c.iter_mut().zip(b).for_each(|(x, y)| *x += y);
     }
     Some(c.map(|v| v.max(0.0) as u64))
+}
+
+/// Each live sample's record id and estimated bytes (`scale * size`), for a sum per thread.
+/// The caller runs under the reentrancy guard: the buffer is allocated (fallibly) before any
+/// lock is taken and never grown under one; the bool is true when samples were left out (no
+/// memory, or more arrived during the walk than the margin holds).
+pub fn inuse_by_record() -> (Vec<(u32, f64)>, bool) {
+    let mut v: Vec<(u32, f64)> = Vec::new();
+    if !ready() {
+        return (v, false);
+    }
+    let n = NLIVE.load(Relaxed);
+    if v.try_reserve_exact((n + n / 8 + 64).min(MAX_LIVE)).is_err() {
+        return (v, true);
+    }
+    for s in &S {
+        let _l = s.lock.lock();
+        // SAFETY: under the shard's lock; reads within its SHARD_SLOTS.
+        let t = unsafe { &*s.t.get() };
+        for i in 0..SHARD_SLOTS {
+            // SAFETY: i < SHARD_SLOTS.
+            let e = unsafe { *t.live.add(i) };
+            if e.addr != 0 {
+                if v.len() == v.capacity() {
+                    return (v, true);
+                }
+                v.push((e.rec, e.scale * e.size as f64));
+            }
+        }
+    }
+    (v, false)
 }
 
 /// A copy of the tables for a dump: records with their frames, and the live blocks.

@@ -171,6 +171,27 @@ pub fn counts() -> (usize, usize) {
     (r, f)
 }
 
+/// The allocating thread and start routine of each record id in `ids` (ascending, as
+/// [`sample`] returns them), written to `out` (same length); (0, 0) for an id no shard holds.
+/// Takes each shard's lock once, for reads only.
+pub fn owners(ids: &[u32], out: &mut [(u32, usize)]) {
+    let mut at = 0;
+    while at < ids.len() {
+        let k = ids[at] as usize / SHARD_CAP;
+        let end = at + ids[at..].iter().take_while(|&&id| id as usize / SHARD_CAP == k).count();
+        let Some(s) = S.get(k) else { break };
+        let _l = s.lock.lock();
+        // SAFETY: under the shard's lock.
+        let t = unsafe { &*s.t.get() };
+        for (id, o) in ids[at..end].iter().zip(&mut out[at..end]) {
+            let i = *id as usize % SHARD_CAP;
+            // SAFETY: i < t.nrecs <= SHARD_CAP, within the shard's mapping.
+            *o = if i < t.nrecs { unsafe { ((*t.recs.add(i)).tid, (*t.recs.add(i)).role) } } else { (0, 0) };
+        }
+        at = end;
+    }
+}
+
 /// Appends every shard's records and frames to `recs` and `frames` within their capacity (never
 /// growing them: nothing allocates under a lock), frames_at rebased to `frames`. `first[k]` and
 /// `n[k]` get where shard k's records start in `recs` and how many were copied (a whole prefix:

@@ -6,7 +6,7 @@
 //! Reads files and writes the flame graph and the symbolized copy (`symbolized`); symbols in
 //! `symbolize`, views in `views`, the per-thread and per-connection table (`--by`) in `by`.
 
-mod by;
+pub mod by;
 mod flame;
 mod jeheap;
 mod missing;

@@ -1,0 +1,225 @@
+//! `mallocshim top PID --by connection|user` on Debian's mariadbd (10.11) under the shim, per
+//! backend (glibc, jemalloc, tcmalloc, mimalloc; `MARIADB_BACKEND` runs one), heap profiles at
+//! the default mean (512 KiB), issue 39's goal: three planted sessions, each as its own user —
+//! one holding a 200 MiB user variable (`SET @big = REPEAT('x', 200*1024*1024)`,
+//! `--max-allowed-packet=512M`), one holding 20 prepared statements of a 1 MiB literal each, one
+//! idle after `SELECT 1` — and sysbench's oltp_read_only (4 connections) running beside them.
+//! Through the control channel (no dump file), with the server's PROCESSLIST read through the
+//! client at each view (80x24, not a terminal):
+//! - the first view (printed at once) and the second (one refresh later) name the big session
+//!   first, its held bytes within ±10% of 200 MiB and of the server's MEMORY_USED for it, which
+//!   the view prints beside it;
+//! - the prepared statements' session holds at least 10 MiB and comes before the idle one, which
+//!   holds at most 4 MiB (8 samples of the mean);
+//! - the second view has an allocation rate for the sysbench connections (at least one above 0);
+//! - `--by user` puts `bigsess` first with the same ±10%;
+//! - every line fits 80 columns and a view 23 lines; no file appears in the dump directory.
+//!
+//! Wrong input: `--by connection` without `--mysql-socket`, and with a socket no server listens
+//! on, is one `mallocshim top:` line and exit status 2.
+//!
+//! On main before this change (b35b687) `top --by` is an unknown argument: every case fails.
+
+mod common;
+
+use mallocshim_mariadb::{Instance, Launch, Options, Server, Sysbench};
+use std::io::Write;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A session held open: a `mariadb` client as `user` that ran `sql` and waits for more input.
+fn session(srv: &Server, user: &str, sql: &str) -> Child {
+    let mut c = srv.client();
+    c.arg(format!("--user={user}")).arg("--batch").stdin(Stdio::piped()).stdout(Stdio::null());
+    let mut ch = c.spawn().unwrap_or_else(|e| panic!("cannot start the client as {user}: {e}"));
+    let stdin = ch.stdin.as_mut().unwrap();
+    stdin.write_all(format!("{sql}\n").as_bytes()).unwrap();
+    stdin.flush().unwrap();
+    ch
+}
+
+/// Waits until the session that took the user lock `lock` (its last statement) is asleep;
+/// its connection id and the server's MEMORY_USED for it.
+fn asleep(srv: &Server, lock: &str, what: &str) -> (u64, u64) {
+    let t0 = Instant::now();
+    let q = format!(
+        "SELECT ID, MEMORY_USED FROM information_schema.PROCESSLIST \
+         WHERE ID = IS_USED_LOCK('{lock}') AND COMMAND = 'Sleep'"
+    );
+    loop {
+        let out = srv.sql(&q).unwrap_or_else(|e| panic!("{what}: {e}"));
+        if let Some(l) = out.lines().nth(1) {
+            let f: Vec<u64> = l.split('\t').filter_map(|v| v.parse().ok()).collect();
+            if f.len() == 2 {
+                return (f[0], f[1]);
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(120), "{what}: {lock} not asleep in 120 s: {out}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// One connection row of a view: id, user@host, held, alloc MiB/s (None: "-"), MEMORY_USED.
+#[derive(Debug)]
+struct Row {
+    id: u64,
+    user_host: String,
+    held: f64,
+    alloc: Option<f64>,
+    memory_used: Option<f64>,
+}
+
+const MIB: f64 = 1048576.0;
+
+/// The views of `top --by connection` output: each view's connection rows (server threads,
+/// whose first cell is `-`, left out), split at each table head.
+fn views(out: &str) -> Vec<Vec<Row>> {
+    let mut v: Vec<Vec<Row>> = Vec::new();
+    for l in out.lines() {
+        if l.trim_start().starts_with("conn ") {
+            v.push(Vec::new());
+            continue;
+        }
+        let t: Vec<&str> = l.split_whitespace().collect();
+        let (Some(cur), Some(id)) = (v.last_mut(), t.first().and_then(|x| x.parse::<u64>().ok())) else { continue };
+        assert!(t.len() >= 8, "short row {l:?}\n{out}");
+        let num = |s: &str| s.parse::<f64>().ok();
+        cur.push(Row {
+            id,
+            user_host: t[1].to_string(),
+            held: num(t[4]).unwrap_or_else(|| panic!("held in {l:?}")) * MIB,
+            alloc: num(t[6]).map(|x| x * MIB),
+            memory_used: num(t[7]).map(|x| x * MIB),
+        });
+    }
+    v
+}
+
+fn top(pid: u32, args: &[&str]) -> Output {
+    Command::new(common::cli_bin())
+        .arg("top")
+        .arg(pid.to_string())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run mallocshim top")
+}
+
+fn near(x: f64, want: f64, frac: f64) -> bool {
+    (x - want).abs() <= frac * want
+}
+
+fn check(backend: &str) {
+    let what = format!("mariadbd under {backend}");
+    // Built before the server starts: a build during the run would outlast sysbench.
+    common::cli_bin();
+    let opts = Options { extra_opts: vec!["--max-allowed-packet=512M".into()], ..Options::default() };
+    let inst = Instance::create(opts).unwrap_or_else(|e| panic!("{e}"));
+    let dumpdir = inst.subdir("dumps").unwrap();
+    let launch = Launch::shim(common::shim(), backend)
+        .var("MALLOCSHIM_DUMP_DIR", dumpdir.display().to_string())
+        .var("MALLOCSHIM_DUMP_FORMATS", "json,pprof");
+    let srv = inst.start(&launch).unwrap_or_else(|e| panic!("{what}: mariadbd did not start: {e}"));
+    srv.sysbench_prepare().unwrap_or_else(|e| panic!("{what}: {e}"));
+    srv.sql("CREATE USER bigsess@localhost; CREATE USER stmtsess@localhost; CREATE USER idlesess@localhost")
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let big =
+        session(&srv, "bigsess", "SET @big = REPEAT('x', 200*1024*1024); DO GET_LOCK('bigsess_done', 0);");
+    let prepares: String = (1..=20).map(|i| format!("PREPARE s{i} FROM @q; ")).collect();
+    let stmts = session(
+        &srv,
+        "stmtsess",
+        &format!(
+            "SET @q = CONCAT('SELECT ''', REPEAT('y', 1024*1024), ''''); {prepares}SET @q = NULL; \
+             DO GET_LOCK('stmtsess_done', 0);"
+        ),
+    );
+    let idle = session(&srv, "idlesess", "SELECT 1; DO GET_LOCK('idlesess_done', 0);");
+    let (big_id, big_mem) = asleep(&srv, "bigsess_done", &what);
+    let (stmt_id, stmt_mem) = asleep(&srv, "stmtsess_done", &what);
+    let (idle_id, _) = asleep(&srv, "idlesess_done", &what);
+    let before = std::fs::read_dir(&dumpdir).unwrap().count();
+
+    let sock = inst.socket.display().to_string();
+    let pid = srv.pid();
+    let conn = ["--mysql-socket", sock.as_str(), "--mysql-user", "root"];
+    let (by_conn, by_user) = std::thread::scope(|sc| {
+        let views = sc.spawn(|| {
+            std::thread::sleep(Duration::from_secs(3));
+            let mut a = vec!["--by", "connection", "--count", "2", "--interval", "2"];
+            a.extend(conn);
+            let c = top(pid, &a);
+            let mut u = vec!["--by", "user", "--count", "1"];
+            u.extend(conn);
+            (c, top(pid, &u))
+        });
+        let sb = srv.sysbench(&Sysbench::new("oltp_read_only", 4).time(10)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((sb.exit, sb.errors), (0, 0), "{what}: sysbench {sb:?}");
+        views.join().expect("the views")
+    });
+    let out = common::stdout(&by_conn);
+    eprintln!("{what} (MEMORY_USED: big {big_mem}, statements {stmt_mem}):\n{out}");
+    assert!(by_conn.status.success(), "{what}: {}", common::describe(&by_conn));
+    for l in out.lines() {
+        assert!(l.chars().count() <= 80, "{what}: line wider than 80: {l:?}");
+    }
+    let vs = views(&out);
+    assert_eq!(vs.len(), 2, "{what}: two views expected\n{out}");
+    for (i, v) in vs.iter().enumerate() {
+        let first = v.first().unwrap_or_else(|| panic!("{what}: view {i} has no connection rows\n{out}"));
+        assert_eq!((first.id, first.user_host.as_str()), (big_id, "bigsess@localhost"), "{what}: view {i}\n{out}");
+        assert!(near(first.held, 200.0 * MIB, 0.1), "{what}: view {i}: big session {} B\n{out}", first.held);
+        let mu = first.memory_used.unwrap_or_else(|| panic!("{what}: no MEMORY_USED beside it\n{out}"));
+        assert!(near(first.held, mu, 0.1), "{what}: view {i}: held {} B, MEMORY_USED {mu} B\n{out}", first.held);
+        let pos = |id: u64| v.iter().position(|r| r.id == id);
+        let (s, d) = (pos(stmt_id), pos(idle_id));
+        let (s, d) = (s.unwrap_or_else(|| panic!("{what}: no statements row\n{out}")), d.expect(&out));
+        assert!(v[s].held >= 10.0 * MIB, "{what}: view {i}: the statements' session holds {} B\n{out}", v[s].held);
+        assert!(s < d && v[d].held <= 4.0 * MIB, "{what}: view {i}: idle session {:?}\n{out}", v[d]);
+    }
+    assert!(vs[0].iter().all(|r| r.alloc.is_none()), "{what}: the first view has no interval\n{out}");
+    let busy = vs[1].iter().filter(|r| r.user_host.starts_with("root@") && r.alloc.unwrap_or(0.0) > 0.0).count();
+    assert!(busy >= 1, "{what}: no sysbench connection allocating in the second view\n{out}");
+    let views_lines: Vec<usize> = out.split("backend ").skip(1).map(|v| v.lines().count()).collect();
+    assert!(views_lines.iter().all(|&n| n <= 23), "{what}: views of {views_lines:?} lines\n{out}");
+
+    let u = common::stdout(&by_user);
+    assert!(by_user.status.success(), "{what}: {}", common::describe(&by_user));
+    eprintln!("{what} --by user:\n{u}");
+    let first = u.lines().skip_while(|l| !l.trim_start().starts_with("user ")).nth(2).unwrap_or("");
+    let t: Vec<&str> = first.split_whitespace().collect();
+    assert_eq!(t.first(), Some(&"bigsess"), "{what}: --by user\n{u}");
+    let held = t.get(1).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0) * MIB;
+    assert!(near(held, 200.0 * MIB, 0.1), "{what}: bigsess holds {held} B\n{u}");
+    let after = std::fs::read_dir(&dumpdir).unwrap().count();
+    assert_eq!(before, after, "{what}: top wrote files in the dump directory");
+
+    // Wrong input: one line, exit status 2.
+    for (args, want) in [
+        (vec!["--by", "connection"], "need --mysql-socket"),
+        (vec!["--by", "user", "--mysql-socket", "/nonexistent/mysqld.sock"], "/nonexistent"),
+    ] {
+        let o = top(pid, &args);
+        let err = common::stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{what}: {args:?}: {}", common::describe(&o));
+        assert!(
+            err.starts_with("mallocshim top:") && err.contains(want) && err.lines().count() == 1,
+            "{what}: {args:?}: {err}"
+        );
+    }
+    for mut c in [big, stmts, idle] {
+        drop(c.stdin.take());
+        let _ = c.wait();
+    }
+    common::mariadb::stop_cleanly(srv, &what);
+}
+
+#[test]
+fn top_by_connection_names_the_session_holding_200_mib_first() {
+    let only = std::env::var("MARIADB_BACKEND").ok();
+    for backend in common::BACKENDS {
+        if only.as_deref().is_none_or(|b| b == backend) {
+            check(backend);
+        }
+    }
+}
