@@ -72,7 +72,12 @@ fn heap(args: &[&str], profile: &Path) -> String {
 }
 
 /// Runs heap_threads under `backend` with `mib` and `env`; (profile, its JSON dump, tid A, tid B).
-fn run(backend: &str, mib: &str, env: &[(&str, &str)], name: &str) -> (PathBuf, mallocshim_format::Dump, u32, u32) {
+fn run(
+    backend: &str,
+    mib: &str,
+    env: &[(&str, &str)],
+    name: &str,
+) -> (PathBuf, mallocshim_format::Dump, u32, u32) {
     let bin = common::cc("heap_threads.c", "heap_threads", &[]);
     let dir = common::work_dir().join(format!("heap-by-thread-{name}"));
     let _ = std::fs::remove_dir_all(&dir);

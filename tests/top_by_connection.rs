@@ -13,7 +13,10 @@
 //!   holds at most 4 MiB (8 samples of the mean);
 //! - the second view has an allocation rate for the sysbench connections (at least one above 0);
 //! - `--by user` puts `bigsess` first with the same ±10%;
-//! - every line fits 80 columns and a view 23 lines; no file appears in the dump directory.
+//! - every line fits 80 columns and a view 23 lines; no file appears in the dump directory;
+//! - `diagnose PID --mysql-socket` names the big session first among the connections holding
+//!   the most, with `KILL CONNECTION <id>`, and `diagnose FIRST.json LAST.json` (a dump before
+//!   the sessions, one after) names it first among those that grew.
 //!
 //! Wrong input: `--by connection` without `--mysql-socket`, and with a socket no server listens
 //! on, is one `mallocshim top:` line and exit status 2.
@@ -81,7 +84,9 @@ fn views(out: &str) -> Vec<Vec<Row>> {
             continue;
         }
         let t: Vec<&str> = l.split_whitespace().collect();
-        let (Some(cur), Some(id)) = (v.last_mut(), t.first().and_then(|x| x.parse::<u64>().ok())) else { continue };
+        let (Some(cur), Some(id)) = (v.last_mut(), t.first().and_then(|x| x.parse::<u64>().ok())) else {
+            continue;
+        };
         assert!(t.len() >= 8, "short row {l:?}\n{out}");
         let num = |s: &str| s.parse::<f64>().ok();
         cur.push(Row {
@@ -123,6 +128,8 @@ fn check(backend: &str) {
     srv.sysbench_prepare().unwrap_or_else(|e| panic!("{what}: {e}"));
     srv.sql("CREATE USER bigsess@localhost; CREATE USER stmtsess@localhost; CREATE USER idlesess@localhost")
         .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let (first_dump, _) =
+        srv.dump_now(&dumpdir, Duration::from_secs(20)).unwrap_or_else(|e| panic!("{what}: {e}"));
     let big =
         session(&srv, "bigsess", "SET @big = REPEAT('x', 200*1024*1024); DO GET_LOCK('bigsess_done', 0);");
     let prepares: String = (1..=20).map(|i| format!("PREPARE s{i} FROM @q; ")).collect();
@@ -167,18 +174,31 @@ fn check(backend: &str) {
     assert_eq!(vs.len(), 2, "{what}: two views expected\n{out}");
     for (i, v) in vs.iter().enumerate() {
         let first = v.first().unwrap_or_else(|| panic!("{what}: view {i} has no connection rows\n{out}"));
-        assert_eq!((first.id, first.user_host.as_str()), (big_id, "bigsess@localhost"), "{what}: view {i}\n{out}");
+        assert_eq!(
+            (first.id, first.user_host.as_str()),
+            (big_id, "bigsess@localhost"),
+            "{what}: view {i}\n{out}"
+        );
         assert!(near(first.held, 200.0 * MIB, 0.1), "{what}: view {i}: big session {} B\n{out}", first.held);
         let mu = first.memory_used.unwrap_or_else(|| panic!("{what}: no MEMORY_USED beside it\n{out}"));
-        assert!(near(first.held, mu, 0.1), "{what}: view {i}: held {} B, MEMORY_USED {mu} B\n{out}", first.held);
+        assert!(
+            near(first.held, mu, 0.1),
+            "{what}: view {i}: held {} B, MEMORY_USED {mu} B\n{out}",
+            first.held
+        );
         let pos = |id: u64| v.iter().position(|r| r.id == id);
         let (s, d) = (pos(stmt_id), pos(idle_id));
         let (s, d) = (s.unwrap_or_else(|| panic!("{what}: no statements row\n{out}")), d.expect(&out));
-        assert!(v[s].held >= 10.0 * MIB, "{what}: view {i}: the statements' session holds {} B\n{out}", v[s].held);
+        assert!(
+            v[s].held >= 10.0 * MIB,
+            "{what}: view {i}: the statements' session holds {} B\n{out}",
+            v[s].held
+        );
         assert!(s < d && v[d].held <= 4.0 * MIB, "{what}: view {i}: idle session {:?}\n{out}", v[d]);
     }
     assert!(vs[0].iter().all(|r| r.alloc.is_none()), "{what}: the first view has no interval\n{out}");
-    let busy = vs[1].iter().filter(|r| r.user_host.starts_with("root@") && r.alloc.unwrap_or(0.0) > 0.0).count();
+    let busy =
+        vs[1].iter().filter(|r| r.user_host.starts_with("root@") && r.alloc.unwrap_or(0.0) > 0.0).count();
     assert!(busy >= 1, "{what}: no sysbench connection allocating in the second view\n{out}");
     let views_lines: Vec<usize> = out.split("backend ").skip(1).map(|v| v.lines().count()).collect();
     assert!(views_lines.iter().all(|&n| n <= 23), "{what}: views of {views_lines:?} lines\n{out}");
@@ -193,6 +213,30 @@ fn check(backend: &str) {
     assert!(near(held, 200.0 * MIB, 0.1), "{what}: bigsess holds {held} B\n{u}");
     let after = std::fs::read_dir(&dumpdir).unwrap().count();
     assert_eq!(before, after, "{what}: top wrote files in the dump directory");
+
+    // diagnose: of the process now (one dump: who holds the most), and over two dumps (before
+    // the sessions and now: who grew), each naming the big session first with its KILL.
+    let (last_dump, _) =
+        srv.dump_now(&dumpdir, Duration::from_secs(20)).unwrap_or_else(|e| panic!("{what}: {e}"));
+    for args in
+        [vec![pid.to_string()], vec![first_dump.display().to_string(), last_dump.display().to_string()]]
+    {
+        let o = Command::new(common::cli_bin()).arg("diagnose").args(&args).args(conn).output().unwrap();
+        let d = common::stdout(&o);
+        eprintln!("{what}: diagnose {args:?}:\n{d}");
+        assert!(o.status.success(), "{what}: diagnose {args:?}: {}", common::describe(&o));
+        let head = d.lines().position(|l| l.starts_with("connections and threads "));
+        let line = head
+            .and_then(|i| d.lines().nth(i + 1))
+            .unwrap_or_else(|| panic!("{what}: diagnose {args:?}\n{d}"));
+        assert!(
+            line.starts_with(&format!("  connection {big_id} (bigsess@localhost"))
+                && line.contains("holds 200.")
+                && line.ends_with(&format!("KILL CONNECTION {big_id}")),
+            "{what}: diagnose {args:?}: {line}\n{d}"
+        );
+        assert_eq!(args.len() == 2, line.contains(": +"), "{what}: diagnose {args:?}: {line}");
+    }
 
     // Wrong input: one line, exit status 2.
     for (args, want) in [

@@ -45,7 +45,11 @@ use std::path::PathBuf;
                   `mallocshim heap LAST FIRST` computes it). With --mysql-socket, threads are named \
                   by the server's performance_schema.threads NAME (joined on THREAD_OS_ID = tid, \
                   through the mariadb/mysql client; MariaDB needs performance_schema=ON; without it \
-                  a note says so and the rest is printed).\n\n\
+                  a note says so and the rest is printed). With --mysql-socket and heap \
+                  profiles, the connections (and server threads) that hold the most (one dump, \
+                  or a PID) or whose held bytes grew the most from the first to the last dump \
+                  are named from the dumps' per-thread live_bytes and information_schema.PROCESSLIST \
+                  read now, each with `KILL CONNECTION <id>`, which frees what the session holds.\n\n\
                   Exit status: 0 with a verdict, 2 on bad input (one line, prefixed \
                   \"mallocshim diagnose:\").",
     after_help = "Examples:\n  mallocshim diagnose $(pidof mariadbd)\n  \
@@ -160,6 +164,15 @@ pub fn run(a: &Args) -> Result<String, String> {
         buffers: crate::facts::server_buffers(&a.conn)?,
     };
     let mut out = render(&v, &dumps, sites.as_deref(), ps.as_ref());
+    if a.conn.mysql_socket.is_some() {
+        match crate::processlist::query(&a.conn) {
+            Ok(Some(conns)) => connection_lines(&mut out, &dumps, &conns),
+            Ok(None) => {}
+            Err(e) => {
+                let _ = writeln!(notes, "note: no connections: {e}");
+            }
+        }
+    }
     crate::remedy::lines(&mut out, &v, &facts);
     out.push_str(&notes);
     out.push_str(&format!("from: {from}\n"));
@@ -338,5 +351,39 @@ fn dump_lines(o: &mut String, dumps: &[Dump], ps: Option<&crate::pfs::PsThreads>
             };
             growth_lines(o, what, &verdict::thread_growth(a, b, ps));
         }
+    }
+}
+
+/// The connections whose held bytes grew from the first to the last dump (one dump: that hold
+/// the most), from the dumps' per-thread `live_bytes` joined with the server's PROCESSLIST now;
+/// nothing when the last dump has no heap profile.
+fn connection_lines(o: &mut String, dumps: &[Dump], conns: &crate::processlist::Conns) {
+    let Some(b) = dumps.last().filter(|b| b.prof_sample_bytes > 0) else { return };
+    let a = dumps.first().filter(|_| dumps.len() >= 2);
+    let rows = crate::held::grown(a, b, conns, 5);
+    let what = if a.is_some() {
+        "whose held bytes grew the most from the first to the last dump"
+    } else {
+        "holding the most now"
+    };
+    let _ = writeln!(
+        o,
+        "connections and threads {what} (heap profile: the live blocks each allocated){}",
+        if rows.is_empty() { ": none above 1 MiB and two standard errors" } else { ":" }
+    );
+    for (who, grew, now, mu) in rows {
+        let err = crate::heap::by::std_error(now as i64, b.prof_sample_bytes as i64) as f64;
+        let mut l = format!("  {who}: ");
+        if a.is_some() {
+            l += &format!("+{}, ", mib(grew as f64));
+        }
+        l += &format!("holds {} ±{:.1}", mibu(now), err / (1u64 << 20) as f64);
+        if let Some(m) = mu {
+            l += &format!(" (the server's MEMORY_USED {})", mibu(m));
+        }
+        if let Some(id) = who.strip_prefix("connection ").and_then(|r| r.split([' ', '+']).next()) {
+            l += &format!("; ends with the session: KILL CONNECTION {id}");
+        }
+        let _ = writeln!(o, "{l}");
     }
 }

@@ -14,6 +14,7 @@ mod diff;
 mod dump_cmd;
 mod facts;
 mod heap;
+mod held;
 mod interval;
 mod man7;
 mod pfs;
@@ -26,7 +27,6 @@ mod replay;
 mod report;
 mod table;
 mod top;
-mod top_held;
 mod verdict;
 
 use clap::{CommandFactory, Parser, Subcommand};

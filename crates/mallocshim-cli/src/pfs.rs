@@ -13,7 +13,8 @@ pub struct ConnArgs {
     /// The server's socket, through which the client reads the server's threads: `report` and
     /// `diagnose` name the dump's threads from performance_schema.threads (THREAD_OS_ID = tid:
     /// NAME, PROCESSLIST_ID, PROCESSLIST_USER; MariaDB needs performance_schema=ON, off by
-    /// default); `heap --by connection` reads information_schema.PROCESSLIST (TID, MariaDB 10.5+).
+    /// default); `heap --by connection`, `top --by connection|user` and `diagnose`'s connection
+    /// lines read information_schema.PROCESSLIST (TID, MariaDB 10.5+).
     #[arg(long, value_name = "PATH")]
     pub mysql_socket: Option<PathBuf>,
     /// The user the client connects as (with --mysql-socket; default: the client's own, e.g.

@@ -66,14 +66,20 @@ pub struct Args {
     /// Show who holds the heap instead: bytes held by the live blocks each thread, connection
     /// or user allocated (heap profiles; connection and user need --mysql-socket), most first.
     #[arg(long, value_enum, value_name = "WHAT")]
-    pub by: Option<crate::top_held::By>,
+    pub by: Option<crate::held::By>,
     #[command(flatten)]
     pub conn: crate::pfs::ConnArgs,
 }
 
 /// One `--by` view of `cur` (`prev`: the previous dump, None for the first view).
-fn held_view(args: &Args, by: crate::top_held::By, prev: Option<&Dump>, cur: &Dump, tty: bool) -> Result<String, Fail> {
-    use crate::top_held as h;
+fn held_view(
+    args: &Args,
+    by: crate::held::By,
+    prev: Option<&Dump>,
+    cur: &Dump,
+    tty: bool,
+) -> Result<String, Fail> {
+    use crate::held as h;
     let conns = match by {
         h::By::Thread => Default::default(),
         _ => crate::processlist::query(&args.conn)
@@ -269,7 +275,7 @@ pub fn run(args: &Args) -> Result<String, Fail> {
     if args.count == Some(0) {
         return Err(Fail { code: 2, msg: "--count wants at least 1".into() });
     }
-    if matches!(args.by, Some(b) if b != crate::top_held::By::Thread) && args.conn.mysql_socket.is_none() {
+    if matches!(args.by, Some(b) if b != crate::held::By::Thread) && args.conn.mysql_socket.is_none() {
         return Err(Fail {
             code: 2,
             msg: "--by connection and --by user need --mysql-socket (the server's connections name the threads)".into(),

@@ -172,7 +172,7 @@ pub fn snapshot() -> Snapshot {
 /// threads that exited go to the exited row of their start routine (`routines[i]` is row i's),
 /// else to the row of other routines, made when the dump has none.
 fn charge_live(threads: &mut Vec<ThreadRow>, routines: &[usize]) {
-    let Some((by, _)) = crate::hot::heapprof::live_by_thread() else { return };
+    let Some(by) = crate::hot::heapprof::live_by_thread() else { return };
     for t in threads.iter_mut() {
         t.row.live_bytes = Some(0);
     }

@@ -126,15 +126,18 @@ pub fn live_by_class() -> Option<[u64; crate::base::classes::CLASSES]> {
     live::inuse_by_class()
 }
 
-/// Bytes held by live sampled blocks per allocating thread, estimated as `live_by_class` is:
-/// `(tid, start routine, bytes)`, one entry per (tid, routine), the charge staying with the
-/// allocating thread whichever thread frees. None while sampling is off. For the dump (cold:
-/// allocates, under the reentrancy guard); the bool says samples were left out.
-pub fn live_by_thread() -> Option<(Vec<(u32, usize, u64)>, bool)> {
+/// One allocating thread's share of the live samples: (tid, start routine, estimated bytes).
+pub type ThreadLive = (u32, usize, u64);
+
+/// Bytes held by live sampled blocks per allocating thread, estimated as `live_by_class` is,
+/// one entry per (tid, routine): the charge stays with the allocating thread whichever thread
+/// frees. None while sampling is off. For the dump (cold: allocates, under the reentrancy
+/// guard); samples the walk could not hold (no memory for its buffer) are left out.
+pub fn live_by_thread() -> Option<Vec<ThreadLive>> {
     if rate() == 0 {
         return None;
     }
-    let (mut v, left_out) = live::inuse_by_record();
+    let (mut v, _left_out) = live::inuse_by_record();
     v.sort_unstable_by_key(|e| e.0);
     let ids: Vec<u32> = v.iter().map(|e| e.0).collect();
     let mut owners = vec![(0u32, 0usize); ids.len()];
@@ -143,7 +146,7 @@ pub fn live_by_thread() -> Option<(Vec<(u32, usize, u64)>, bool)> {
     for ((_, b), o) in v.iter().zip(owners) {
         *sum.entry(o).or_default() += b;
     }
-    Some((sum.into_iter().map(|((t, r), b)| (t, r, b.round() as u64)).collect(), left_out))
+    Some(sum.into_iter().map(|((t, r), b)| (t, r, b.round() as u64)).collect())
 }
 
 /// Sets the mean gap (0 turns sampling off; samples already taken stay until their blocks are

@@ -1,4 +1,5 @@
-//! `mallocshim top PID --by thread|connection|user`: who holds the heap, live. Each view joins
+//! Who holds the heap: `mallocshim top PID --by thread|connection|user` live, and `diagnose`'s
+//! lines on the connections that hold or grew the most. Each view joins
 //! the dump's per-thread `live_bytes` (the heap profile's sampled live blocks, charged to the
 //! allocating thread; one standard error sqrt(S x R) at the dump's mean gap R) and the exact
 //! bytes each thread allocated over the interval (its ops' `bytes` but free's, subtracted from the
@@ -44,7 +45,8 @@ fn alloc_bytes(t: &ThreadRow) -> u64 {
 /// since `prev` (a thread absent from `prev` started since: all of its bytes).
 pub fn held(prev: Option<&Dump>, cur: &Dump) -> Vec<Held> {
     // A live thread by tid (its name may change), an exited row by its name.
-    let key = |t: &ThreadRow| if t.state == STATE_LIVE { (t.tid, String::new()) } else { (0, t.name.clone()) };
+    let key =
+        |t: &ThreadRow| if t.state == STATE_LIVE { (t.tid, String::new()) } else { (0, t.name.clone()) };
     let before: BTreeMap<_, u64> =
         prev.map(|p| p.threads.iter().map(|t| (key(t), alloc_bytes(t))).collect()).unwrap_or_default();
     cur.threads
@@ -140,6 +142,31 @@ fn mib_err(live: u64, mean: u64) -> String {
     format!("±{}", crate::table::mib(e as u64))
 }
 
+/// The connections (and server threads) whose held bytes grew by more than 1 MiB and two
+/// standard errors from `a` to `b` (one dump: what they hold in `b`), most first, at most `n`:
+/// (label, growth, held in `b`, MEMORY_USED). Rows by connection, as [`rows`] makes them.
+pub fn grown(a: Option<&Dump>, b: &Dump, conns: &Conns, n: usize) -> Vec<(String, i64, u64, Option<u64>)> {
+    let before: BTreeMap<Vec<String>, u64> = a
+        .map(|a| rows(&held(None, a), conns, By::Connection).into_iter().map(|r| (r.who, r.live)).collect())
+        .unwrap_or_default();
+    let mean = b.prof_sample_bytes as i64;
+    let mut v: Vec<(String, i64, u64, Option<u64>)> = rows(&held(None, b), conns, By::Connection)
+        .into_iter()
+        .map(|r| {
+            let g = r.live as i64 - before.get(&r.who).copied().unwrap_or(0) as i64;
+            let label = match r.who[0].as_str() {
+                "-" => format!("thread {}", r.who[1]),
+                id => format!("connection {id} ({}, db {}, {})", r.who[1], r.who[2], r.who[3]),
+            };
+            (label, g, r.live, r.memory_used)
+        })
+        .filter(|(_, g, now, _)| *g > 1 << 20 && *g > 2 * crate::heap::by::std_error(*now as i64, mean))
+        .collect();
+    v.sort_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)));
+    v.truncate(n);
+    v
+}
+
 fn cut(s: &str, n: usize) -> String {
     s.chars().take(n).collect()
 }
@@ -148,7 +175,16 @@ fn cut(s: &str, n: usize) -> String {
 /// allocating nothing are left out (counted in the last line); a connection running a statement
 /// gets it on the line under its row.
 #[allow(clippy::too_many_arguments)]
-pub fn view(cur: &Dump, rows: &[Row], conns: &Conns, by: By, secs: Option<f64>, lines: usize, cols: usize, tty: bool) -> String {
+pub fn view(
+    cur: &Dump,
+    rows: &[Row],
+    conns: &Conns,
+    by: By,
+    secs: Option<f64>,
+    lines: usize,
+    cols: usize,
+    tty: bool,
+) -> String {
     let mean = cur.prof_sample_bytes;
     let total: u64 = rows.iter().map(|r| r.live).sum();
     let mut o = format!("{}\n", describe(cur));
@@ -165,7 +201,12 @@ pub fn view(cur: &Dump, rows: &[Row], conns: &Conns, by: By, secs: Option<f64>, 
     }
     let who: &[(&str, Align)] = match by {
         By::Thread => &[("tid", Align::Right), ("thread", Align::Left)],
-        By::Connection => &[("conn", Align::Right), ("user@host", Align::Left), ("db", Align::Left), ("command", Align::Left)],
+        By::Connection => &[
+            ("conn", Align::Right),
+            ("user@host", Align::Left),
+            ("db", Align::Left),
+            ("command", Align::Left),
+        ],
         By::User => &[("user", Align::Left)],
     };
     let mut cols_def: Vec<(&str, Align)> = who.to_vec();
@@ -186,8 +227,12 @@ pub fn view(cur: &Dump, rows: &[Row], conns: &Conns, by: By, secs: Option<f64>, 
             break;
         }
         budget -= need;
-        let widths = [8, 18, 8, 7];
-        let mut cells: Vec<String> = r.who.iter().zip(widths).map(|(c, w)| cut(c, w)).collect();
+        let widths: &[usize] = match by {
+            By::Thread => &[8, 24],
+            By::Connection => &[8, 18, 8, 7],
+            By::User => &[18],
+        };
+        let mut cells: Vec<String> = r.who.iter().zip(widths).map(|(c, w)| cut(c, *w)).collect();
         cells.push(crate::table::mib(r.live));
         cells.push(mib_err(r.live, mean));
         cells.push(secs.map_or("-".into(), |s| format!("{:.1}", r.alloc as f64 / s / 1048576.0)));
@@ -220,7 +265,14 @@ mod tests {
     use super::*;
 
     fn conn(id: u64, user: &str, mu: Option<u64>) -> Conn {
-        Conn { id, user: user.into(), host: "localhost".into(), command: "Sleep".into(), memory_used: mu, ..Conn::default() }
+        Conn {
+            id,
+            user: user.into(),
+            host: "localhost".into(),
+            command: "Sleep".into(),
+            memory_used: mu,
+            ..Conn::default()
+        }
     }
 
     #[test]
