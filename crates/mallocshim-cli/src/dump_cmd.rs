@@ -41,8 +41,15 @@ use std::time::{Duration, Instant};
                   under the shim: no libmallocshim in /proc/PID/maps nor in its LD_PRELOAD, \
                   MALLOCSHIM_DUMP_SIGNAL=none, the signal not caught or no new dump within \
                   --timeout, not permitted); 2 bad arguments or an unreadable directory. One line \
-                  on stderr, prefixed \"mallocshim dump:\".",
-    after_help = "Example:\n  mallocshim dump $(pgrep -o -x mariadbd)"
+                  on stderr, prefixed \"mallocshim dump:\".\n\n\
+                  With --mysql-socket, the heap profile is labelled after the dump with the \
+                  connection on each allocating thread, read from the server's \
+                  information_schema.PROCESSLIST then (labels connection, user, host), so that \
+                  `mallocshim heap --by connection` and `go tool pprof -tagfocus=connection=ID` \
+                  read it later, elsewhere, without the server (2 when the connections cannot \
+                  be read or the profile cannot be rewritten).",
+    after_help = "Examples:\n  mallocshim dump $(pgrep -o -x mariadbd)\n  \
+                  mallocshim dump $(pgrep -o -x mariadbd) --mysql-socket /run/mysqld/mysqld.sock"
 )]
 pub struct Args {
     /// The process to dump.
@@ -54,6 +61,8 @@ pub struct Args {
     /// Seconds to wait for the process to catch its dump signal and for the new dump files.
     #[arg(long, value_name = "S", default_value_t = 10.0)]
     pub timeout: f64,
+    #[command(flatten)]
+    pub conn: crate::pfs::ConnArgs,
 }
 
 /// Why a dump failed, with its exit status (1: the process, 2: arguments or files).
@@ -392,5 +401,31 @@ fn wait_files(
 
 pub fn run(args: &Args) -> Result<String, Fail> {
     let files = dump(args.pid, args.dir.as_deref(), args.timeout)?;
-    Ok(files.iter().map(|p| format!("{}\n", p.display())).collect())
+    let mut out: String = files.iter().map(|p| format!("{}\n", p.display())).collect();
+    if args.conn.mysql_socket.is_some() {
+        let conns = crate::processlist::query(&args.conn)
+            .map_err(|e| fail(2, format!("the server's connections: {e}")))?
+            .unwrap_or_default();
+        for p in files.iter().filter(|p| p.to_string_lossy().ends_with(".pb.gz")) {
+            let n = label_profile(p, &conns).map_err(|e| fail(2, format!("{}: {e}", p.display())))?;
+            eprintln!("mallocshim dump: {}: {n} samples labelled with their connection", p.display());
+        }
+        if !files.iter().any(|p| p.to_string_lossy().ends_with(".pb.gz")) {
+            out += "(no heap profile to label: the process's MALLOCSHIM_DUMP_FORMATS has no pprof)\n";
+        }
+    }
+    Ok(out)
+}
+
+/// Writes the connection of each thread into heap profile `p` as sample labels (connection,
+/// user, host: `heap --by connection` and `go tool pprof -tagfocus` read them later, without
+/// the server), replacing the file whole (`secure_write`). Under a thread pool a worker's tid
+/// has several connections: the first one's is written. Returns the samples labelled.
+fn label_profile(p: &Path, conns: &crate::processlist::Conns) -> Result<usize, String> {
+    let mut prof = mallocshim_format::pprof::Profile::read(p).map_err(|e| e.to_string())?;
+    let by_tid =
+        conns.iter().map(|(t, cs)| (*t, (cs[0].id, cs[0].user.clone(), cs[0].host.clone()))).collect();
+    let n = prof.label_connections(&by_tid);
+    mallocshim_cli::secure_write::write(p, &prof.to_gz()).map_err(|e| e.to_string())?;
+    Ok(n)
 }

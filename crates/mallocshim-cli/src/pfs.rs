@@ -24,6 +24,24 @@ pub struct ConnArgs {
     /// The client program (with --mysql-socket; default `mariadb`, else `mysql`).
     #[arg(long, value_name = "PROGRAM", requires = "mysql_socket")]
     pub mysql_client: Option<PathBuf>,
+    /// Where the connections on each thread are read (with --mysql-socket): `processlist` is
+    /// MariaDB's information_schema.PROCESSLIST (TID, 10.5+); `performance-schema` is
+    /// performance_schema.threads (THREAD_OS_ID; MySQL 8, or MariaDB with performance_schema=ON);
+    /// `auto` tries the first, then the second when the server has no TID column.
+    #[arg(long, value_enum, value_name = "SOURCE", default_value = "auto", requires = "mysql_socket")]
+    pub connections_from: ConnSource,
+}
+
+/// Where `processlist::query` reads the server's connections.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ConnSource {
+    /// PROCESSLIST, then performance_schema.threads when the server has no TID column.
+    #[default]
+    Auto,
+    /// information_schema.PROCESSLIST (MariaDB 10.5+).
+    Processlist,
+    /// performance_schema.threads (MySQL 8; MariaDB with performance_schema=ON).
+    PerformanceSchema,
 }
 
 /// One row of performance_schema.threads.

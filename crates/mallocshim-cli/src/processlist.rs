@@ -1,7 +1,8 @@
 //! The server's connections by OS thread id, from MariaDB's `information_schema.PROCESSLIST`
 //! (its `TID` column, MariaDB 10.5 and later: no performance_schema needed), read through the
 //! `mariadb` (or `mysql`) client once, in batch mode, as `--mysql-socket` does for `report`
-//! (`pfs::client_output`). Used by `heap --by connection`. The join is as of the moment the
+//! (`pfs::client_output`), else (MySQL) from performance_schema.threads (`THREAD_OS_ID`,
+//! `PROCESSLIST_ID`...). Used by `heap --by connection`, `top --by`, `diagnose` and `dump`. The join is as of the moment the
 //! command runs, not the dump's: run it while the server still has the connections the profile
 //! saw. Under `thread_handling=pool-of-threads` a worker thread serves many connections and
 //! `TID` is the worker that last ran the connection, so several connections share one tid.
@@ -34,6 +35,20 @@ pub const QUERY: &str = "SELECT TID, ID, USER, HOST, DB, COMMAND, LEFT(INFO, 40)
                          FROM information_schema.PROCESSLIST \
                          WHERE TID IS NOT NULL AND ID <> CONNECTION_ID() ORDER BY ID";
 
+/// The same columns from performance_schema.threads, for servers without PROCESSLIST's TID
+/// (MySQL 8): MEMORY_USED is the thread's current bytes in
+/// performance_schema.memory_summary_by_thread_by_event_name (what its memory instruments count;
+/// NULL when none is enabled).
+pub const PS_QUERY: &str = "SELECT t.THREAD_OS_ID, t.PROCESSLIST_ID, t.PROCESSLIST_USER, \
+                            t.PROCESSLIST_HOST, t.PROCESSLIST_DB, t.PROCESSLIST_COMMAND, \
+                            LEFT(t.PROCESSLIST_INFO, 40), \
+                            (SELECT NULLIF(SUM(m.CURRENT_NUMBER_OF_BYTES_USED), 0) \
+                            FROM performance_schema.memory_summary_by_thread_by_event_name m \
+                            WHERE m.THREAD_ID = t.THREAD_ID) \
+                            FROM performance_schema.threads t \
+                            WHERE t.THREAD_OS_ID IS NOT NULL AND t.PROCESSLIST_ID IS NOT NULL \
+                            AND t.PROCESSLIST_ID <> CONNECTION_ID() ORDER BY t.PROCESSLIST_ID";
+
 /// Parses the client's `--batch --skip-column-names` output (tab-separated, `NULL` for null; the
 /// client escapes tabs and newlines inside values as `\t` and `\n`).
 pub fn parse(out: &str) -> Result<Conns, String> {
@@ -61,16 +76,42 @@ pub fn parse(out: &str) -> Result<Conns, String> {
 /// The server's connections through the client; None without `--mysql-socket`. A server without
 /// the `TID` column (MySQL, MariaDB before 10.5) gets the client's own error line.
 pub fn query(a: &ConnArgs) -> Result<Option<Conns>, String> {
-    let Some(out) = crate::pfs::client_output(a, QUERY)? else { return Ok(None) };
-    parse(&out).map(Some)
+    use crate::pfs::ConnSource;
+    let ps = || -> Result<Option<Conns>, String> {
+        let Some(out) = crate::pfs::client_output(a, PS_QUERY)? else { return Ok(None) };
+        let m = parse(&out)?;
+        if m.is_empty() {
+            return Err("performance_schema.threads has no connection with an OS id: is performance_schema \
+                        on? (MariaDB: performance_schema=ON, off by default)"
+                .into());
+        }
+        Ok(Some(m))
+    };
+    match a.connections_from {
+        ConnSource::PerformanceSchema => ps(),
+        src => match crate::pfs::client_output(a, QUERY) {
+            Ok(Some(out)) => parse(&out).map(Some),
+            Ok(None) => Ok(None),
+            Err(e) if src == ConnSource::Auto && no_tid(&e) => ps().map_err(|p| format!("{e}; then {p}")),
+            Err(e) => Err(e),
+        },
+    }
+}
+
+/// The client's error for a PROCESSLIST without TID (MySQL; MariaDB before 10.5).
+fn no_tid(err: &str) -> bool {
+    err.contains("Unknown column") && err.contains("TID")
 }
 
 impl Conn {
     /// `#ID user@host db=DB Command "INFO"`, `MEMORY_USED` when the server counts it.
     pub fn label(&self) -> String {
         let mut s = format!("#{} {}@{}", self.id, self.user, self.host);
-        s += &format!(" db={}", self.db.as_deref().unwrap_or("-"));
-        s += &format!(" {}", self.command);
+        // A connection read back from a profile's labels has no db, command nor statement.
+        if !self.command.is_empty() {
+            s += &format!(" db={}", self.db.as_deref().unwrap_or("-"));
+            s += &format!(" {}", self.command);
+        }
         if let Some(m) = self.memory_used {
             s += &format!(" MEMORY_USED={}", crate::heap::bytes(m as i64).replace(' ', ""));
         }
@@ -102,5 +143,7 @@ mod tests {
         assert_eq!(m[&4321][1].memory_used, None);
         assert!(parse("garbage\n").is_err());
         assert!(parse("1\t2\tonly three\n").is_err());
+        assert!(no_tid("the client mysql failed on /s (exit status: 1): ERROR 1054 (42S22) at line 1: Unknown column 'TID' in 'field list'"));
+        assert!(!no_tid("ERROR 2002 (HY000): Can't connect to local server through socket"));
     }
 }

@@ -23,6 +23,16 @@ pub const LABEL_THREAD: &str = "thread";
 pub const EXITED: &str = "exited";
 /// String label: the thread's start routine (threads the shim's `pthread_create` started).
 pub const LABEL_START_ROUTINE: &str = "start_routine";
+/// Numeric label: the server's connection id on the allocating thread when the profile was
+/// labelled (`mallocshim dump PID --mysql-socket`, from information_schema.PROCESSLIST's TID).
+pub const LABEL_CONNECTION: &str = "connection";
+/// String label: that connection's user.
+pub const LABEL_USER: &str = "user";
+/// String label: that connection's host.
+pub const LABEL_HOST: &str = "host";
+
+/// What [`Profile::label_connections`] writes for one thread: connection id, user, host.
+pub type ConnLabel = (u64, String, String);
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Profile {
@@ -215,6 +225,44 @@ impl Profile {
         s.label.iter().find(|l| l.str != 0 && self.str(l.key) == key).map(|l| self.str(l.str))
     }
 
+    /// The index of `s` in the string table, added when absent.
+    pub fn intern(&mut self, s: &str) -> i64 {
+        match self.string_table.iter().position(|x| x == s) {
+            Some(i) => i as i64,
+            None => {
+                self.string_table.push(s.to_string());
+                self.string_table.len() as i64 - 1
+            }
+        }
+    }
+
+    /// Adds [`LABEL_CONNECTION`], [`LABEL_USER`] and [`LABEL_HOST`] to every sample whose
+    /// [`LABEL_TID`] is in `by_tid` (replacing earlier ones); returns how many samples got them.
+    pub fn label_connections(&mut self, by_tid: &std::collections::BTreeMap<u32, ConnLabel>) -> usize {
+        let keys = [LABEL_CONNECTION, LABEL_USER, LABEL_HOST].map(|k| self.intern(k));
+        let mut strs: std::collections::BTreeMap<String, i64> = Default::default();
+        for (_, u, h) in by_tid.values() {
+            for v in [u, h] {
+                if !strs.contains_key(v) {
+                    let i = self.intern(v);
+                    strs.insert(v.clone(), i);
+                }
+            }
+        }
+        let mut n = 0;
+        for i in 0..self.sample.len() {
+            let tid = self.label_num(&self.sample[i], LABEL_TID);
+            let Some((id, u, h)) = tid.and_then(|t| by_tid.get(&(t as u32))) else { continue };
+            let s = &mut self.sample[i];
+            s.label.retain(|l| !keys.contains(&l.key));
+            s.label.push(Label { key: keys[0], num: *id as i64, ..Default::default() });
+            s.label.push(Label { key: keys[1], str: strs[u], ..Default::default() });
+            s.label.push(Label { key: keys[2], str: strs[h], ..Default::default() });
+            n += 1;
+        }
+        n
+    }
+
     /// The index of the sample type named `name` (for example `inuse_space`).
     pub fn sample_index(&self, name: &str) -> Option<usize> {
         self.sample_type.iter().position(|t| self.str(t.r#type) == name)
@@ -232,6 +280,23 @@ mod tests {
             string_table: vec!["".into(), "inuse_space".into(), "bytes".into()],
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn connection_labels_go_to_the_samples_of_their_tid() {
+        let mut p = sample_profile();
+        let tid = p.intern(LABEL_TID);
+        p.sample[0].label.push(Label { key: tid, num: 42, ..Default::default() });
+        p.sample.push(Sample { location_id: vec![1], value: vec![1], label: vec![] });
+        let m = [(42u32, (7u64, "app".to_string(), "localhost".to_string()))].into_iter().collect();
+        assert_eq!(p.label_connections(&m), 1);
+        assert_eq!(p.label_connections(&m), 1, "labelling again replaces");
+        let s = &p.sample[0];
+        assert_eq!(s.label.len(), 4);
+        assert_eq!(p.label_num(s, LABEL_CONNECTION), Some(7));
+        assert_eq!(p.label_str(s, LABEL_USER), Some("app"));
+        assert_eq!(p.label_str(s, LABEL_HOST), Some("localhost"));
+        assert!(p.sample[1].label.is_empty());
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! inuse figure, never the freeing one's), largest first, each with one standard error of the
 //! sampling, sqrt(S x R) for a sampled total S at mean gap R (Poisson; the profile's period).
 //! `--by connection` names each tid from the server's PROCESSLIST (`processlist`, read when the
-//! command runs); threads without a connection keep the name the dump recorded. Formatting only.
+//! command runs, or from the profile's own connection labels when `mallocshim dump --mysql-socket`
+//! wrote them); threads without a connection keep the name the dump recorded. Formatting only.
 
 use crate::processlist::Conns;
 use mallocshim_format::pprof::{Profile, LABEL_THREAD, LABEL_TID};
@@ -55,6 +56,28 @@ pub fn shares(p: &Profile) -> Result<Vec<Share>, String> {
         ));
     }
     Ok(by.into_values().collect())
+}
+
+/// The connections a labelled profile names (`mallocshim dump PID --mysql-socket`: labels
+/// connection, user, host on each sample of a connection's thread), by tid; empty when it has
+/// none. Their db, command and statement were not recorded.
+pub fn labelled_connections(p: &Profile) -> Conns {
+    use mallocshim_format::pprof::{LABEL_CONNECTION, LABEL_HOST, LABEL_USER};
+    let mut m = Conns::new();
+    for s in &p.sample {
+        let (Some(tid), Some(id)) = (p.label_num(s, LABEL_TID), p.label_num(s, LABEL_CONNECTION)) else {
+            continue;
+        };
+        m.entry(tid as u32).or_insert_with(|| {
+            vec![crate::processlist::Conn {
+                id: id as u64,
+                user: p.label_str(s, LABEL_USER).unwrap_or_default().to_string(),
+                host: p.label_str(s, LABEL_HOST).unwrap_or_default().to_string(),
+                ..Default::default()
+            }]
+        });
+    }
+    m
 }
 
 /// One standard error of a sampled total of `s` bytes at a mean gap of `r` bytes: sqrt(s x r).

@@ -213,9 +213,17 @@ fn run_by(args: &Args, p: &Profile, what: by::By) -> Result<String, String> {
     let rows = match what {
         by::By::Thread => shares.into_iter().map(|s| (s.clone(), s.name)).collect(),
         by::By::Connection => {
-            let conns = crate::processlist::query(&args.conn)?.ok_or(
-                "--by connection needs --mysql-socket PATH (the server's PROCESSLIST joins threads to connections)",
-            )?;
+            let labelled = by::labelled_connections(p);
+            let conns = match crate::processlist::query(&args.conn)? {
+                Some(c) => c,
+                None if !labelled.is_empty() => labelled,
+                None => {
+                    return Err("--by connection needs --mysql-socket PATH (the server's PROCESSLIST joins \
+                                threads to connections), or a profile labelled by `mallocshim dump PID \
+                                --mysql-socket PATH`"
+                        .into())
+                }
+            };
             by::with_connections(shares, &conns)
         }
     };
