@@ -9,7 +9,10 @@
 //! query of the shipped Grafana dashboard (`$host`/`$server` = `.*`, `$__rate_interval` = 30s)
 //! returns at least one finite value; `promtool check metrics` accepts both files. Everything runs
 //! on loopback; every process started here is killed by a Drop guard. A missing program or the
-//! missing `prometheus` user is a failure, never a skip.
+//! missing `prometheus` user is a failure, never a skip. Beside `b`, `mallocshim users --textfile-dir`
+//! writes `mallocshim_b_users.prom` (per-user held bytes): node_exporter reads it (mode 0644),
+//! Prometheus has root's (sysbench's) held bytes and 2 connections, promtool accepts it, the
+//! dashboard's per-user panel returns data, and the command ends with `b`, removing its file.
 //!
 //! Long because: one test binary per feature: its cases share the server and scrape helpers.
 
@@ -253,6 +256,7 @@ fn prometheus_node_exporter_two_servers_across_a_restart() {
     let promtool = common::require("promtool");
     let (uid, gid) = user_ids("prometheus");
     let so = common::shim();
+    let cli = common::cli_bin();
 
     let root = Dir(std::env::temp_dir().join(format!("mallocshim-fleet.{}", std::process::id())));
     let _ = std::fs::remove_dir_all(&root.0);
@@ -328,11 +332,26 @@ fn prometheus_node_exporter_two_servers_across_a_restart() {
     srv_a.sysbench_prepare().unwrap_or_else(|e| panic!("{e}"));
     srv_b.sysbench_prepare().unwrap_or_else(|e| panic!("{e}"));
 
+    // Per user (issue 39 item 4): `mallocshim users` beside b, as root, writing its own textfile.
+    let users_b = textdir.join("mallocshim_b_users.prom");
+    let mut c = Command::new(&cli);
+    c.args(["users", &srv_b.pid().to_string(), "--mysql-user", "root", "--interval", "2", "--mysql-socket"])
+        .arg(&inst_b.socket)
+        .arg("--textfile-dir")
+        .arg(&textdir);
+    let mut users = Proc::spawn("mallocshim users", c, &root.0.join("users.log"));
     let logs = |n: &str| root.0.join(format!("sysbench-{n}.out"));
     let load_b = load(&srv_b, 2 * PHASE_S + 10, &logs("b"));
     let load_a1 = load(&srv_a, PHASE_S, &logs("a1"));
-    wait_for("both files written", Duration::from_secs(10), || file_a.exists() && file_b.exists());
-    for f in [&file_a, &file_b] {
+    wait_for("the three files written", Duration::from_secs(10), || {
+        assert!(
+            users.running(),
+            "mallocshim users exited:\n{}",
+            std::fs::read_to_string(root.0.join("users.log")).unwrap_or_default()
+        );
+        file_a.exists() && file_b.exists() && users_b.exists()
+    });
+    for f in [&file_a, &file_b, &users_b] {
         let mode = std::fs::metadata(f).unwrap().permissions().mode() & 0o7777;
         assert_eq!(mode, 0o644, "{}: mode {mode:o}", f.display());
     }
@@ -413,10 +432,22 @@ fn prometheus_node_exporter_two_servers_across_a_restart() {
     distinct.dedup();
     assert_eq!(distinct.len(), 2, "a's start times across the restart: {distinct:?}");
     let mtime = prom.query("node_textfile_mtime_seconds");
-    assert_eq!(mtime.len(), 2, "node_exporter (as `prometheus`) read both files: {mtime:?}");
+    assert_eq!(mtime.len(), 3, "node_exporter (as `prometheus`) read the three files: {mtime:?}");
+    // sysbench's user (root) holds bytes on b, and its connections are counted.
+    let held = prom.query(&format!(
+        "max_over_time(mallocshim_user_held_bytes{{exported_instance=\"b\",user=\"root\"}}[{window}s])"
+    ));
+    assert!(held.len() == 1 && val(&held[0]) > 0.0, "root's held bytes on b: {held:?}");
+    let n = prom.query(&format!(
+        "max_over_time(mallocshim_user_connections{{exported_instance=\"b\",user=\"root\"}}[{window}s])"
+    ));
+    assert!(n.len() == 1 && val(&n[0]) >= 2.0, "root's connections on b (sysbench's 2): {n:?}");
 
     // promtool accepts both files.
-    for (name, (ok, out)) in [("a", promtool_a), ("b", promtool_check(&promtool, &file_b))] {
+    let users_check = promtool_check(&promtool, &users_b);
+    for (name, (ok, out)) in
+        [("a", promtool_a), ("b", promtool_check(&promtool, &file_b)), ("b_users", users_check)]
+    {
         assert!(ok, "promtool check metrics rejects mallocshim_{name}.prom:\n{out}");
     }
 
@@ -442,10 +473,12 @@ fn prometheus_node_exporter_two_servers_across_a_restart() {
     let servers = prom.api("label/exported_instance/values", &[("match[]", "mallocshim_build_info".into())]);
     assert_eq!(servers.len(), 2, "the Server variable's values: {servers:?}");
 
-    // The end: both clean shutdowns remove both files.
+    // The end: both clean shutdowns remove both files, and `users` ends with b, removing its own.
     for srv in [srv_a, srv_b] {
         assert_eq!(srv.shutdown().unwrap_or_else(|e| panic!("{e}")).status, 0);
     }
+    let st = users.wait(Duration::from_secs(10));
+    assert!(st.is_some_and(|s| s.success()), "mallocshim users at b's end: {st:?}");
     let left: Vec<_> = std::fs::read_dir(&textdir).unwrap().flatten().map(|e| e.file_name()).collect();
     assert!(left.is_empty(), "files left in the textfile directory: {left:?}");
     eprintln!(

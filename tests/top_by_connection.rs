@@ -12,7 +12,8 @@
 //! - the prepared statements' session holds at least 10 MiB and comes before the idle one, which
 //!   holds at most 4 MiB (8 samples of the mean);
 //! - the second view has an allocation rate for the sysbench connections (at least one above 0);
-//! - `--by user` puts `bigsess` first with the same ±10%;
+//! - `--by user`, and `users PID` (the per-user table the textfile is written from), put
+//!   `bigsess` first with the same ±10%;
 //! - with `--connections-from performance-schema` (the MySQL path: performance_schema.threads,
 //!   on a second server with `--performance-schema=ON`, no sysbench) the big session is first
 //!   within ±10% too;
@@ -217,6 +218,14 @@ fn check(backend: &str) {
     assert_eq!(t.first(), Some(&"bigsess"), "{what}: --by user\n{u}");
     let held = t.get(1).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0) * MIB;
     assert!(near(held, 200.0 * MIB, 0.1), "{what}: bigsess holds {held} B\n{u}");
+    // `users`: the same per-user sums once, as a table, through the channel (no file).
+    let o = Command::new(common::cli_bin()).args(["users", &pid.to_string()]).args(conn).output().unwrap();
+    let us = common::stdout(&o);
+    assert!(o.status.success(), "{what}: users: {}", common::describe(&o));
+    let first = us.lines().skip_while(|l| !l.trim_start().starts_with("user ")).nth(2).unwrap_or("");
+    let t: Vec<&str> = first.split_whitespace().collect();
+    let held = t.get(1).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0) * MIB;
+    assert!(t.first() == Some(&"bigsess") && near(held, 200.0 * MIB, 0.1), "{what}: users\n{us}");
     let after = std::fs::read_dir(&dumpdir).unwrap().count();
     assert_eq!(before, after, "{what}: top wrote files in the dump directory");
 

@@ -27,6 +27,7 @@ mod replay;
 mod report;
 mod table;
 mod top;
+mod users;
 mod verdict;
 
 use clap::{CommandFactory, Parser, Subcommand};
@@ -63,6 +64,7 @@ enum Cmd {
     Set(ctl_client::SetArgs),
     Record(record_cmd::RecordArgs),
     Top(top::Args),
+    Users(users::Args),
     Plot(plot_cmd::Args),
     Diagnose(diagnose::Args),
     /// Compare mysqld/mariadbd throughput, CPU and memory across allocators, under the mallocshim
@@ -178,6 +180,7 @@ fn main() -> ExitCode {
         Cmd::Compare { args } => return compare(args),
         Cmd::Dump(a) => return finish("dump", dump_cmd::run(a)),
         Cmd::Top(a) => return finish("top", top::run(a)),
+        Cmd::Users(a) => return finish("users", users::run(a)),
         Cmd::Trim(a) => return finish("trim", ctl_client::trim(a)),
         Cmd::Get(a) => return finish("get", ctl_client::get(a)),
         Cmd::Set(a) => return finish("set", ctl_client::set(a)),
