@@ -26,9 +26,13 @@
 //!   first within ±10%, as do `go tool pprof -tagfocus=connection=ID` and `-tagfocus=user=bigsess`.
 //!
 //! Wrong input: `--by connection` without `--mysql-socket`, and with a socket no server listens
-//! on, is one `mallocshim top:` line and exit status 2.
+//! on, is one `mallocshim top:` line and exit status 2; so is `top --by connection` and `users`
+//! on a process under the shim that is not the socket's server (`ctl_target.c`).
 //!
 //! On main before this change (b35b687) `top --by` is an unknown argument: every case fails.
+//!
+//! Long because: one test binary per feature: both servers' cases share the session, view and
+//! parsing helpers.
 
 mod common;
 
@@ -121,6 +125,8 @@ fn near(x: f64, want: f64, frac: f64) -> bool {
     (x - want).abs() <= frac * want
 }
 
+// Long because: one mariadbd scenario (three planted sessions, sysbench beside them) whose views,
+// diagnoses, labelled profile and wrong inputs all read the same server and sessions, in order.
 fn check(backend: &str) {
     let what = format!("mariadbd under {backend}");
     // Built before the server starts: a build during the run would outlast sysbench.
@@ -307,6 +313,42 @@ fn check(backend: &str) {
             "{what}: {args:?}: {err}"
         );
     }
+    // A PID under the shim that is not the socket's server: one line, exit 2.
+    let ctl_dir = dumpdir.join("ctl");
+    std::fs::create_dir_all(&ctl_dir).unwrap();
+    let mut other = common::preloaded(common::cc("ctl_target.c", "ctl_target", &[]), backend);
+    other.args(["hold", "1"]).env("MALLOCSHIM_CTL_DIR", &ctl_dir).env("MALLOCSHIM_DUMP_DIR", &dumpdir);
+    let mut other = other.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("start ctl_target");
+    let mut line = String::new();
+    let mut out = std::io::BufReader::new(other.stdout.take().unwrap());
+    while !line.starts_with("ready pid=") {
+        line.clear();
+        assert!(
+            std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0,
+            "ctl_target ended before ready"
+        );
+    }
+    let opid: u32 = line.trim().strip_prefix("ready pid=").unwrap().parse().unwrap();
+    for cmd in [vec!["top", "--by", "connection", "--count", "1"], vec!["users"]] {
+        let o = Command::new(common::cli_bin())
+            .arg(cmd[0])
+            .arg(opid.to_string())
+            .args(&cmd[1..])
+            .args(conn)
+            .output()
+            .unwrap();
+        let err = common::stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{what}: {cmd:?} on a non-server: {}", common::describe(&o));
+        assert!(
+            err.starts_with(&format!("mallocshim {}:", cmd[0]))
+                && err.contains("is not the server")
+                && err.lines().count() == 1,
+            "{what}: {cmd:?}: {err}"
+        );
+    }
+    drop(other.stdin.take());
+    let _ = other.wait();
+
     for mut c in [big, stmts, idle] {
         drop(c.stdin.take());
         let _ = c.wait();

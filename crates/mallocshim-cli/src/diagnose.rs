@@ -166,7 +166,12 @@ pub fn run(a: &Args) -> Result<String, String> {
     let mut out = render(&v, &dumps, sites.as_deref(), ps.as_ref());
     if a.conn.mysql_socket.is_some() {
         match crate::processlist::query(&a.conn) {
-            Ok(Some(conns)) => connection_lines(&mut out, &dumps, &conns),
+            Ok(Some(conns)) => match pid.map_or(Ok(()), |p| crate::processlist::check_server(p, &conns)) {
+                Ok(()) => connection_lines(&mut out, &dumps, &conns),
+                Err(e) => {
+                    let _ = writeln!(notes, "note: no connections: {e}");
+                }
+            },
             Ok(None) => {}
             Err(e) => {
                 let _ = writeln!(notes, "note: no connections: {e}");

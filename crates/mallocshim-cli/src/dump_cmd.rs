@@ -1,11 +1,10 @@
 //! `mallocshim dump PID`: signals exactly that process (kill(2) on the pid) with its dump signal
 //! (`MALLOCSHIM_DUMP_SIGNAL` from /proc/PID/environ, SIGUSR1 by default), only once the process
-//! catches it (`SigCgt` in /proc/PID/status: before the shim's handler is in place the signal
-//! would take its default action and kill the process), and waits for its new dump files (a
-//! sequence number above every one it had, every configured format, the `.pb.gz` heap profile
-//! included), printing their paths. It owns finding a process's dump directory and signal
-//! (/proc/PID/environ) and telling a process not under the shim (no libmallocshim in
-//! /proc/PID/maps nor in its LD_PRELOAD); it never signals by name.
+//! catches it (`SigCgt` in /proc/PID/status: before that the signal would kill it), and waits
+//! for its new dump files (a sequence number above every one it had, every configured format,
+//! the `.pb.gz` heap profile included), printing their paths. It owns finding a process's dump
+//! directory and signal (/proc/PID/environ) and telling a process not under the shim (no
+//! libmallocshim in /proc/PID/maps nor in its LD_PRELOAD); it never signals by name.
 
 use mallocshim_format::dump::parse_dump_file_name;
 use mallocshim_format::formats;
@@ -41,15 +40,10 @@ use std::time::{Duration, Instant};
                   under the shim: no libmallocshim in /proc/PID/maps nor in its LD_PRELOAD, \
                   MALLOCSHIM_DUMP_SIGNAL=none, the signal not caught or no new dump within \
                   --timeout, not permitted); 2 bad arguments or an unreadable directory. One line \
-                  on stderr, prefixed \"mallocshim dump:\".\n\n\
-                  With --mysql-socket, the heap profile is labelled after the dump with the \
-                  connection on each allocating thread, read from the server's \
-                  information_schema.PROCESSLIST then (labels connection, user, host), so that \
-                  `mallocshim heap --by connection` and `go tool pprof -tagfocus=connection=ID` \
-                  read it later, elsewhere, without the server (2 when the connections cannot \
-                  be read or the profile cannot be rewritten).",
-    after_help = "Examples:\n  mallocshim dump $(pgrep -o -x mariadbd)\n  \
-                  mallocshim dump $(pgrep -o -x mariadbd) --mysql-socket /run/mysqld/mysqld.sock"
+                  on stderr, prefixed \"mallocshim dump:\". With --mysql-socket the heap profile \
+                  gets labels connection, user, host from PROCESSLIST (heap --by connection and \
+                  pprof -tagfocus read them later; 2 when they cannot be written).",
+    after_help = "Examples:\n  mallocshim dump $(pgrep -o -x mariadbd)\n  mallocshim dump PID --mysql-socket SOCK"
 )]
 pub struct Args {
     /// The process to dump.
@@ -401,31 +395,6 @@ fn wait_files(
 
 pub fn run(args: &Args) -> Result<String, Fail> {
     let files = dump(args.pid, args.dir.as_deref(), args.timeout)?;
-    let mut out: String = files.iter().map(|p| format!("{}\n", p.display())).collect();
-    if args.conn.mysql_socket.is_some() {
-        let conns = crate::processlist::query(&args.conn)
-            .map_err(|e| fail(2, format!("the server's connections: {e}")))?
-            .unwrap_or_default();
-        for p in files.iter().filter(|p| p.to_string_lossy().ends_with(".pb.gz")) {
-            let n = label_profile(p, &conns).map_err(|e| fail(2, format!("{}: {e}", p.display())))?;
-            eprintln!("mallocshim dump: {}: {n} samples labelled with their connection", p.display());
-        }
-        if !files.iter().any(|p| p.to_string_lossy().ends_with(".pb.gz")) {
-            out += "(no heap profile to label: the process's MALLOCSHIM_DUMP_FORMATS has no pprof)\n";
-        }
-    }
-    Ok(out)
-}
-
-/// Writes the connection of each thread into heap profile `p` as sample labels (connection,
-/// user, host: `heap --by connection` and `go tool pprof -tagfocus` read them later, without
-/// the server), replacing the file whole (`secure_write`). Under a thread pool a worker's tid
-/// has several connections: the first one's is written. Returns the samples labelled.
-fn label_profile(p: &Path, conns: &crate::processlist::Conns) -> Result<usize, String> {
-    let mut prof = mallocshim_format::pprof::Profile::read(p).map_err(|e| e.to_string())?;
-    let by_tid =
-        conns.iter().map(|(t, cs)| (*t, (cs[0].id, cs[0].user.clone(), cs[0].host.clone()))).collect();
-    let n = prof.label_connections(&by_tid);
-    mallocshim_cli::secure_write::write(p, &prof.to_gz()).map_err(|e| e.to_string())?;
-    Ok(n)
+    let labelled = crate::dump_label::label(args.pid, &files, &args.conn).map_err(|m| fail(2, m))?;
+    Ok(files.iter().map(|p| format!("{}\n", p.display())).collect::<String>() + &labelled)
 }

@@ -171,6 +171,25 @@ fn cut(s: &str, n: usize) -> String {
     s.chars().take(n).collect()
 }
 
+/// The view's first two lines: the process, RSS and the total held with its ±.
+fn header(cur: &Dump, rows: &[Row], tty: bool) -> String {
+    let mean = cur.prof_sample_bytes;
+    let total: u64 = rows.iter().map(|r| r.live).sum();
+    let mut o = format!("{}\n", describe(cur));
+    if mean == 0 {
+        o += "heap profiles are off in this process (MALLOCSHIM_PROF_SAMPLE_BYTES=0): nothing is charged\n";
+    } else {
+        o += &format!(
+            "MiB: RSS {}, held by live blocks {} {} (sampled, mean gap {mean} B){}\n",
+            crate::table::mib(cur.memory.rss_bytes),
+            crate::table::mib(total),
+            mib_err(total, mean),
+            if tty { "; q quits" } else { "" }
+        );
+    }
+    o
+}
+
 /// One view of at most `lines` lines of at most `cols` characters. Server threads holding and
 /// allocating nothing are left out (counted in the last line); a connection running a statement
 /// gets it on the line under its row.
@@ -186,19 +205,7 @@ pub fn view(
     tty: bool,
 ) -> String {
     let mean = cur.prof_sample_bytes;
-    let total: u64 = rows.iter().map(|r| r.live).sum();
-    let mut o = format!("{}\n", describe(cur));
-    if mean == 0 {
-        o += "heap profiles are off in this process (MALLOCSHIM_PROF_SAMPLE_BYTES=0): nothing is charged\n";
-    } else {
-        o += &format!(
-            "MiB: RSS {}, held by live blocks {} {} (sampled, mean gap {mean} B){}\n",
-            crate::table::mib(cur.memory.rss_bytes),
-            crate::table::mib(total),
-            mib_err(total, mean),
-            if tty { "; q quits" } else { "" }
-        );
-    }
+    let mut o = header(cur, rows, tty);
     let who: &[(&str, Align)] = match by {
         By::Thread => &[("tid", Align::Right), ("thread", Align::Left)],
         By::Connection => &[

@@ -12,6 +12,7 @@ mod ctl_client;
 mod diagnose;
 mod diff;
 mod dump_cmd;
+mod dump_label;
 mod facts;
 mod heap;
 mod held;

@@ -98,6 +98,20 @@ pub fn query(a: &ConnArgs) -> Result<Option<Conns>, String> {
     }
 }
 
+/// Err (one line) when the server's connections run on none of process `pid`'s threads: the
+/// socket belongs to another process than `pid` (a server with no connection cannot be told).
+pub fn check_server(pid: u32, conns: &Conns) -> Result<(), String> {
+    let mine = |t: &u32| std::path::Path::new(&format!("/proc/{pid}/task/{t}")).exists();
+    if conns.is_empty() || conns.keys().any(mine) {
+        return Ok(());
+    }
+    Err(format!(
+        "process {pid} is not the server on that socket: none of its {} connections runs on a thread of {pid} \
+         (PROCESSLIST TID)",
+        conns.values().map(Vec::len).sum::<usize>()
+    ))
+}
+
 /// The client's error for a PROCESSLIST without TID (MySQL; MariaDB before 10.5).
 fn no_tid(err: &str) -> bool {
     err.contains("Unknown column") && err.contains("TID")

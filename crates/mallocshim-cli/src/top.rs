@@ -86,6 +86,7 @@ fn held_view(
             .map_err(|e| Fail { code: 2, msg: format!("the server's connections: {e}") })?
             .unwrap_or_default(),
     };
+    crate::processlist::check_server(args.pid, &conns).map_err(|msg| Fail { code: 2, msg })?;
     let rows = h::rows(&h::held(prev, cur), &conns, by);
     let secs = prev.map(|p| cur.uptime_s - p.uptime_s).filter(|s| *s > 0.0);
     let (lines, cols) = term_size();

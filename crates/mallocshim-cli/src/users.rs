@@ -69,10 +69,11 @@ fn take(pid: u32) -> Result<Dump, Fail> {
 
 /// The dump, the connections and the rows per user, read now.
 fn per_user(args: &Args) -> Result<(Dump, Conns, Vec<Row>), Fail> {
-    let d = take(args.pid)?;
     let conns = crate::processlist::query(&args.conn)
         .map_err(|e| Fail { code: 2, msg: format!("the server's connections: {e}") })?
         .unwrap_or_default();
+    crate::processlist::check_server(args.pid, &conns).map_err(|msg| Fail { code: 2, msg })?;
+    let d = take(args.pid)?;
     let rows = held::rows(&held::held(None, &d), &conns, By::User);
     Ok((d, conns, rows))
 }

@@ -146,9 +146,11 @@ pub fn snapshot() -> Snapshot {
         };
         row.comm = row.name.clone();
     }
-    charge_live(&mut threads, &routines_of);
     let (_, vsz) = statm();
     let memory = Memory { vsz_bytes: vsz, ..crate::cold::account::measure() };
+    // After the account: its walk's buffers, freed on a program's thread to the backend, may sit
+    // in a thread cache (jemalloc counts those as allocated) and must not read as the program's.
+    charge_live(&mut threads, &routines_of);
     let now_ms = unix_ms();
     let up = (crate::base::clock::mono_ns() / 1_000_000).saturating_sub(crate::base::clock::start_ms());
     Snapshot {
