@@ -27,7 +27,8 @@ use std::time::Duration;
                   threads `(exited threads)`. Without --textfile-dir: one table, then exit. With \
                   --textfile-dir DIR: write DIR/mallocshim_<instance>_users.prom (node_exporter's \
                   textfile collector) every --interval seconds until interrupted or the process \
-                  ends, then remove it; the series: mallocshim_user_held_bytes, \
+                  ends, then remove it (a reading that fails after the first, as while the server \
+                  shuts down, is said once on stderr, the file removed, and retried); the series: mallocshim_user_held_bytes, \
                   mallocshim_user_held_bytes_stderr (one standard error of the sampling), \
                   mallocshim_user_connections and mallocshim_user_memory_used_bytes, each with \
                   instance and user. The file is written whole (a temporary file renamed over \
@@ -175,19 +176,36 @@ pub fn run(args: &Args) -> Result<String, Fail> {
     let path = dir.join(format!("mallocshim_{instance}_users.prom"));
     static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let _ = ctrlc::set_handler(|| STOP.store(true, std::sync::atomic::Ordering::Relaxed));
-    let alive = || Path::new(&format!("/proc/{}", args.pid)).exists();
+    let alive =
+        || Path::new(&format!("/proc/{}", args.pid)).exists() && !crate::procstate::is_zombie(args.pid);
+    // The first reading must work (wrong input is one line and exit 2); later failures (the
+    // server restarting its listener, shutting down) are said once and retried every interval.
+    let mut first = true;
+    let mut said = false;
     let result = loop {
         match per_user(args) {
             Ok((d, conns, rows)) => {
                 if let Err(e) = publish(&path, &text(d.pid, d.prof_sample_bytes, &rows, &conns, &instance)) {
                     break Err(bad(e));
                 }
+                said = false;
             }
             Err(_) if !alive() => break Ok(String::new()),
-            Err(f) => break Err(f),
+            Err(f) if first => break Err(f),
+            Err(f) => {
+                if !said {
+                    eprintln!(
+                        "mallocshim users: {} (the file is removed; retrying every {}s)",
+                        f.msg, args.interval
+                    );
+                    said = true;
+                }
+                let _ = std::fs::remove_file(&path);
+            }
         }
+        first = false;
         let end = std::time::Instant::now() + Duration::from_secs_f64(args.interval);
-        while std::time::Instant::now() < end && !STOP.load(std::sync::atomic::Ordering::Relaxed) {
+        while std::time::Instant::now() < end && !STOP.load(std::sync::atomic::Ordering::Relaxed) && alive() {
             std::thread::sleep(Duration::from_millis(100));
         }
         if STOP.load(std::sync::atomic::Ordering::Relaxed) || !alive() {
