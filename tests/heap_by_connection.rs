@@ -15,46 +15,10 @@
 
 mod common;
 
-use mallocshim_mariadb::{dumps, Instance, Launch, Options, Server};
-use std::io::Write;
+use mallocshim_mariadb::{dumps, Instance, Launch, Options};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
-
-/// A session held open: a `mariadb` client as `user` that ran `sql` and waits for more input.
-fn session(srv: &Server, user: &str, sql: &str) -> Child {
-    let mut c = srv.client();
-    c.arg(format!("--user={user}")).arg("--batch").stdin(Stdio::piped()).stdout(Stdio::null());
-    let mut ch = c.spawn().unwrap_or_else(|e| panic!("cannot start the client as {user}: {e}"));
-    let stdin = ch.stdin.as_mut().unwrap();
-    stdin.write_all(format!("{sql}\n").as_bytes()).unwrap();
-    stdin.flush().unwrap();
-    ch
-}
-
-/// Waits until the session that took the user lock `lock` (its last statement) is asleep
-/// again; its connection id and the server's MEMORY_USED for it.
-fn asleep(srv: &Server, lock: &str, what: &str) -> (u64, u64) {
-    let t0 = Instant::now();
-    let q = format!(
-        "SELECT ID, MEMORY_USED FROM information_schema.PROCESSLIST \
-         WHERE ID = IS_USED_LOCK('{lock}') AND COMMAND = 'Sleep'"
-    );
-    loop {
-        let out = srv.sql(&q).unwrap_or_else(|e| panic!("{what}: {e}"));
-        if let Some(l) = out.lines().nth(1) {
-            let f: Vec<u64> = l.split('\t').filter_map(|v| v.parse().ok()).collect();
-            if f.len() == 2 {
-                return (f[0], f[1]);
-            }
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(120),
-            "{what}: the session of {lock} not asleep in 120 s: {out}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
 
 fn heap(args: &[&str], profile: &Path) -> std::process::Output {
     Command::new(common::cli_bin()).arg("heap").args(args).arg(profile).output().expect("run mallocshim heap")
@@ -114,11 +78,14 @@ fn check(backend: &str) {
     srv.sql("CREATE USER bigsess@localhost; CREATE USER idlesess@localhost")
         .unwrap_or_else(|e| panic!("{what}: {e}"));
     // Each session takes a user lock after its statements: the lock's holder is its connection.
-    let mut big =
-        session(&srv, "bigsess", "SET @big = REPEAT('x', 200*1024*1024); DO GET_LOCK('bigsess_done', 0);");
-    let mut idle = session(&srv, "idlesess", "SELECT 1; DO GET_LOCK('idlesess_done', 0);");
-    let (big_id, big_mem) = asleep(&srv, "bigsess_done", &what);
-    let (idle_id, _) = asleep(&srv, "idlesess_done", &what);
+    let mut big = common::mariadb::session(
+        &srv,
+        "bigsess",
+        "SET @big = REPEAT('x', 200*1024*1024); DO GET_LOCK('bigsess_done', 0);",
+    );
+    let mut idle = common::mariadb::session(&srv, "idlesess", "SELECT 1; DO GET_LOCK('idlesess_done', 0);");
+    let (big_id, big_mem) = common::mariadb::asleep(&srv, "bigsess_done", &what);
+    let (idle_id, _) = common::mariadb::asleep(&srv, "idlesess_done", &what);
     let (json, _) = srv.dump_now(&dir, Duration::from_secs(20)).unwrap_or_else(|e| panic!("{what}: {e}"));
     let p = profile_of(&dir, srv.pid(), &json);
     let sock = inst.socket.display().to_string();

@@ -36,42 +36,9 @@
 
 mod common;
 
-use mallocshim_mariadb::{Instance, Launch, Options, Server, Sysbench};
-use std::io::Write;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
-
-/// A session held open: a `mariadb` client as `user` that ran `sql` and waits for more input.
-fn session(srv: &Server, user: &str, sql: &str) -> Child {
-    let mut c = srv.client();
-    c.arg(format!("--user={user}")).arg("--batch").stdin(Stdio::piped()).stdout(Stdio::null());
-    let mut ch = c.spawn().unwrap_or_else(|e| panic!("cannot start the client as {user}: {e}"));
-    let stdin = ch.stdin.as_mut().unwrap();
-    stdin.write_all(format!("{sql}\n").as_bytes()).unwrap();
-    stdin.flush().unwrap();
-    ch
-}
-
-/// Waits until the session that took the user lock `lock` (its last statement) is asleep;
-/// its connection id and the server's MEMORY_USED for it.
-fn asleep(srv: &Server, lock: &str, what: &str) -> (u64, u64) {
-    let t0 = Instant::now();
-    let q = format!(
-        "SELECT ID, MEMORY_USED FROM information_schema.PROCESSLIST \
-         WHERE ID = IS_USED_LOCK('{lock}') AND COMMAND = 'Sleep'"
-    );
-    loop {
-        let out = srv.sql(&q).unwrap_or_else(|e| panic!("{what}: {e}"));
-        if let Some(l) = out.lines().nth(1) {
-            let f: Vec<u64> = l.split('\t').filter_map(|v| v.parse().ok()).collect();
-            if f.len() == 2 {
-                return (f[0], f[1]);
-            }
-        }
-        assert!(t0.elapsed() < Duration::from_secs(120), "{what}: {lock} not asleep in 120 s: {out}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
+use mallocshim_mariadb::{Instance, Launch, Options, Sysbench};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 /// One connection row of a view: id, user@host, held, alloc MiB/s (None: "-"), MEMORY_USED.
 #[derive(Debug)]
@@ -143,10 +110,13 @@ fn check(backend: &str) {
         .unwrap_or_else(|e| panic!("{what}: {e}"));
     let (first_dump, _) =
         srv.dump_now(&dumpdir, Duration::from_secs(20)).unwrap_or_else(|e| panic!("{what}: {e}"));
-    let big =
-        session(&srv, "bigsess", "SET @big = REPEAT('x', 200*1024*1024); DO GET_LOCK('bigsess_done', 0);");
+    let big = common::mariadb::session(
+        &srv,
+        "bigsess",
+        "SET @big = REPEAT('x', 200*1024*1024); DO GET_LOCK('bigsess_done', 0);",
+    );
     let prepares: String = (1..=20).map(|i| format!("PREPARE s{i} FROM @q; ")).collect();
-    let stmts = session(
+    let stmts = common::mariadb::session(
         &srv,
         "stmtsess",
         &format!(
@@ -154,10 +124,10 @@ fn check(backend: &str) {
              DO GET_LOCK('stmtsess_done', 0);"
         ),
     );
-    let idle = session(&srv, "idlesess", "SELECT 1; DO GET_LOCK('idlesess_done', 0);");
-    let (big_id, big_mem) = asleep(&srv, "bigsess_done", &what);
-    let (stmt_id, stmt_mem) = asleep(&srv, "stmtsess_done", &what);
-    let (idle_id, _) = asleep(&srv, "idlesess_done", &what);
+    let idle = common::mariadb::session(&srv, "idlesess", "SELECT 1; DO GET_LOCK('idlesess_done', 0);");
+    let (big_id, big_mem) = common::mariadb::asleep(&srv, "bigsess_done", &what);
+    let (stmt_id, stmt_mem) = common::mariadb::asleep(&srv, "stmtsess_done", &what);
+    let (idle_id, _) = common::mariadb::asleep(&srv, "idlesess_done", &what);
     let before = std::fs::read_dir(&dumpdir).unwrap().count();
 
     let sock = inst.socket.display().to_string();
@@ -371,9 +341,12 @@ fn check_ps(backend: &str) {
     let launch = Launch::shim(common::shim(), backend);
     let srv = inst.start(&launch).unwrap_or_else(|e| panic!("{what}: mariadbd did not start: {e}"));
     srv.sql("CREATE USER bigsess@localhost").unwrap_or_else(|e| panic!("{what}: {e}"));
-    let big =
-        session(&srv, "bigsess", "SET @big = REPEAT('x', 200*1024*1024); DO GET_LOCK('bigsess_done', 0);");
-    let (big_id, _) = asleep(&srv, "bigsess_done", &what);
+    let big = common::mariadb::session(
+        &srv,
+        "bigsess",
+        "SET @big = REPEAT('x', 200*1024*1024); DO GET_LOCK('bigsess_done', 0);",
+    );
+    let (big_id, _) = common::mariadb::asleep(&srv, "bigsess_done", &what);
     let sock = inst.socket.display().to_string();
     let a = ["--by", "connection", "--count", "1", "--connections-from", "performance-schema"];
     let o = top(srv.pid(), &[&a[..], &["--mysql-socket", sock.as_str(), "--mysql-user", "root"]].concat());

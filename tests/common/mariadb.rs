@@ -1,9 +1,13 @@
 //! Server set-up lines the mariadbd tests share (tests/heap_mariadb.rs,
-//! tests/heap_mariadb_cmd.rs): the MEMORY table load that makes the heap grow, and the clean-stop
+//! tests/heap_mariadb_cmd.rs, tests/heap_by_connection.rs, tests/top_by_connection.rs): the MEMORY
+//! table load that makes the heap grow, sessions held open as their own users, and the clean-stop
 //! checks. Servers run only through the harness crate (crates/mallocshim-mariadb); nothing here
 //! starts one.
 
 use mallocshim_mariadb::{ErrorLog, Server};
+use std::io::Write;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
 
 /// 200,000 rows of 200 bytes into a MEMORY table: about 50 MiB the server holds on its heap.
 const MEMORY_TABLE_LOAD: &str = "SET SESSION max_heap_table_size = 512*1024*1024, \
@@ -25,4 +29,36 @@ pub fn stop_cleanly(srv: Server, what: &str) {
     let log = ErrorLog::read(&stopped.errlog);
     assert_eq!(stopped.status, 0, "{what}: no clean shutdown");
     assert!(log.crash_lines().is_empty(), "{what}: crash report {:?}", log.crash_lines());
+}
+
+/// A session held open: a `mariadb` client as `user` that ran `sql` and waits for more input.
+pub fn session(srv: &Server, user: &str, sql: &str) -> Child {
+    let mut c = srv.client();
+    c.arg(format!("--user={user}")).arg("--batch").stdin(Stdio::piped()).stdout(Stdio::null());
+    let mut ch = c.spawn().unwrap_or_else(|e| panic!("cannot start the client as {user}: {e}"));
+    let stdin = ch.stdin.as_mut().unwrap();
+    stdin.write_all(format!("{sql}\n").as_bytes()).unwrap();
+    stdin.flush().unwrap();
+    ch
+}
+
+/// Waits until the session that took the user lock `lock` (its last statement) is asleep;
+/// its connection id and the server's MEMORY_USED for it.
+pub fn asleep(srv: &Server, lock: &str, what: &str) -> (u64, u64) {
+    let t0 = Instant::now();
+    let q = format!(
+        "SELECT ID, MEMORY_USED FROM information_schema.PROCESSLIST \
+         WHERE ID = IS_USED_LOCK('{lock}') AND COMMAND = 'Sleep'"
+    );
+    loop {
+        let out = srv.sql(&q).unwrap_or_else(|e| panic!("{what}: {e}"));
+        if let Some(l) = out.lines().nth(1) {
+            let f: Vec<u64> = l.split('\t').filter_map(|v| v.parse().ok()).collect();
+            if f.len() == 2 {
+                return (f[0], f[1]);
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(120), "{what}: {lock} not asleep in 120 s: {out}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
