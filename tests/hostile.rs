@@ -240,6 +240,37 @@ fn rlimit_as_runs_out() {
     });
 }
 
+/// Children forked by each hostile_thread_fail run (alternating: threads started before the
+/// exhaustion, and after).
+const THREAD_FAIL_CHILDREN: &str = "10";
+
+/// Issue 37 item 7: threads whose first allocations come once the address space has run out
+/// get a block or ENOMEM under every backend and setting (and with every allocation sampled for
+/// the heap profile), under the SIGUSR1 storm. Debian's jemalloc preloaded directly
+/// dies of SIGSEGV in every child (the crash the shim's per-thread caches avoid: see
+/// src/backend/jemalloc_tcache.rs), which shows the program reaches the case.
+#[test]
+fn first_allocations_of_threads_once_memory_has_run_out() {
+    let prog = common::cc("hostile_thread_fail.c", "hostile_thread_fail", &[]);
+    let mut plain = common::plain(&prog);
+    plain.arg(THREAD_FAIL_CHILDREN);
+    let base = run_stormed(plain, "hostile_thread_fail without the shim", false);
+    assert!(base.status.success(), "hostile_thread_fail without the shim: {}", common::describe(&base));
+    let mut direct = common::plain(&prog);
+    direct.arg("2").env("LD_PRELOAD", common::JEMALLOC_LIB);
+    let d = run_stormed(direct, "hostile_thread_fail under jemalloc preloaded directly", false);
+    assert!(
+        common::stdout(&d).contains("bad=2 of 2"),
+        "jemalloc preloaded directly no longer dies here: the program does not reach the case: {}",
+        common::describe(&d)
+    );
+    let check = |what: &str, o: &Output, _: &Path| {
+        assert!(common::stdout(o).contains("bad=0 of"), "{what}: {}", common::describe(o));
+    };
+    each_config(&prog, &[THREAD_FAIL_CHILDREN], check);
+    each_config_with(&prog, &[THREAD_FAIL_CHILDREN], &[("MALLOCSHIM_PROF_SAMPLE_BYTES", "1")], true, check);
+}
+
 #[test]
 fn dump_asked_for_when_memory_has_run_out() {
     let prog = common::cc("hostile_oom_dump.c", "hostile_oom_dump", &[]);

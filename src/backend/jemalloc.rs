@@ -1,7 +1,8 @@
 //! The jemalloc backend: jemalloc 5 statically linked from tikv-jemalloc-sys with its `_rjem_`
 //! prefix, so it never captures `malloc` or `__libc_*` for anyone else. Its run-time options come
 //! from `_RJEM_MALLOC_CONF`, or, when that is unset, from `MALLOC_CONF` (passed to jemalloc as its
-//! `malloc_conf` global before it initialises: see [`load`]). Statistics go through tikv-jemalloc-ctl's typed
+//! `malloc_conf` global before it initialises, after the shim's `tcache:false`: see [`load`];
+//! thread caches are turned on per thread by [`super::jemalloc_tcache`]). Statistics go through tikv-jemalloc-ctl's typed
 //! mallctl wrappers; the one name those refuse to write (`arena.<all>.purge`) is called raw.
 
 use super::{MemStats, Release};
@@ -22,22 +23,30 @@ extern "C" {
 }
 
 /// Initialises jemalloc now (one allocation) so that a failure shows at start (statically
-/// linked: `_lib` is unused). The prefixed jemalloc reads `_RJEM_MALLOC_CONF`, not the
-/// `MALLOC_CONF` users set for a jemalloc-linked mysqld: when only `MALLOC_CONF` is set, its
-/// value becomes jemalloc's `malloc_conf` global first (jemalloc has no load-time constructor
-/// here, see build.rs, so this runs before it reads its options).
+/// linked: `_lib` is unused). jemalloc's `malloc_conf` global, read before `/etc/malloc.conf`
+/// and `_RJEM_MALLOC_CONF`, which override it, is set first (jemalloc has no load-time
+/// constructor here, see build.rs, so this runs before it reads its options): the shim's default
+/// `tcache:false` ([`jemalloc_tcache`](super::jemalloc_tcache): caches are turned on per thread)
+/// unless the user's options name `tcache`, then, when only `MALLOC_CONF` is set (the variable
+/// users set for a jemalloc-linked mysqld; the prefixed jemalloc reads `_RJEM_MALLOC_CONF`), its
+/// value.
 ///
 /// # Safety
 /// Initialisation only.
 pub(super) unsafe fn load(_lib: &core::ffi::CStr, why: &mut crate::base::diag::LineBuf) -> bool {
-    if crate::base::sys::env_raw(b"_RJEM_MALLOC_CONF").is_none() {
-        if let Some(conf) = crate::base::sys::env_raw(b"MALLOC_CONF") {
-            // SAFETY: `conf` points into `environ`, NUL-terminated, alive as long as the process.
-            let conf = unsafe { without_prof(conf) };
-            // SAFETY: jemalloc has not initialised (this is the only path that first calls it) and
-            // `conf` lives as long as the process (`environ` or `CONF`).
-            unsafe { core::ptr::addr_of_mut!(RJEM_MALLOC_CONF).write(conf) };
-        }
+    let rjem = crate::base::sys::env_raw(b"_RJEM_MALLOC_CONF");
+    let plain = if rjem.is_none() { crate::base::sys::env_raw(b"MALLOC_CONF") } else { None };
+    // SAFETY: both point into `environ`, NUL-terminated, alive as long as the process.
+    let bytes =
+        |c: Option<*const core::ffi::c_char>| c.map(|c| unsafe { core::ffi::CStr::from_ptr(c) }.to_bytes());
+    let user_named = bytes(rjem).is_some_and(super::jemalloc_tcache::names_tcache)
+        || bytes(plain).is_some_and(super::jemalloc_tcache::names_tcache);
+    // SAFETY: `plain` is NUL-terminated and outlives the process; load runs once, single-threaded.
+    let conf = unsafe { compose(if user_named { b"" } else { super::jemalloc_tcache::DEFAULT_CONF }, plain) };
+    if !conf.is_null() {
+        // SAFETY: jemalloc has not initialised (this is the only path that first calls it) and
+        // `conf` lives as long as the process (`environ` or `CONF`).
+        unsafe { core::ptr::addr_of_mut!(RJEM_MALLOC_CONF).write(conf) };
     }
     // SAFETY: plain jemalloc calls with valid arguments.
     unsafe {
@@ -47,33 +56,38 @@ pub(super) unsafe fn load(_lib: &core::ffi::CStr, why: &mut crate::base::diag::L
             return false;
         }
         je::free(p);
+        super::jemalloc_tcache::at_load(user_named);
     }
     true
 }
 
-/// Longest `MALLOC_CONF` whose profiling keys are taken out; a longer one goes to jemalloc whole.
+/// Longest options string the shim composes; a longer `MALLOC_CONF` goes to jemalloc whole.
 const CONF_MAX: usize = 1024;
-/// `MALLOC_CONF` without its profiling keys (written once, at initialisation, single-threaded).
+/// The composed options (written once, at initialisation, single-threaded).
 static mut CONF: [u8; CONF_MAX] = [0; CONF_MAX];
 
-/// `MALLOC_CONF` for the shim's jemalloc without the heap-profiling keys (`prof*`, `lg_prof*`:
-/// Percona's and jemalloc's advice, `prof:true,...`), which this jemalloc, built without
-/// profiling, would refuse with one "Invalid conf pair" line each; when any is there, one
-/// `mallocshim:` line points to the shim's own heap profiles instead. No allocation (runs before
-/// any backend exists).
+/// jemalloc's `malloc_conf`: `default` (the shim's options), then `MALLOC_CONF` without its
+/// heap-profiling keys (`prof*`, `lg_prof*`: Percona's and jemalloc's advice, `prof:true,...`),
+/// which this jemalloc, built without profiling, would refuse with one "Invalid conf pair" line
+/// each; when any is there, one `mallocshim:` line points to the shim's own heap profiles
+/// instead. Null when there is nothing to set. No allocation (runs before any backend exists).
 ///
 /// # Safety
 /// `conf` is NUL-terminated and outlives the process; called once, single-threaded, at load.
-unsafe fn without_prof(conf: *const core::ffi::c_char) -> *const core::ffi::c_char {
+unsafe fn compose(default: &[u8], conf: Option<*const core::ffi::c_char>) -> *const core::ffi::c_char {
     // SAFETY: the caller's contract.
-    let all = unsafe { core::ffi::CStr::from_ptr(conf) }.to_bytes();
-    if all.len() >= CONF_MAX {
-        return conf;
+    let all = conf.map(|c| unsafe { core::ffi::CStr::from_ptr(c) }.to_bytes()).unwrap_or(b"");
+    if default.len() + all.len() + 2 > CONF_MAX {
+        return conf.unwrap_or(core::ptr::null());
+    }
+    if default.is_empty() && all.is_empty() {
+        return core::ptr::null();
     }
     // SAFETY: written only here, once, before any other thread can run shim code.
     let out = unsafe { &mut *core::ptr::addr_of_mut!(CONF) };
-    let (mut n, mut dropped) = (0, 0);
-    for pair in all.split(|&b| b == b',') {
+    out[..default.len()].copy_from_slice(default);
+    let (mut n, mut dropped) = (default.len(), 0);
+    for pair in all.split(|&b| b == b',').filter(|p| !p.is_empty()) {
         let key = pair.split(|&b| b == b':').next().unwrap_or(b"");
         if key.starts_with(b"prof") || key.starts_with(b"lg_prof") {
             dropped += 1;
@@ -86,13 +100,12 @@ unsafe fn without_prof(conf: *const core::ffi::c_char) -> *const core::ffi::c_ch
         out[n..n + pair.len()].copy_from_slice(pair);
         n += pair.len();
     }
-    if dropped == 0 {
-        return conf;
-    }
     out[n] = 0;
-    crate::base::diag::warn!(
-        "MALLOC_CONF: {dropped} heap-profiling key(s) (prof:..., lg_prof_sample:...) left out: the shim's jemalloc has no profiling; the shim writes its own heap profiles (MALLOCSHIM_DUMP_FORMATS=pprof, MALLOCSHIM_PROF_SAMPLE_BYTES; docs/heap-profiles.md)"
-    );
+    if dropped > 0 {
+        crate::base::diag::warn!(
+            "MALLOC_CONF: {dropped} heap-profiling key(s) (prof:..., lg_prof_sample:...) left out: the shim's jemalloc has no profiling; the shim writes its own heap profiles (MALLOCSHIM_DUMP_FORMATS=pprof, MALLOCSHIM_PROF_SAMPLE_BYTES; docs/heap-profiles.md)"
+        );
+    }
     out.as_ptr().cast()
 }
 

@@ -16,6 +16,7 @@ mod figures;
 pub mod glibc;
 pub mod glibc_info;
 pub mod jemalloc;
+mod jemalloc_tcache;
 pub mod mimalloc;
 pub mod tcmalloc;
 
@@ -184,6 +185,16 @@ impl Backend {
     /// parks it (`purgatory`), so a late lookup gets the safe `reincarnated` state.
     pub fn thread_needs_a_first_free(self) -> bool {
         matches!(self, Backend::Jemalloc)
+    }
+
+    /// What a thread started by the interposed `pthread_create` does with the backend in its
+    /// first frame (under the reentrancy guard): under jemalloc it turns its thread cache on when
+    /// memory allows (`jemalloc_tcache`: jemalloc 5.3 crashes when a thread cache cannot be set
+    /// up); nothing under the others.
+    pub fn thread_started(self) {
+        if self == Backend::Jemalloc {
+            jemalloc_tcache::thread_start();
+        }
     }
 
     /// Whether the shim's thread meets the backend once as it starts (a malloc/free pair), so

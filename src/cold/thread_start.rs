@@ -168,6 +168,9 @@ extern "C" fn trampoline(p: *mut c_void) -> *mut c_void {
         let _g = Reentry::enter();
         // SAFETY: `p` is the record `pthread_create` claimed for this thread alone; read once.
         let st = unsafe { take(p.cast()) };
+        if let Some(b) = crate::backend::published() {
+            b.thread_started();
+        }
         if !st.own && crate::hot::init::ready() && crate::hot::config::get().profile {
             // SAFETY: this thread's TLS block; a new thread has no slot yet.
             let slot = unsafe {
