@@ -18,9 +18,10 @@
 //!   on a second server with `--performance-schema=ON`, no sysbench) the big session is first
 //!   within ±10% too;
 //! - every line fits 80 columns and a view 23 lines; no file appears in the dump directory;
-//! - `diagnose PID --mysql-socket` names the big session first among the connections holding
-//!   the most, with `KILL CONNECTION <id>`, and `diagnose FIRST.json LAST.json` (a dump before
-//!   the sessions, one after) names it first among those that grew;
+//! - `diagnose PID --mysql-socket` names the big session first among the connections whose held
+//!   bytes grew over the last N s (from the dump's oldest held-bytes checkpoint, the one the
+//!   shim's thread took at its start), with `KILL CONNECTION <id>`, and `diagnose FIRST.json
+//!   LAST.json` (a dump before the sessions, one after) names it first among those that grew;
 //! - after the fact: `dump PID --mysql-socket` labels the heap profile with each thread's
 //!   connection, and `heap --by connection PROFILE` without the server names the big session
 //!   first within ±10%, as do `go tool pprof -tagfocus=connection=ID` and `-tagfocus=user=bigsess`.
@@ -205,8 +206,9 @@ fn check(backend: &str) {
     let after = std::fs::read_dir(&dumpdir).unwrap().count();
     assert_eq!(before, after, "{what}: top wrote files in the dump directory");
 
-    // diagnose: of the process now (one dump: who holds the most), and over two dumps (before
-    // the sessions and now: who grew), each naming the big session first with its KILL.
+    // diagnose: of the process now (one dump: who grew since its oldest checkpoint), and over two
+    // dumps (before the sessions and now: who grew), each naming the big session first with its
+    // KILL.
     let (last_dump, _) =
         srv.dump_now(&dumpdir, Duration::from_secs(20)).unwrap_or_else(|e| panic!("{what}: {e}"));
     for args in
@@ -228,7 +230,15 @@ fn check(backend: &str) {
                 && line.ends_with(&format!("KILL CONNECTION {big_id}")),
             "{what}: diagnose {args:?}: {line}\n{d}"
         );
-        assert_eq!(args.len() == 2, line.contains(": +"), "{what}: diagnose {args:?}: {line}");
+        // Both grew: over two dumps, and from the process's oldest held-bytes checkpoint (taken
+        // when the shim's thread started, before the sessions).
+        assert!(line.contains(": +"), "{what}: diagnose {args:?}: {line}");
+        let head = d.lines().nth(head.unwrap_or(0)).unwrap_or("");
+        assert_eq!(
+            args.len() == 1,
+            head.contains("grew the most over the last"),
+            "{what}: diagnose {args:?}: {head}"
+        );
     }
 
     // After the fact: `dump --mysql-socket` labels the heap profile with each thread's

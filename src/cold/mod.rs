@@ -12,6 +12,7 @@ pub mod account;
 pub mod ctl;
 pub mod dump;
 pub mod dumpbound;
+pub mod held_history;
 pub mod history;
 pub mod introspect;
 pub mod last_thread;

@@ -3,7 +3,7 @@
 //! async-signal-safe) and every `MALLOCSHIM_DUMP_INTERVAL_S`; a trim every
 //! `MALLOCSHIM_TRIM_INTERVAL_MS` (`trim::periodic`); a memlog line every
 //! `MALLOCSHIM_MEMLOG_INTERVAL_MS`; a memory-history row every `MALLOCSHIM_HISTORY_MS`
-//! (`history`); the ceiling and pressure checks (`trim::watch`) every
+//! (`history`) and a held-bytes checkpoint every twelfth of its span (`held_history`); the ceiling and pressure checks (`trim::watch`) every
 //! `trim::WATCH_MS` when `MALLOCSHIM_TRIM_ABOVE_RSS` or `MALLOCSHIM_TRIM_ON_PRESSURE` is set; the
 //! Prometheus textfile every `MALLOCSHIM_PROM_INTERVAL_S` (`textfile`); each second, until fd 2
 //! is seen reopened onto another file, the check that writes the start-up lines again there
@@ -283,6 +283,8 @@ struct Jobs {
     trim: Job,
     memlog: Job,
     history: Job,
+    /// Held-bytes checkpoints (`held_history`).
+    held: Job,
     watch: Job,
     textfile: Job,
     /// The table the periods were taken from.
@@ -299,6 +301,7 @@ impl Jobs {
             trim: Job::new(cfg.trim_interval_ms, now),
             memlog: Job::new(if crate::cold::memlog::active() { cfg.memlog_interval_ms } else { 0 }, now),
             history: Job::new(crate::cold::history::period_ms(), now),
+            held: Job::new(crate::cold::held_history::period_ms(), now),
             watch: Job::new(if watching { crate::cold::trim::WATCH_MS } else { 0 }, now),
             textfile: Job::new(if prom { cfg.prom_interval_s.saturating_mul(1000) } else { 0 }, now),
             from: cfg,
@@ -318,6 +321,7 @@ impl Jobs {
             (&mut self.trim, n.trim),
             (&mut self.memlog, n.memlog),
             (&mut self.history, n.history),
+            (&mut self.held, n.held),
             (&mut self.watch, n.watch),
             (&mut self.textfile, n.textfile),
         ] {
@@ -360,6 +364,10 @@ fn run() {
     if jobs.history.every != 0 {
         crate::cold::history::sample(&mut history_state);
     }
+    // A first checkpoint now: growth is then measured from the start until one span has passed.
+    if jobs.held.every != 0 {
+        crate::cold::held_history::take();
+    }
     if jobs.textfile.every != 0 {
         crate::cold::textfile::write();
     }
@@ -385,7 +393,7 @@ fn run() {
         let timeout =
             [j.dump.wait(now), j.trim.wait(now), j.memlog.wait(now), j.history.wait(now), j.watch.wait(now)]
                 .into_iter()
-                .chain([j.textfile.wait(now), restderr.wait(now), alone.wait(now)])
+                .chain([j.held.wait(now), j.textfile.wait(now), restderr.wait(now), alone.wait(now)])
                 .chain([
                     crate::cold::dump::deferred_wait(now),
                     crate::cold::record::wait_ms(),
@@ -443,6 +451,9 @@ fn run() {
         }
         if jobs.history.due(now_ms()) {
             crate::cold::history::sample(&mut history_state);
+        }
+        if jobs.held.due(now_ms()) {
+            crate::cold::held_history::take();
         }
         if jobs.textfile.due(now_ms()) {
             crate::cold::textfile::write();

@@ -46,9 +46,12 @@ use std::path::PathBuf;
                   by the server's performance_schema.threads NAME (joined on THREAD_OS_ID = tid, \
                   through the mariadb/mysql client; MariaDB needs performance_schema=ON; without it \
                   a note says so and the rest is printed). With --mysql-socket and heap \
-                  profiles, the connections (and server threads) that hold the most (one dump, \
-                  or a PID) or whose held bytes grew the most from the first to the last dump \
-                  are named from the dumps' per-thread live_bytes and information_schema.PROCESSLIST \
+                  profiles, the connections (and server threads) whose held bytes grew the most \
+                  are named: from the first to the last dump, or, with one dump or a PID, from \
+                  the dump's oldest held-bytes checkpoint (held_checkpoints: taken when the \
+                  shim's thread starts and every twelfth of the history's span, 5 min by \
+                  default, the last 13 kept, so about the last hour); a dump without \
+                  checkpoints names those that hold the most. They are named from the dumps' per-thread live_bytes and information_schema.PROCESSLIST \
                   read now, each with `KILL CONNECTION <id>`, which frees what the session holds.\n\n\
                   Exit status: 0 with a verdict, 2 on bad input (one line, prefixed \
                   \"mallocshim diagnose:\").",
@@ -72,11 +75,11 @@ pub struct Args {
     pub conn: crate::pfs::ConnArgs,
 }
 
-fn mib(b: f64) -> String {
+pub(crate) fn mib(b: f64) -> String {
     format!("{:.1} MiB", b / (1u64 << 20) as f64)
 }
 
-fn mibu(b: u64) -> String {
+pub(crate) fn mibu(b: u64) -> String {
     mib(b as f64)
 }
 
@@ -167,7 +170,7 @@ pub fn run(a: &Args) -> Result<String, String> {
     if a.conn.mysql_socket.is_some() {
         match crate::processlist::query(&a.conn) {
             Ok(Some(conns)) => match pid.map_or(Ok(()), |p| crate::processlist::check_server(p, &conns)) {
-                Ok(()) => connection_lines(&mut out, &dumps, &conns),
+                Ok(()) => crate::diagnose_conns::lines(&mut out, &dumps, &conns),
                 Err(e) => {
                     let _ = writeln!(notes, "note: no connections: {e}");
                 }
@@ -356,39 +359,5 @@ fn dump_lines(o: &mut String, dumps: &[Dump], ps: Option<&crate::pfs::PsThreads>
             };
             growth_lines(o, what, &verdict::thread_growth(a, b, ps));
         }
-    }
-}
-
-/// The connections whose held bytes grew from the first to the last dump (one dump: that hold
-/// the most), from the dumps' per-thread `live_bytes` joined with the server's PROCESSLIST now;
-/// nothing when the last dump has no heap profile.
-fn connection_lines(o: &mut String, dumps: &[Dump], conns: &crate::processlist::Conns) {
-    let Some(b) = dumps.last().filter(|b| b.prof_sample_bytes > 0) else { return };
-    let a = dumps.first().filter(|_| dumps.len() >= 2);
-    let rows = crate::held::grown(a, b, conns, 5);
-    let what = if a.is_some() {
-        "whose held bytes grew the most from the first to the last dump"
-    } else {
-        "holding the most now"
-    };
-    let _ = writeln!(
-        o,
-        "connections and threads {what} (heap profile: the live blocks each allocated){}",
-        if rows.is_empty() { ": none above 1 MiB and two standard errors" } else { ":" }
-    );
-    for (who, grew, now, mu) in rows {
-        let err = crate::heap::by::std_error(now as i64, b.prof_sample_bytes as i64) as f64;
-        let mut l = format!("  {who}: ");
-        if a.is_some() {
-            l += &format!("+{}, ", mib(grew as f64));
-        }
-        l += &format!("holds {} ±{:.1}", mibu(now), err / (1u64 << 20) as f64);
-        if let Some(m) = mu {
-            l += &format!(" (the server's MEMORY_USED {})", mibu(m));
-        }
-        if let Some(id) = who.strip_prefix("connection ").and_then(|r| r.split([' ', '+']).next()) {
-            l += &format!("; ends with the session: KILL CONNECTION {id}");
-        }
-        let _ = writeln!(o, "{l}");
     }
 }

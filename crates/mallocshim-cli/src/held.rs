@@ -12,7 +12,7 @@ use crate::processlist::{Conn, Conns};
 use crate::table::{describe, Align, Format, Table};
 use mallocshim_format::classes::ALLOC_OPS;
 use mallocshim_format::dump::STATE_LIVE;
-use mallocshim_format::{Dump, ThreadRow};
+use mallocshim_format::{Dump, HeldCheckpoint, ThreadRow};
 use std::collections::BTreeMap;
 
 /// What the view groups by.
@@ -167,6 +167,24 @@ pub fn grown(a: Option<&Dump>, b: &Dump, conns: &Conns, n: usize) -> Vec<(String
     v
 }
 
+/// `b` as it stood at its checkpoint `c`, for [`grown`]: the checkpoint's threads that are still
+/// live in `b` (named as there) with the bytes they held then; `b`'s exited rows as they are now
+/// (their threads' earlier share is not kept per start routine, so they show no growth).
+pub fn at_checkpoint(b: &Dump, c: &HeldCheckpoint) -> Dump {
+    let mut d = b.clone();
+    d.threads = b.threads.iter().filter(|t| t.state != STATE_LIVE).cloned().collect();
+    for h in &c.threads {
+        if let Some(t) = b.threads.iter().find(|t| t.state == STATE_LIVE && t.tid == h.tid) {
+            d.threads.push(ThreadRow {
+                live_bytes: Some(h.live_bytes),
+                ops: Default::default(),
+                ..t.clone()
+            });
+        }
+    }
+    d
+}
+
 fn cut(s: &str, n: usize) -> String {
     s.chars().take(n).collect()
 }
@@ -316,5 +334,49 @@ mod tests {
         let r = rows(&held, &conns, By::Connection);
         assert_eq!(r.len(), 1);
         assert_eq!(r[0].who[0], "5 +1");
+    }
+
+    #[test]
+    fn growth_from_a_checkpoint_is_per_live_thread_and_leaves_exited_rows_alone() {
+        let row = |tid: u32, state: &str, name: &str, live: u64| ThreadRow {
+            tid,
+            name: name.into(),
+            state: state.into(),
+            ops: Default::default(),
+            comm: name.into(),
+            start_routine: None,
+            creator_tid: 0,
+            start_unix_ms: 0,
+            exited_threads: None,
+            live_bytes: Some(live),
+        };
+        let mut b: Dump = serde_json::from_str(
+            r#"{"format":"mallocshim","version":1,"pid":42,"backend":"glibc","unix_time_ms":0,"uptime_s":0,
+                "sample_every":1,"totals":{},"size_classes":[],"threads":[]}"#,
+        )
+        .unwrap();
+        b.prof_sample_bytes = 512 << 10;
+        b.threads = vec![
+            row(10, STATE_LIVE, "mariadbd", 300 << 20),
+            row(11, STATE_LIVE, "mariadbd", 40 << 20),
+            row(0, "exited", "exited threads of other routines", 90 << 20),
+        ];
+        // Then: 10 held 100 MiB, 11 held as much as now, 12 (exited since) 90 MiB.
+        let c = HeldCheckpoint {
+            unix_time_ms: 0,
+            threads: vec![
+                mallocshim_format::HeldThread { tid: 10, live_bytes: 100 << 20 },
+                mallocshim_format::HeldThread { tid: 11, live_bytes: 40 << 20 },
+                mallocshim_format::HeldThread { tid: 12, live_bytes: 90 << 20 },
+            ],
+        };
+        let a = at_checkpoint(&b, &c);
+        let mut conns = Conns::new();
+        conns.insert(10, vec![conn(5, "app", None)]);
+        conns.insert(11, vec![conn(6, "app", None)]);
+        let g = grown(Some(&a), &b, &conns, 5);
+        assert_eq!(g.len(), 1, "{g:?}");
+        assert!(g[0].0.starts_with("connection 5 "), "{g:?}");
+        assert_eq!((g[0].1, g[0].2), (200 << 20, 300 << 20));
     }
 }

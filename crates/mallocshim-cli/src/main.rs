@@ -10,6 +10,7 @@
 mod backends;
 mod ctl_client;
 mod diagnose;
+mod diagnose_conns;
 mod diff;
 mod dump_cmd;
 mod dump_label;

@@ -73,11 +73,43 @@ pub struct Dump {
     /// docs/memory-account.md, "Live bytes per size class".
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub live_by_class: Vec<LiveClass>,
+    /// The bytes each thread held at earlier instants, oldest first: a checkpoint every twelfth of
+    /// the memory history's span (5 minutes at the default `MALLOCSHIM_HISTORY_MS`), the last
+    /// 13 kept, so the oldest is about one history span old. Each lists the threads (by tid,
+    /// live or exited) whose sampled live blocks held the most then (at most
+    /// [`HELD_CHECKPOINT_THREADS`]), summed as [`ThreadRow::live_bytes`]. Empty with heap
+    /// profiles off, in a process younger than one checkpoint period, and in dumps of older shims.
+    /// `mallocshim diagnose PID` reads the growth per connection from the oldest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held_checkpoints: Vec<HeldCheckpoint>,
     /// The memory history: the RSS account, trims and calls per op once a period over the last
     /// hour or so, oldest first (docs/history.md). Written last, by [`Dump::to_json`] (one row
     /// per line); empty in dumps of older shims and with `MALLOCSHIM_HISTORY_MS=0`.
     #[serde(default, skip_serializing)]
     pub history: crate::History,
+}
+
+/// Most threads one held-bytes checkpoint lists (the ones holding the most).
+pub const HELD_CHECKPOINT_THREADS: usize = 256;
+/// Checkpoints a dump carries at most.
+pub const HELD_CHECKPOINTS: usize = 13;
+
+/// The bytes held per thread at one instant (see [`Dump::held_checkpoints`]).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct HeldCheckpoint {
+    /// When it was taken, ms since the epoch.
+    pub unix_time_ms: u64,
+    /// Most held first.
+    pub threads: Vec<HeldThread>,
+}
+
+/// One thread in a [`HeldCheckpoint`].
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HeldThread {
+    /// Kernel thread id (gettid) of the allocating thread.
+    pub tid: u32,
+    /// Bytes held by the live sampled blocks it allocated (estimated, as `ThreadRow::live_bytes`).
+    pub live_bytes: u64,
 }
 
 /// One size class's estimated live bytes.
@@ -563,6 +595,10 @@ mod tests {
             },
             latency_buckets: LatencyBuckets { ns_per_tick: 0.4, bucket_ns: vec![1, 2, 3] },
             live_by_class: vec![LiveClass { min_bytes: 17, max_bytes: Some(32), live_bytes: 5 }],
+            held_checkpoints: vec![HeldCheckpoint {
+                unix_time_ms: 1_700_000_000_000,
+                threads: vec![HeldThread { tid: 42, live_bytes: 1024 }],
+            }],
             history: crate::History {
                 period_ms: 1000,
                 capacity: 3600,

@@ -44,8 +44,9 @@ pub mod trace;
 pub use backends::BACKENDS;
 pub use classes::{ENTRY_NAMES, OP_NAMES};
 pub use dump::{
-    dump_file_name, dumps_of, newest_dump, Buckets, ClassRow, Dump, DurationUs, LatencyBuckets, LiveClass,
-    Memory, ParseError, ReadError, ThreadOp, ThreadRow, Total, Trim, TrimReasons, FORMAT, VERSION,
+    dump_file_name, dumps_of, newest_dump, Buckets, ClassRow, Dump, DurationUs, HeldCheckpoint, HeldThread,
+    LatencyBuckets, LiveClass, Memory, ParseError, ReadError, ThreadOp, ThreadRow, Total, Trim, TrimReasons,
+    FORMAT, VERSION,
 };
 pub use formats::{Fmt, Format, FORMATS as DUMP_FORMATS};
 pub use history::History;

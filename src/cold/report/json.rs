@@ -59,6 +59,7 @@ pub fn dump(s: &Snapshot) -> Dump {
                 mallocshim_format::LiveClass { min_bytes, max_bytes, live_bytes }
             })
             .collect(),
+        held_checkpoints: crate::cold::held_history::read(),
         history: crate::cold::history::read(),
     }
 }
