@@ -4,8 +4,8 @@
 //! (`pfs::client_output`), else (MySQL) from performance_schema.threads (`THREAD_OS_ID`,
 //! `PROCESSLIST_ID`...). Used by `heap --by connection`, `top --by`, `diagnose` and `dump`. The join is as of the moment the
 //! command runs, not the dump's: run it while the server still has the connections the profile
-//! saw. Under `thread_handling=pool-of-threads` a worker thread serves many connections and
-//! `TID` is the worker that last ran the connection, so several connections share one tid.
+//! saw. Under `thread_handling=pool-of-threads` a worker thread serves many connections, and
+//! MariaDB 10.11 shows `TID` 0 for every connection then ([`check_server`] says so).
 
 use crate::pfs::ConnArgs;
 use std::collections::BTreeMap;
@@ -99,11 +99,22 @@ pub fn query(a: &ConnArgs) -> Result<Option<Conns>, String> {
 }
 
 /// Err (one line) when the server's connections run on none of process `pid`'s threads: the
-/// socket belongs to another process than `pid` (a server with no connection cannot be told).
+/// socket belongs to another process than `pid` (a server with no connection cannot be told),
+/// or every connection has TID 0, which MariaDB 10.11 shows under its thread pool
+/// (`thread_handling=pool-of-threads`; measured, docs/heap-profiles.md): no connection has a
+/// thread to charge.
 pub fn check_server(pid: u32, conns: &Conns) -> Result<(), String> {
     let mine = |t: &u32| std::path::Path::new(&format!("/proc/{pid}/task/{t}")).exists();
     if conns.is_empty() || conns.keys().any(mine) {
         return Ok(());
+    }
+    if conns.keys().all(|&t| t == 0) {
+        return Err(format!(
+            "the server's {} connections have no thread (PROCESSLIST TID 0): it runs a thread pool \
+             (thread_handling=pool-of-threads), whose workers run every connection's statements in turn, \
+             so held bytes cannot be charged to a connection; --by thread shows what each worker holds",
+            conns.values().map(Vec::len).sum::<usize>()
+        ));
     }
     Err(format!(
         "process {pid} is not the server on that socket: none of its {} connections runs on a thread of {pid} \
@@ -159,5 +170,19 @@ mod tests {
         assert!(parse("1\t2\tonly three\n").is_err());
         assert!(no_tid("the client mysql failed on /s (exit status: 1): ERROR 1054 (42S22) at line 1: Unknown column 'TID' in 'field list'"));
         assert!(!no_tid("ERROR 2002 (HY000): Can't connect to local server through socket"));
+    }
+
+    #[test]
+    fn a_thread_pool_is_named() {
+        let m = parse("0\t12\tapp\tlocalhost\tshop\tSleep\tNULL\t209715200\n0\t13\tidle\tlocalhost\tNULL\tSleep\tNULL\t81920\n")
+            .unwrap();
+        let e = check_server(std::process::id(), &m).unwrap_err();
+        assert!(
+            e.contains("2 connections have no thread")
+                && e.contains("thread pool")
+                && e.contains("--by thread"),
+            "{e}"
+        );
+        assert!(check_server(std::process::id(), &Conns::new()).is_ok());
     }
 }
