@@ -33,12 +33,16 @@ static void *hog(void *a)
             }
             memset(p, 1, 64);
             if (n == cap) {
-                void **k = realloc(keep, (cap = cap ? cap * 2 : 256) * sizeof *keep);
+                /* cap grows only with the array: after a failed realloc the next pass
+                 * still finds n == cap and asks again (it wrote through NULL before). */
+                size_t want = cap ? cap * 2 : 256;
+                void **k = realloc(keep, want * sizeof *keep);
                 if (!k) {
                     free(p);
                     break;
                 }
                 keep = k;
+                cap = want;
             }
             keep[n++] = p;
         }

@@ -78,12 +78,16 @@ static int child(void)
             if (!p)
                 break;
             if (n == cap) {
-                void **k = realloc(keep, (cap = cap ? cap * 2 : 4096) * sizeof *keep);
+                /* cap grows only with the array: after a failed realloc the next pass
+                 * still finds n == cap and asks again (it wrote through NULL before). */
+                size_t want = cap ? cap * 2 : 4096;
+                void **k = realloc(keep, want * sizeof *keep);
                 if (!k) {
                     free(p);
                     break;
                 }
                 keep = k;
+                cap = want;
             }
             keep[n++] = p;
         }

@@ -31,6 +31,9 @@ const LIVE_SLOTS: usize = MAX_LIVE * 2;
 const SHARD_SLOTS: usize = LIVE_SLOTS / SHARDS;
 const SHARD_SLOT_BITS: u32 = SHARD_SLOTS.trailing_zeros();
 const SHARD_MAX: usize = SHARD_SLOTS / 4 * 3;
+/// Slots per 4 KiB page of a shard; a shard's pages fit the bits of `Table::written`.
+const PAGE_SLOTS: usize = 4096 / core::mem::size_of::<Live>();
+const _: () = assert!(SHARD_SLOTS / PAGE_SLOTS <= 64);
 
 const FILTER_BITS_LOG2: u32 = 19;
 const FILTER_WORDS: usize = (1 << FILTER_BITS_LOG2) / 64;
@@ -65,6 +68,10 @@ static NLIVE: AtomicUsize = AtomicUsize::new(0);
 struct Table {
     live: *mut Live,
     nlive: usize,
+    /// Bit p set once a sample was written into page p of this shard's slots: the walks skip
+    /// the pages never written (all zeros), whose reading would map the zero page, one more
+    /// page-table entry every later fork copies.
+    written: u64,
     /// The filter's count per bucket (all buckets; this shard touches only its own).
     counts: *mut u16,
     /// Estimated bytes in this shard's live blocks, the sum of `scale * size` kept as samples
@@ -76,6 +83,7 @@ static S: [Shard<Table>; SHARDS] = [const {
     Shard::new(Table {
         live: core::ptr::null_mut(),
         nlive: 0,
+        written: 0,
         counts: core::ptr::null_mut(),
         by_class: [0.0; CLASSES],
     })
@@ -201,6 +209,7 @@ impl Table {
                     self.filter_add(e.addr as usize);
                     self.account(&e, 1.0);
                     *s = e;
+                    self.written |= 1 << (i / PAGE_SLOTS);
                     return true;
                 }
                 i = (i + 1) & (SHARD_SLOTS - 1);
@@ -353,7 +362,7 @@ pub fn inuse_by_record() -> (Vec<(u32, f64)>, bool) {
         let _l = s.lock.lock();
         // SAFETY: under the shard's lock; reads within its SHARD_SLOTS.
         let t = unsafe { &*s.t.get() };
-        for i in 0..SHARD_SLOTS {
+        for i in (0..SHARD_SLOTS).filter(|i| t.written & (1 << (i / PAGE_SLOTS)) != 0) {
             // SAFETY: i < SHARD_SLOTS.
             let e = unsafe { *t.live.add(i) };
             if e.addr != 0 {
@@ -403,7 +412,7 @@ pub fn copy() -> Copy {
         let _l = s.lock.lock();
         // SAFETY: under the shard's lock; reads within its SHARD_SLOTS.
         let t = unsafe { &*s.t.get() };
-        for i in 0..SHARD_SLOTS {
+        for i in (0..SHARD_SLOTS).filter(|i| t.written & (1 << (i / PAGE_SLOTS)) != 0) {
             // SAFETY: i < SHARD_SLOTS.
             let e = unsafe { *t.live.add(i) };
             if e.addr != 0 {
