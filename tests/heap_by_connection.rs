@@ -78,12 +78,12 @@ fn check(backend: &str) {
     srv.sql("CREATE USER bigsess@localhost; CREATE USER idlesess@localhost")
         .unwrap_or_else(|e| panic!("{what}: {e}"));
     // Each session takes a user lock after its statements: the lock's holder is its connection.
-    let mut big = common::mariadb::session(
+    let big = common::mariadb::session(
         &srv,
         "bigsess",
         "SET @big = REPEAT('x', 200*1024*1024); DO GET_LOCK('bigsess_done', 0);",
     );
-    let mut idle = common::mariadb::session(&srv, "idlesess", "SELECT 1; DO GET_LOCK('idlesess_done', 0);");
+    let idle = common::mariadb::session(&srv, "idlesess", "SELECT 1; DO GET_LOCK('idlesess_done', 0);");
     let (big_id, big_mem) = common::mariadb::asleep(&srv, "bigsess_done", &what);
     let (idle_id, _) = common::mariadb::asleep(&srv, "idlesess_done", &what);
     let (json, _) = srv.dump_now(&dir, Duration::from_secs(20)).unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -125,19 +125,13 @@ fn check(backend: &str) {
         );
     }
 
-    drop(big.stdin.take());
-    drop(idle.stdin.take());
-    let _ = big.wait();
-    let _ = idle.wait();
+    common::mariadb::end([big, idle]);
     common::mariadb::stop_cleanly(srv, &what);
 }
 
 #[test]
 fn heap_by_connection_names_the_session_holding_a_200_mib_variable() {
-    let only = std::env::var("MARIADB_BACKEND").ok();
-    for backend in common::BACKENDS {
-        if only.as_deref().is_none_or(|b| b == backend) {
-            check(backend);
-        }
+    for backend in common::mariadb::backends() {
+        check(backend);
     }
 }

@@ -133,8 +133,7 @@ fn check(backend: &str) {
 
 #[test]
 fn mariadb_heap_profiles() {
-    let only = std::env::var("MARIADB_BACKEND").ok();
-    for b in common::BACKENDS.into_iter().filter(|b| only.as_deref().is_none_or(|o| o == *b)) {
+    for b in common::mariadb::backends() {
         check(b);
     }
 }
@@ -146,8 +145,7 @@ fn mariadb_heap_profiles() {
 /// server shuts down cleanly.
 #[test]
 fn every_allocation_sampled_while_connections_start() {
-    let only = std::env::var("MARIADB_BACKEND").ok();
-    for backend in common::BACKENDS.into_iter().filter(|b| only.as_deref().is_none_or(|o| o == *b)) {
+    for backend in common::mariadb::backends() {
         let so = common::shim();
         let inst = Instance::create(Options::default()).unwrap_or_else(|e| panic!("{e}"));
         let launch = Launch::shim(&so, backend).var("MALLOCSHIM_PROF_SAMPLE_BYTES", "1");

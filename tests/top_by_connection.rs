@@ -326,13 +326,7 @@ fn check(backend: &str) {
             "{what}: {cmd:?}: {err}"
         );
     }
-    drop(other.stdin.take());
-    let _ = other.wait();
-
-    for mut c in [big, stmts, idle] {
-        drop(c.stdin.take());
-        let _ = c.wait();
-    }
+    common::mariadb::end([other, big, stmts, idle]);
     common::mariadb::stop_cleanly(srv, &what);
 }
 
@@ -367,28 +361,20 @@ fn check_ps(backend: &str) {
     let first = v.first().and_then(|v| v.first()).unwrap_or_else(|| panic!("{what}: no rows\n{ps}"));
     assert_eq!((first.id, first.user_host.as_str()), (big_id, "bigsess@localhost"), "{what}\n{ps}");
     assert!(near(first.held, 200.0 * MIB, 0.1), "{what}: {}\n{ps}", first.held);
-    let mut big = big;
-    drop(big.stdin.take());
-    let _ = big.wait();
+    common::mariadb::end([big]);
     common::mariadb::stop_cleanly(srv, &what);
 }
 
 #[test]
 fn top_by_connection_reads_performance_schema_threads() {
-    let only = std::env::var("MARIADB_BACKEND").ok();
-    for backend in common::BACKENDS {
-        if only.as_deref().is_none_or(|b| b == backend) {
-            check_ps(backend);
-        }
+    for backend in common::mariadb::backends() {
+        check_ps(backend);
     }
 }
 
 #[test]
 fn top_by_connection_names_the_session_holding_200_mib_first() {
-    let only = std::env::var("MARIADB_BACKEND").ok();
-    for backend in common::BACKENDS {
-        if only.as_deref().is_none_or(|b| b == backend) {
-            check(backend);
-        }
+    for backend in common::mariadb::backends() {
+        check(backend);
     }
 }

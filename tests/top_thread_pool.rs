@@ -37,12 +37,12 @@ fn check(backend: &str) {
     let srv = inst.start(&launch).unwrap_or_else(|e| panic!("{what}: mariadbd did not start: {e}"));
     srv.sql("CREATE USER bigsess@localhost; CREATE USER idlesess@localhost")
         .unwrap_or_else(|e| panic!("{e}"));
-    let mut big = common::mariadb::session(
+    let big = common::mariadb::session(
         &srv,
         "bigsess",
         "SET @big = REPEAT('x', 200*1024*1024); DO GET_LOCK('bigsess_done', 0);",
     );
-    let mut idle = common::mariadb::session(&srv, "idlesess", "SELECT 1; DO GET_LOCK('idlesess_done', 0);");
+    let idle = common::mariadb::session(&srv, "idlesess", "SELECT 1; DO GET_LOCK('idlesess_done', 0);");
     common::mariadb::asleep(&srv, "bigsess_done", &what);
     common::mariadb::asleep(&srv, "idlesess_done", &what);
     let pl = srv.sql("SELECT ID, TID FROM information_schema.PROCESSLIST").unwrap_or_else(|e| panic!("{e}"));
@@ -87,19 +87,13 @@ fn check(backend: &str) {
     assert!(o.status.success(), "{what}: diagnose: {}", common::describe(&o));
     assert!(all.contains("note: no connections: ") && all.contains("thread pool"), "{what}: diagnose\n{all}");
 
-    for s in [&mut big, &mut idle] {
-        drop(s.stdin.take());
-        let _ = s.wait();
-    }
+    common::mariadb::end([big, idle]);
     common::mariadb::stop_cleanly(srv, &what);
 }
 
 #[test]
 fn a_thread_pool_is_named_and_its_workers_hold_the_bytes() {
-    let only = std::env::var("MARIADB_BACKEND").ok();
-    for backend in common::BACKENDS {
-        if only.as_deref().is_none_or(|b| b == backend) {
-            check(backend);
-        }
+    for backend in common::mariadb::backends() {
+        check(backend);
     }
 }

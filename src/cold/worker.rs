@@ -3,9 +3,9 @@
 //! async-signal-safe) and every `MALLOCSHIM_DUMP_INTERVAL_S`; a trim every
 //! `MALLOCSHIM_TRIM_INTERVAL_MS` (`trim::periodic`); a memlog line every
 //! `MALLOCSHIM_MEMLOG_INTERVAL_MS`; a memory-history row every `MALLOCSHIM_HISTORY_MS`
-//! (`history`) and a held-bytes checkpoint every twelfth of its span (`held_history`); the ceiling and pressure checks (`trim::watch`) every
-//! `trim::WATCH_MS` when `MALLOCSHIM_TRIM_ABOVE_RSS` or `MALLOCSHIM_TRIM_ON_PRESSURE` is set; the
-//! Prometheus textfile every `MALLOCSHIM_PROM_INTERVAL_S` (`textfile`); each second, until fd 2
+//! (`history`) and a held-bytes checkpoint every twelfth of its span (`held_history`); the
+//! ceiling and pressure checks (`trim::watch`) every `trim::WATCH_MS` when
+//! `MALLOCSHIM_TRIM_ABOVE_RSS` or `MALLOCSHIM_TRIM_ON_PRESSURE` is set; the Prometheus textfile every `MALLOCSHIM_PROM_INTERVAL_S` (`textfile`); each second, until fd 2
 //! is seen reopened onto another file, the check that writes the start-up lines again there
 //! (`diag::replay_if_stderr_moved`); the control channel (`ctl`: its listener, opened at the thread's
 //! start and again when the pipe brings an `a`, is polled beside the pipe). A burst of wake-ups while

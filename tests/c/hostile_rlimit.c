@@ -32,19 +32,10 @@ static void *hog(void *a)
                 break;
             }
             memset(p, 1, 64);
-            if (n == cap) {
-                /* cap grows only with the array: after a failed realloc the next pass
-                 * still finds n == cap and asks again (it wrote through NULL before). */
-                size_t want = cap ? cap * 2 : 256;
-                void **k = realloc(keep, want * sizeof *keep);
-                if (!k) {
-                    free(p);
-                    break;
-                }
-                keep = k;
-                cap = want;
+            if (keep_block(&keep, &n, &cap, 256, p) != 0) {
+                free(p);
+                break;
             }
-            keep[n++] = p;
         }
         *blocks += (long)n;
         for (size_t i = 0; i < n; i++)

@@ -77,19 +77,10 @@ static int child(void)
             void *p = malloc(sz);
             if (!p)
                 break;
-            if (n == cap) {
-                /* cap grows only with the array: after a failed realloc the next pass
-                 * still finds n == cap and asks again (it wrote through NULL before). */
-                size_t want = cap ? cap * 2 : 4096;
-                void **k = realloc(keep, want * sizeof *keep);
-                if (!k) {
-                    free(p);
-                    break;
-                }
-                keep = k;
-                cap = want;
+            if (keep_block(&keep, &n, &cap, 4096, p) != 0) {
+                free(p);
+                break;
             }
-            keep[n++] = p;
         }
     }
     for (int i = 0; i < 16; i++)

@@ -3,6 +3,7 @@
 #ifndef RLIMIT_UTIL_H
 #define RLIMIT_UTIL_H
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -20,5 +21,23 @@ static int limit_address_space(long extra)
     struct rlimit r;
     r.rlim_cur = r.rlim_max = (rlim_t)(pages * sysconf(_SC_PAGESIZE) + extra);
     return setrlimit(RLIMIT_AS, &r);
+}
+
+/* Appends `p` to the growing array `*keep` (`*n` used, `*cap` allocated, `first` the first
+ * capacity); 0, or -1 when the array cannot grow (p not kept). `*cap` grows only with the array:
+ * after a failed realloc the next call finds n == cap and asks again (the programs once grew it
+ * first and then wrote through NULL). */
+static inline int keep_block(void ***keep, size_t *n, size_t *cap, size_t first, void *p)
+{
+    if (*n == *cap) {
+        size_t want = *cap ? *cap * 2 : first;
+        void **k = realloc(*keep, want * sizeof **keep);
+        if (!k)
+            return -1;
+        *keep = k;
+        *cap = want;
+    }
+    (*keep)[(*n)++] = p;
+    return 0;
 }
 #endif

@@ -31,6 +31,21 @@ pub fn stop_cleanly(srv: Server, what: &str) {
     assert!(log.crash_lines().is_empty(), "{what}: crash report {:?}", log.crash_lines());
 }
 
+/// The backends a mariadbd test runs under: every backend, or only the one `MARIADB_BACKEND`
+/// names.
+pub fn backends() -> impl Iterator<Item = &'static str> {
+    let only = std::env::var("MARIADB_BACKEND").ok();
+    super::BACKENDS.into_iter().filter(move |b| only.as_deref().is_none_or(|o| o == *b))
+}
+
+/// Ends sessions started by [`session`]: closes each client's input (it quits) and waits for it.
+pub fn end(sessions: impl IntoIterator<Item = Child>) {
+    for mut c in sessions {
+        drop(c.stdin.take());
+        let _ = c.wait();
+    }
+}
+
 /// A session held open: a `mariadb` client as `user` that ran `sql` and waits for more input.
 pub fn session(srv: &Server, user: &str, sql: &str) -> Child {
     let mut c = srv.client();

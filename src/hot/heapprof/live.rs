@@ -185,6 +185,15 @@ impl Table {
         *unsafe { self.by_class.get_unchecked_mut(class_of(e.size as usize)) } += v;
     }
 
+    /// This shard's live samples (the caller holds its lock), pages never written skipped.
+    fn samples(&self) -> impl Iterator<Item = Live> + '_ {
+        (0..SHARD_SLOTS)
+            .filter(|i| self.written & (1 << (i / PAGE_SLOTS)) != 0)
+            // SAFETY: i < SHARD_SLOTS, within the shard's part of the live mapping.
+            .map(|i| unsafe { *self.live.add(i) })
+            .filter(|e| e.addr != 0)
+    }
+
     fn insert_live(&mut self, e: Live) -> bool {
         let mut i = Self::slot_of(e.addr);
         // SAFETY: i < SHARD_SLOTS (masked); the shard is at most 3/4 full, so a free slot is
@@ -360,17 +369,13 @@ pub fn inuse_by_record() -> (Vec<(u32, f64)>, bool) {
     }
     for s in &S {
         let _l = s.lock.lock();
-        // SAFETY: under the shard's lock; reads within its SHARD_SLOTS.
+        // SAFETY: under the shard's lock.
         let t = unsafe { &*s.t.get() };
-        for i in (0..SHARD_SLOTS).filter(|i| t.written & (1 << (i / PAGE_SLOTS)) != 0) {
-            // SAFETY: i < SHARD_SLOTS.
-            let e = unsafe { *t.live.add(i) };
-            if e.addr != 0 {
-                if v.len() == v.capacity() {
-                    return (v, true);
-                }
-                v.push((e.rec, e.scale * e.size as f64));
+        for e in t.samples() {
+            if v.len() == v.capacity() {
+                return (v, true);
             }
+            v.push((e.rec, e.scale * e.size as f64));
         }
     }
     (v, false)
@@ -410,18 +415,14 @@ pub fn copy() -> Copy {
     }
     'shards: for s in &S {
         let _l = s.lock.lock();
-        // SAFETY: under the shard's lock; reads within its SHARD_SLOTS.
+        // SAFETY: under the shard's lock.
         let t = unsafe { &*s.t.get() };
-        for i in (0..SHARD_SLOTS).filter(|i| t.written & (1 << (i / PAGE_SLOTS)) != 0) {
-            // SAFETY: i < SHARD_SLOTS.
-            let e = unsafe { *t.live.add(i) };
-            if e.addr != 0 {
-                if c.live.len() == c.live.capacity() {
-                    c.left_out = true;
-                    break 'shards;
-                }
-                c.live.push(e);
+        for e in t.samples() {
+            if c.live.len() == c.live.capacity() {
+                c.left_out = true;
+                break 'shards;
             }
+            c.live.push(e);
         }
     }
     let (mut first, mut n) = ([0u32; REC_SHARDS], [0u32; REC_SHARDS]);
