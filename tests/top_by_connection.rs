@@ -37,61 +37,10 @@
 
 mod common;
 
+use common::top_view::{near, top, views, MIB};
 use mallocshim_mariadb::{Instance, Launch, Options, Sysbench};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
-
-/// One connection row of a view: id, user@host, held, alloc MiB/s (None: "-"), MEMORY_USED.
-#[derive(Debug)]
-struct Row {
-    id: u64,
-    user_host: String,
-    held: f64,
-    alloc: Option<f64>,
-    memory_used: Option<f64>,
-}
-
-const MIB: f64 = 1048576.0;
-
-/// The views of `top --by connection` output: each view's connection rows (server threads,
-/// whose first cell is `-`, left out), split at each table head.
-fn views(out: &str) -> Vec<Vec<Row>> {
-    let mut v: Vec<Vec<Row>> = Vec::new();
-    for l in out.lines() {
-        if l.trim_start().starts_with("conn ") {
-            v.push(Vec::new());
-            continue;
-        }
-        let t: Vec<&str> = l.split_whitespace().collect();
-        let (Some(cur), Some(id)) = (v.last_mut(), t.first().and_then(|x| x.parse::<u64>().ok())) else {
-            continue;
-        };
-        assert!(t.len() >= 8, "short row {l:?}\n{out}");
-        let num = |s: &str| s.parse::<f64>().ok();
-        cur.push(Row {
-            id,
-            user_host: t[1].to_string(),
-            held: num(t[4]).unwrap_or_else(|| panic!("held in {l:?}")) * MIB,
-            alloc: num(t[6]).map(|x| x * MIB),
-            memory_used: num(t[7]).map(|x| x * MIB),
-        });
-    }
-    v
-}
-
-fn top(pid: u32, args: &[&str]) -> Output {
-    Command::new(common::cli_bin())
-        .arg("top")
-        .arg(pid.to_string())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run mallocshim top")
-}
-
-fn near(x: f64, want: f64, frac: f64) -> bool {
-    (x - want).abs() <= frac * want
-}
 
 // Long because: one mariadbd scenario (three planted sessions, sysbench beside them) whose views,
 // diagnoses, labelled profile and wrong inputs all read the same server and sessions, in order.

@@ -6,6 +6,7 @@
 
 pub mod mariadb;
 pub mod storm;
+pub mod top_view;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
