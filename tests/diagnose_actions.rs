@@ -6,7 +6,12 @@
 //! is expected to return, `mallocshim set PID TRIM_ABOVE_RSS=...` and the restart-time
 //! `glibc.malloc.arena_max` and jemalloc remedies; `mallocshim trim PID` then returns that
 //! figure (±25%); diagnosed again, no trim is suggested (it would return nothing), and once
-//! `TRIM_ABOVE_RSS` is set it is shown as in effect, not suggested.
+//! `TRIM_ABOVE_RSS` is set it is shown as in effect, not suggested. The arenas' tops get
+//! `mallocshim set PID GLIBC_TRIM_THRESHOLD=1M` (glibc's M_TRIM_THRESHOLD fixed live) with the
+//! bytes it returns as their threads free at their tops; set as printed, it is in effect and no
+//! longer suggested, and once a thread frees in each arena (the program's "touch") RSS drops by
+//! at least 150 MiB and by at most the figure said (+10%); `=off` afterwards is refused (glibc
+//! cannot go back to its dynamic threshold), and so is the option under jemalloc.
 
 mod common;
 
@@ -25,8 +30,9 @@ fn mib_after(line: &str, key: &str) -> f64 {
     line[at..].split_whitespace().next().unwrap().parse().unwrap()
 }
 
-/// The planted program under `backend`, holding what it made until its stdin closes.
-fn start(backend: &str) -> std::process::Child {
+/// The planted program under `backend`, holding what it made until its stdin closes, and its
+/// output after "done arenas".
+fn start(backend: &str) -> (std::process::Child, BufReader<std::process::ChildStdout>) {
     let prog = common::cc("diagnose.c", "diagnose_prog", &[]);
     let dir = common::work_dir().join(format!("diagnose-actions/{backend}"));
     let _ = std::fs::remove_dir_all(&dir);
@@ -42,22 +48,42 @@ fn start(backend: &str) -> std::process::Child {
         .stdout(Stdio::piped());
     let mut child = c.spawn().unwrap();
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    out.read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "done arenas", "{backend}");
-    child
+    (child, out)
+}
+
+/// VmRSS of `pid` in MiB.
+fn rss_mib(pid: &str) -> f64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: f64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .unwrap()
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .unwrap();
+    kb / 1024.0
 }
 
 /// Under jemalloc the same program gets no glibc remedy, and the trim figure is an upper bound.
 #[test]
 fn other_backends_get_no_glibc_remedy() {
-    let mut child = start("jemalloc");
+    let (mut child, _) = start("jemalloc");
     let pid = child.id().to_string();
     let out = cli(&["diagnose", &pid]);
+    // glibc's trim threshold: refused with the reason, nothing changed.
+    let o = Command::new(common::cli_bin()).args(["set", &pid, "GLIBC_TRIM_THRESHOLD=1M"]).output().unwrap();
+    let err = common::stderr(&o);
+    assert!(!o.status.success() && err.contains("only the glibc backend has a trim threshold"), "{err}");
     drop(child.stdin.take());
     assert!(child.wait().unwrap().success());
     eprintln!("{out}");
     assert!(!out.contains("arena_max") && !out.contains("MALLOCSHIM_BACKEND="), "{out}");
-    assert!(!out.contains("arenas: "), "{out}");
+    assert!(!out.contains("arenas: ") && !out.contains("GLIBC_TRIM_THRESHOLD"), "{out}");
     if out.contains(&format!("mallocshim trim {pid}")) {
         assert!(out.contains("an upper bound: pages that still hold a live block stay"), "{out}");
     }
@@ -65,7 +91,7 @@ fn other_backends_get_no_glibc_remedy() {
 
 #[test]
 fn arena_retention_ends_in_live_actions_with_expected_bytes() {
-    let mut child = start("glibc");
+    let (mut child, mut progout) = start("glibc");
     let pid = child.id().to_string();
 
     let out = cli(&["diagnose", &pid]);
@@ -86,6 +112,17 @@ fn arena_retention_ends_in_live_actions_with_expected_bytes() {
     let expect = mib_after(lines[at + 1], "returns about ");
     assert!((30.0..=60.0).contains(&expect), "~42 MiB of free pages in the main arena: {}", lines[at + 1]);
     assert!(out.contains(&format!("mallocshim set {pid} TRIM_ABOVE_RSS=")), "{out}");
+    // The arenas' tops: the trim threshold, live, with what it returns as their threads free.
+    let at = lines
+        .iter()
+        .position(|l| l.trim() == format!("mallocshim set {pid} GLIBC_TRIM_THRESHOLD=1M"))
+        .expect(&out);
+    let up_to = mib_after(lines[at + 1], "returns up to ");
+    assert!(
+        (150.0..=200.0).contains(&up_to),
+        "6 arenas' tops of ~32 MiB, less ~1.1 MiB each: {}",
+        lines[at + 1]
+    );
     let arena_max =
         lines.iter().position(|l| l.contains("GLIBC_TUNABLES=glibc.malloc.arena_max=")).expect(&out);
     assert!(lines[arena_max].contains("(restart)"), "{out}");
@@ -102,18 +139,56 @@ fn arena_retention_ends_in_live_actions_with_expected_bytes() {
     // Again: nothing left for a trim to return, so no trim; the arenas' remedy stays.
     let again = cli(&["diagnose", &pid]);
     assert!(!again.contains(&format!("mallocshim trim {pid}")), "{again}");
-    assert!(again.contains("none that would return 1.0 MiB or more"), "{again}");
+    assert!(again.contains(&format!("mallocshim set {pid} GLIBC_TRIM_THRESHOLD=1M")), "{again}");
     assert!(again.contains("glibc.malloc.arena_max="), "{again}");
 
-    // A setting in effect is named as such, never suggested.
+    // A setting in effect is named as such, never suggested; the trim threshold still is.
     cli(&["set", &pid, "TRIM_ABOVE_RSS=1G"]);
     cli(&["set", &pid, "TRIM_INTERVAL_MS=10000"]);
     let set = cli(&["diagnose", &pid]);
     assert!(set.contains("already in effect: TRIM_ABOVE_RSS=1073741824"), "{set}");
     assert!(set.contains("already in effect: TRIM_INTERVAL_MS=10000"), "{set}");
-    assert!(!set.contains("mallocshim set"), "{set}");
+    let sets: Vec<&str> = set.lines().map(str::trim).filter(|l| l.starts_with("mallocshim set")).collect();
+    assert_eq!(sets, [format!("mallocshim set {pid} GLIBC_TRIM_THRESHOLD=1M")], "{set}");
+
+    threshold_set_as_printed(&pid, sets[0], up_to, &mut child, &mut progout);
 
     let _ = child.stdin.take().unwrap().write_all(b"");
     drop(child.stdin.take());
     assert!(child.wait().unwrap().success());
+}
+
+/// `mallocshim set PID GLIBC_TRIM_THRESHOLD=1M` run as diagnose printed it (`line`), whose
+/// "returns up to" said `up_to` MiB: in effect, no longer suggested; nothing is returned until a
+/// thread frees at an arena's top, then those tops come back; `=off` is refused afterwards.
+fn threshold_set_as_printed(
+    pid: &str,
+    line: &str,
+    up_to: f64,
+    child: &mut std::process::Child,
+    progout: &mut BufReader<std::process::ChildStdout>,
+) {
+    let said = cli(&line.split_whitespace().skip(1).collect::<Vec<_>>());
+    assert_eq!(said.trim(), "MALLOCSHIM_GLIBC_TRIM_THRESHOLD=1048576 (was off)");
+    let in_effect = cli(&["diagnose", pid]);
+    assert!(in_effect.contains("already in effect: GLIBC_TRIM_THRESHOLD=1048576"), "{in_effect}");
+    assert!(
+        !in_effect.contains("mallocshim set") && in_effect.contains("none that would return"),
+        "{in_effect}"
+    );
+    let before = rss_mib(pid);
+    child.stdin.as_mut().unwrap().write_all(b"touch\n").unwrap();
+    let mut touched = String::new();
+    progout.read_line(&mut touched).unwrap();
+    assert_eq!(touched.trim(), "touched");
+    let after = rss_mib(pid);
+    eprintln!("GLIBC_TRIM_THRESHOLD=1M: up to {up_to} MiB said, RSS {before:.1} -> {after:.1} MiB after a free in each arena");
+    assert!(
+        before - after >= 150.0 && before - after <= up_to * 1.1,
+        "RSS {before:.1} -> {after:.1} MiB; up to {up_to} MiB said"
+    );
+    // glibc cannot go back to its dynamic threshold: refused, one line.
+    let o = Command::new(common::cli_bin()).args(["set", pid, "GLIBC_TRIM_THRESHOLD=off"]).output().unwrap();
+    let err = common::stderr(&o);
+    assert!(!o.status.success() && err.contains("cannot go back to its own dynamic threshold"), "{err}");
 }

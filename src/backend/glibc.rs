@@ -56,6 +56,7 @@ pub struct Real {
     pub malloc_trim: Option<unsafe extern "C" fn(usize) -> c_int>,
     pub malloc_stats: Option<unsafe extern "C" fn()>,
     pub malloc_info: Option<unsafe extern "C" fn(c_int, *mut libc::FILE) -> c_int>,
+    pub mallopt: Option<unsafe extern "C" fn(c_int, c_int) -> c_int>,
 }
 
 struct Cell(UnsafeCell<Real>);
@@ -68,6 +69,7 @@ static REAL: Cell = Cell(UnsafeCell::new(Real {
     malloc_trim: None,
     malloc_stats: None,
     malloc_info: None,
+    mallopt: None,
 }));
 
 /// glibc's own functions (valid once the shim is ready).
@@ -107,6 +109,9 @@ pub(super) unsafe fn load(_lib: &core::ffi::CStr, _why: &mut crate::base::diag::
             *mut c_void,
             Option<unsafe extern "C" fn(c_int, *mut libc::FILE) -> c_int>,
         >(next(c"malloc_info"));
+        r.mallopt = core::mem::transmute::<*mut c_void, Option<unsafe extern "C" fn(c_int, c_int) -> c_int>>(
+            next(c"mallopt"),
+        );
     }
     true
 }
@@ -186,6 +191,20 @@ pub(super) unsafe fn mem_stats() -> MemStats {
 pub(super) unsafe fn release(pad: usize, _mode: super::Release) -> bool {
     // SAFETY: the pointer came from dlsym for this exact signature.
     real().malloc_trim.map(|f| unsafe { f(pad) } != 0).unwrap_or(false)
+}
+
+/// glibc's `M_TRIM_THRESHOLD` (malloc.h).
+const M_TRIM_THRESHOLD: c_int = -1;
+
+/// `mallopt(M_TRIM_THRESHOLD, bytes)`: from now on a `free()` that leaves a top chunk above
+/// `bytes` at an arena's end shrinks it (the main arena's by `systrim`, another's by
+/// `heap_trim`), and glibc stops raising the threshold with its dynamic mmap threshold
+/// (`no_dyn_threshold`). False when glibc's mallopt is missing or refuses (`bytes` above
+/// `INT_MAX`). Takes the main arena's lock: control channel or worker only.
+pub(super) fn set_trim_threshold(bytes: u64) -> bool {
+    let Ok(v) = c_int::try_from(bytes) else { return false };
+    // SAFETY: glibc's own mallopt, with an option and value its manual documents.
+    real().mallopt.is_some_and(|f| unsafe { f(M_TRIM_THRESHOLD, v) } == 1)
 }
 
 pub(super) unsafe fn version(out: &mut crate::base::diag::LineBuf) {

@@ -217,6 +217,17 @@ impl Backend {
         }
     }
 
+    /// `MALLOCSHIM_GLIBC_TRIM_THRESHOLD`: glibc's `M_TRIM_THRESHOLD` fixed at `bytes`
+    /// (`glibc::set_trim_threshold`); the other backends have no such threshold. Err says why
+    /// nothing changed.
+    pub fn set_trim_threshold(self, bytes: u64) -> Result<(), &'static str> {
+        match self {
+            Backend::Glibc if glibc::set_trim_threshold(bytes) => Ok(()),
+            Backend::Glibc => Err("glibc's mallopt(M_TRIM_THRESHOLD) refused it"),
+            _ => Err("only the glibc backend has a trim threshold"),
+        }
+    }
+
     /// [`Backend::default_lib`] as `&str`, for the option table's defaults.
     pub const fn default_lib_str(self) -> &'static str {
         match self.default_lib().to_str() {

@@ -96,7 +96,10 @@ pub fn measure_with_trim() -> (Memory, Option<backend::glibc_info::TrimEstimate>
             .trim
             .map(|t| t.releasable.min(a.allocator_free_bytes.saturating_sub(t.kept))),
         allocator_arenas: f.trim.map(|t| t.arenas),
-        allocator_other_arenas_free_bytes: f.trim.map(|t| t.other_free),
+        // malloc_info counts free chunks whose pages a trim already gave back: at most the
+        // resident free bytes.
+        allocator_other_arenas_free_bytes: f.trim.map(|t| t.other_free.min(a.allocator_free_bytes)),
+        allocator_other_arenas_top_bytes: f.trim.map(|t| t.arena_tops.min(a.allocator_free_bytes)),
         ..a
     };
     (m, f.trim)

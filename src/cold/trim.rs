@@ -47,6 +47,8 @@ pub struct Stats {
     pub above_rss_bytes: u64,
     /// PSI `some avg10` threshold in percent (`MALLOCSHIM_TRIM_ON_PRESSURE`); 0 = off.
     pub pressure_pct: u32,
+    /// `MALLOCSHIM_GLIBC_TRIM_THRESHOLD` in bytes; 0 = glibc's own.
+    pub glibc_trim_threshold_bytes: u64,
 }
 
 /// Why a trim ran.
@@ -259,6 +261,7 @@ pub fn stats() -> Stats {
         by_reason: by_reason(),
         above_rss_bytes: cfg.trim_above_rss,
         pressure_pct: cfg.trim_on_pressure,
+        glibc_trim_threshold_bytes: cfg.glibc_trim_threshold,
     }
 }
 

@@ -101,6 +101,12 @@ pub fn start() {
 fn spawn() {
     let _g = Reentry::enter();
     crate::backend::active().prepare_for_worker();
+    let threshold = crate::hot::config::current().glibc_trim_threshold;
+    if threshold != 0 {
+        if let Err(e) = crate::backend::active().set_trim_threshold(threshold) {
+            crate::base::diag::warn!("MALLOCSHIM_GLIBC_TRIM_THRESHOLD={threshold}: {e}; ignored");
+        }
+    }
     let mut fds = [0; 2];
     // SAFETY: a valid two-int array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } != 0 {

@@ -52,6 +52,8 @@ pub struct Config {
     pub trim_above_rss: u64,
     /// Trim when PSI `some avg10` reaches this percentage; 0 = off.
     pub trim_on_pressure: u32,
+    /// glibc's `M_TRIM_THRESHOLD` fixed at this many bytes (`mallopt`); 0 = glibc's own.
+    pub glibc_trim_threshold: u64,
     /// NUL-terminated memlog path (`%p` = pid); empty = off.
     pub memlog: [u8; PATH_MAX],
     /// Milliseconds between memlog lines.
@@ -181,7 +183,7 @@ impl Opt {
 /// Every variable the shim reads, one line each. The README's table matches this one row for
 /// row and cell for cell (tests/config.rs).
 #[rustfmt::skip]
-pub static OPTIONS: [Opt; 31] = [
+pub static OPTIONS: [Opt; 32] = [
     opt("MALLOCSHIM_BACKEND", "glibc", other!(parse_backend, show_backend), crate::backend::OPTION_DOC),
     opt("MALLOCSHIM_TCMALLOC_LIB", Backend::Tcmalloc.default_lib_str(), path!(tcmalloc_lib, ""), "gperftools library dlopen()ed (RTLD_LOCAL) for the tcmalloc backend"),
     opt("MALLOCSHIM_PROFILE", "on", switch!(profile, "off", "on"), "count calls per entry point and thread; off leaves pure routing"),
@@ -198,6 +200,7 @@ pub static OPTIONS: [Opt; 31] = [
     opt("MALLOCSHIM_TRIM_MIN_BYTES", "67108864", bytes!(trim_min_bytes, 0, 9223372036854775807, "0 to 9223372036854775807"), "skip a periodic trim while the backend holds fewer free bytes than SIZE (bytes, or K/M/G suffix)").live(),
     opt("MALLOCSHIM_TRIM_ABOVE_RSS", "off", other!(parse_above_rss, show_above_rss), "also trim whenever RSS is above SIZE (bytes, or K/M/G suffix), checked every 250 ms, at most once a second").live(),
     opt("MALLOCSHIM_TRIM_ON_PRESSURE", "0", other!(parse_pressure, show_pressure), "1 also trims when the cgroup's PSI memory `some avg10` reaches 10%; N% sets the threshold; at most once per 10 s").live(),
+    opt("MALLOCSHIM_GLIBC_TRIM_THRESHOLD", "off", other!(parse_trim_threshold, show_trim_threshold), "glibc backend: fix glibc's M_TRIM_THRESHOLD at SIZE (bytes, or K/M/G suffix; mallopt), so a free() leaving more than SIZE at the top of any arena gives it back; off = glibc's own, raised up to 64 MiB by its dynamic mmap threshold").live(),
     opt("MALLOCSHIM_JEMALLOC_RELEASE", "purge", other!(parse_release, show_release), "jemalloc release call: purge (arena.<all>.purge, all unused pages) or decay (arena.<all>.decay)").live(),
     opt("MALLOCSHIM_MEMLOG", "off", path!(memlog, "off"), "append a CSV line of RSS and backend memory every MEMLOG_INTERVAL_MS to this file (%p = pid)").live(),
     opt("MALLOCSHIM_MEMLOG_INTERVAL_MS", "1000", number!(memlog_interval_ms, 10, 86400000), "milliseconds between memlog lines").live(),
@@ -339,6 +342,20 @@ fn parse_above_rss(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
 
 fn show_above_rss(c: &Config, out: &mut LineBuf) {
     match c.trim_above_rss {
+        0 => out.put(b"off"),
+        n => put_u64(out, n),
+    }
+}
+
+fn parse_trim_threshold(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
+    const ERR: &str = "off or a size from 1 to 2147483647 bytes (glibc's int), or with a K, M or G suffix";
+    c.glibc_trim_threshold =
+        if matches!(v, b"off" | b"0") { 0 } else { parse_bytes(v, 1, i32::MAX as u64).map_err(|_| ERR)? };
+    Ok(())
+}
+
+fn show_trim_threshold(c: &Config, out: &mut LineBuf) {
+    match c.glibc_trim_threshold {
         0 => out.put(b"off"),
         n => put_u64(out, n),
     }
@@ -505,6 +522,7 @@ static CONFIG: Cell = Cell(UnsafeCell::new(Config {
     release: Release::Purge,
     trim_above_rss: 0,
     trim_on_pressure: 0,
+    glibc_trim_threshold: 0,
     memlog: [0; PATH_MAX],
     memlog_interval_ms: 1000,
     history_ms: 0,

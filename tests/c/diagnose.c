@@ -17,7 +17,10 @@
  *             malloc_trim returns (~42 MiB); then idle 5 s.
  * An idle thread starts first: the shim's worker (memlog) starts with the program's first thread.
  * With DIAGNOSE_WAIT set, the program prints "done MODE" and then waits for EOF on stdin, holding
- * what it made, so that `mallocshim diagnose PID` can ask it for its memory history. */
+ * what it made, so that `mallocshim diagnose PID` can ask it for its memory history. Each line
+ * "touch" on stdin starts 6 threads that each malloc and free one 64 KiB block (glibc gives a new
+ * thread an arena an exited thread left: the arenas mode's six, whose tops the block is carved
+ * from and freed back to, where glibc's heap_trim runs) and joins them, then prints "touched". */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +47,15 @@ static void *idle(void *a) {
 }
 
 static char *volatile sink;
+
+/* One malloc/free of 64 KiB in the thread's arena (above the thread cache's sizes). */
+static void *touch(void *a) {
+    (void)a;
+    char *volatile p = malloc(64u << 10);
+    p[0] = 1;
+    free(p);
+    return NULL;
+}
 
 /* One arena's worth: 32 MiB of 16 KiB blocks, touched, then all freed (into the top chunk). */
 static void *arena_fill(void *a) {
@@ -131,7 +143,14 @@ int main(int argc, char **argv) {
     if (getenv("DIAGNOSE_WAIT")) {
         fflush(stdout);
         char buf[64];
-        while (read(0, buf, sizeof buf) > 0) {}
+        while (fgets(buf, sizeof buf, stdin)) {
+            if (strncmp(buf, "touch", 5)) continue;
+            pthread_t w[6];
+            for (int i = 0; i < 6; i++) pthread_create(&w[i], NULL, touch, NULL);
+            for (int i = 0; i < 6; i++) pthread_join(w[i], NULL);
+            printf("touched\n");
+            fflush(stdout);
+        }
     }
     return 0;
 }

@@ -6,6 +6,8 @@
 //! Also names the cause in the server's terms: glibc's arena retention (what a trim can and cannot
 //! return) and, with the InnoDB buffer pool's figures, its warm-up. Pure text from the figures it
 //! is given; reading them is `facts`'s, the verdict is `verdict`'s.
+//! Long because: every cause's remedies read the same `Facts` and options and print into one
+//! live/restart list; a third of it is their unit tests.
 
 use crate::facts::{Arenas, BufferPool, ServerBuffers, Settings};
 use crate::verdict::{Kind, Verdict, RETAINED_MIN_BYTES};
@@ -43,6 +45,10 @@ fn option(f: &Facts, name: &str) -> Option<String> {
         "TRIM_ABOVE_RSS" => {
             Some(if t.above_rss_bytes == 0 { "off".into() } else { t.above_rss_bytes.to_string() })
         }
+        "GLIBC_TRIM_THRESHOLD" => Some(match t.glibc_trim_threshold_bytes {
+            0 => "off".into(),
+            n => n.to_string(),
+        }),
         _ => None,
     }
 }
@@ -139,6 +145,9 @@ fn retained_actions(o: &mut String, v: &Verdict, f: &Facts, (live, restart, in_e
         }
         _ => {}
     }
+    if glibc {
+        threshold_action(f, &pid, live, in_effect);
+    }
     if let Some(i) = option(f, "TRIM_INTERVAL_MS").filter(|i| !is_off(i)) {
         in_effect.push(format!("TRIM_INTERVAL_MS={i} (periodic trim, skipped while the backend holds fewer free bytes than TRIM_MIN_BYTES)"));
     }
@@ -158,6 +167,39 @@ fn retained_actions(o: &mut String, v: &Verdict, f: &Facts, (live, restart, in_e
             "saves up to {} (same estimate: jemalloc keeps no per-arena top chunk and purges whole free pages on its own after 10 s); free space sharing pages with live blocks stays under any backend; measure with `mallocshim compare`",
             mib(kept))));
     }
+}
+
+/// The threshold [`threshold_action`] suggests (1 MiB) and glibc's top pad (`M_TOP_PAD`, 128 KiB):
+/// what each arena's top keeps once it is in effect.
+const THRESHOLD: u64 = 1 << 20;
+const TOP_PAD: u64 = 128 << 10;
+
+/// The other arenas' top chunks, which no trim reaches: `GLIBC_TRIM_THRESHOLD` fixed live makes
+/// a `free()` at an arena's top give back what passes it (glibc's `heap_trim`), instead of the
+/// dynamic threshold's up to 64 MiB per arena.
+fn threshold_action(f: &Facts, pid: &str, live: &mut Vec<(String, String)>, in_effect: &mut Vec<String>) {
+    let Some(d) = f.dump else { return };
+    let Some(tops) = d.memory.allocator_other_arenas_top_bytes else { return };
+    if let Some(t) = option(f, "GLIBC_TRIM_THRESHOLD").filter(|t| !is_off(t)) {
+        in_effect.push(format!(
+            "GLIBC_TRIM_THRESHOLD={t} (a free() at an arena's top gives back what passes it; the other arenas' tops hold {} now, kept where no thread has freed since)",
+            mib(tops)
+        ));
+        return;
+    }
+    let others = d.memory.allocator_arenas.unwrap_or(1).saturating_sub(1);
+    let back = tops.saturating_sub(others * (THRESHOLD + TOP_PAD));
+    if back < MIN_ACTION {
+        return;
+    }
+    live.push((
+        format!("mallocshim set {pid} GLIBC_TRIM_THRESHOLD=1M"),
+        format!(
+            "returns up to {} as the arenas' threads next free at their tops (allocator_other_arenas_top_bytes of the dump, {} in {others} other arenas, less 1 MiB and glibc's 128 KiB top pad each); an arena no thread uses keeps its top; a thread growing and shrinking its arena past 1 MiB then pays a madvise and the page faults back",
+            mib(back),
+            mib(tops)
+        ),
+    ));
 }
 
 /// Arena retention named: how much a trim returns and what stays, in glibc's terms.
@@ -313,6 +355,35 @@ mod tests {
             "{o}"
         );
         assert!(o.contains("arenas: 6 heaps"), "{o}");
+    }
+
+    #[test]
+    fn the_other_arenas_tops_get_the_trim_threshold_until_it_is_in_effect() {
+        let v = verdict(50, 200, &|_| 10);
+        let mut d = dump(200, 0);
+        d.memory.allocator_arenas = Some(7);
+        d.memory.allocator_other_arenas_top_bytes = Some(180 * MIB);
+        let f = Facts { pid: Some(7), dump: Some(&d), ..Default::default() };
+        let mut o = String::new();
+        lines(&mut o, &v, &f);
+        // 180 MiB less 6 x (1 MiB + 128 KiB).
+        assert!(
+            o.contains("  mallocshim set 7 GLIBC_TRIM_THRESHOLD=1M\n      returns up to 173.2 MiB"),
+            "{o}"
+        );
+        d.trim.glibc_trim_threshold_bytes = 1 << 20;
+        let f = Facts { pid: Some(7), dump: Some(&d), ..Default::default() };
+        let mut o = String::new();
+        lines(&mut o, &v, &f);
+        assert!(!o.contains("mallocshim set 7 GLIBC"), "{o}");
+        assert!(o.contains("already in effect: GLIBC_TRIM_THRESHOLD=1048576 ("), "{o}");
+        // Tops within what the threshold keeps: nothing to suggest.
+        d.trim.glibc_trim_threshold_bytes = 0;
+        d.memory.allocator_other_arenas_top_bytes = Some(6 * MIB);
+        let f = Facts { pid: Some(7), dump: Some(&d), ..Default::default() };
+        let mut o = String::new();
+        lines(&mut o, &v, &f);
+        assert!(!o.contains("GLIBC_TRIM_THRESHOLD"), "{o}");
     }
 
     #[test]

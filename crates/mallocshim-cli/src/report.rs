@@ -329,7 +329,7 @@ fn account_table(d: &Dump, fmt: Format, o: &mut String) {
     let mut t = Table::new(&[("", Align::Left), ("MiB", Align::Right)]);
     t.row(vec!["rss".into(), mib(m.rss_bytes)]);
     t.row(vec!["live (the program's blocks)".into(), mib(m.live_bytes)]);
-    t.row(vec!["allocator free (a trim may return it)".into(), mib(m.allocator_free_bytes)]);
+    t.row(vec!["allocator free (resident, unused)".into(), mib(m.allocator_free_bytes)]);
     t.row(vec!["allocator metadata".into(), m.allocator_metadata_bytes.map_or_else(|| "-".into(), mib)]);
     t.row(vec!["non-heap (buffer pool, stacks, other mmaps)".into(), mib(m.non_heap_bytes)]);
     t.row(vec!["file-backed".into(), mib(m.rss_file_bytes)]);

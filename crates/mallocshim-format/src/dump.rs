@@ -267,9 +267,14 @@ pub struct Memory {
     /// backends and in older dumps.
     pub allocator_arenas: Option<u64>,
     /// Free bytes in glibc's arenas other than the main one (their bins and top chunks, from
-    /// `malloc_info(3)`), of `allocator_free_bytes`; null under the other backends and in older
-    /// dumps.
+    /// `malloc_info(3)`), at most `allocator_free_bytes` (malloc_info also counts free chunks
+    /// whose pages a trim gave back); null under the other backends and in older dumps.
     pub allocator_other_arenas_free_bytes: Option<u64>,
+    /// Of those, the other arenas' top chunks (`malloc_info(3)`: each heap's `rest` less its
+    /// bins), at most `allocator_free_bytes`: what only a `free()` at a heap's end returns,
+    /// once the top passes `M_TRIM_THRESHOLD` (`MALLOCSHIM_GLIBC_TRIM_THRESHOLD`); null under the
+    /// other backends and in older dumps.
+    pub allocator_other_arenas_top_bytes: Option<u64>,
 }
 
 /// Trims (`MALLOCSHIM_TRIM_*`, `mallocshim_trim()`).
@@ -296,6 +301,9 @@ pub struct Trim {
     pub above_rss_bytes: u64,
     /// `MALLOCSHIM_TRIM_ON_PRESSURE` threshold, % of PSI `some avg10` (0: off).
     pub pressure_pct: u32,
+    /// `MALLOCSHIM_GLIBC_TRIM_THRESHOLD` in bytes, glibc's `M_TRIM_THRESHOLD` as the shim set it
+    /// (0: glibc's own; absent in older dumps).
+    pub glibc_trim_threshold_bytes: u64,
 }
 
 /// Trims per reason: periodic (`MALLOCSHIM_TRIM_INTERVAL_MS`), RSS ceiling

@@ -164,6 +164,15 @@ fn apply_hot(name: &str, c: &config::Config) -> Result<(), String> {
             }
             Ok(())
         }
+        "MALLOCSHIM_GLIBC_TRIM_THRESHOLD" => match (c.glibc_trim_threshold, config::current().glibc_trim_threshold) {
+            (0, 0) => Ok(()),
+            (0, _) => Err(format!(
+                "{name}=off: glibc cannot go back to its own dynamic threshold in a running process (restart without it); nothing changed"
+            )),
+            (v, _) => crate::backend::active()
+                .set_trim_threshold(v)
+                .map_err(|e| format!("{name}: {e}; nothing changed")),
+        },
         _ => Ok(()),
     }
 }

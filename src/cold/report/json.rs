@@ -140,6 +140,7 @@ fn trim(t: &crate::cold::trim::Stats) -> Trim {
         by_reason: TrimReasons { periodic, ceiling, pressure, api },
         above_rss_bytes: t.above_rss_bytes,
         pressure_pct: t.pressure_pct,
+        glibc_trim_threshold_bytes: t.glibc_trim_threshold_bytes,
     }
 }
 
