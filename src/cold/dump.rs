@@ -265,6 +265,7 @@ fn render(fmt: Fmt, snap: &report::Snapshot) -> Vec<u8> {
 }
 
 fn write(at_exit: bool) -> Result<Vec<PathBuf>, DumpError> {
+    crate::cold::held_history::arm();
     let _g = Reentry::enter();
     if off() {
         clear_pending();

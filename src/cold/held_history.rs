@@ -4,6 +4,11 @@
 //! server's processlist, which connections) grew over the history's window
 //! (`Dump::held_checkpoints`, `mallocshim diagnose PID`).
 //!
+//! Only while someone looks: the periodic checkpoints run for one history span (an hour) after a
+//! control-channel request or a dump ([`arm`]); a process nobody asked pays only the one taken
+//! at the start (a walk of a nearly empty live set), and `diagnose PID` then compares with it
+//! ("over the last N s": since the start).
+//!
 //! Each checkpoint is one walk of the heap profile's live samples (`heapprof::live_by_thread`,
 //! as a dump's per-thread sums: each shard's lock in turn, briefly), summed per tid, the
 //! [`HELD_CHECKPOINT_THREADS`] largest kept. Its cost grows with the live samples (heap size /
@@ -13,9 +18,29 @@
 //! `try_lock`, so a fork that copied it locked costs the child its checkpoints, never a hang).
 //! Must not run on the hot path or in a signal handler: it allocates.
 
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use mallocshim_format::dump::{HeldCheckpoint, HeldThread, HELD_CHECKPOINTS, HELD_CHECKPOINT_THREADS};
 use std::collections::VecDeque;
 use std::sync::Mutex;
+
+/// Until when (CLOCK_MONOTONIC ms) the periodic checkpoints run; 0: nobody asked yet.
+static ARMED_UNTIL_MS: AtomicU64 = AtomicU64::new(0);
+
+fn mono_ms() -> u64 {
+    crate::base::clock::mono_ns() / 1_000_000
+}
+
+/// Someone looks (a control-channel request, a dump): the periodic checkpoints run for the next
+/// history span. Any thread; one atomic store.
+pub fn arm() {
+    let span = period_ms().saturating_mul(PER_SPAN);
+    ARMED_UNTIL_MS.store(mono_ms().saturating_add(span), Relaxed);
+}
+
+/// Whether a periodic checkpoint is due to be taken now (armed and not expired).
+pub fn armed() -> bool {
+    mono_ms() < ARMED_UNTIL_MS.load(Relaxed)
+}
 
 /// Checkpoints per memory-history span.
 const PER_SPAN: u64 = 12;

@@ -3,7 +3,8 @@
 //! async-signal-safe) and every `MALLOCSHIM_DUMP_INTERVAL_S`; a trim every
 //! `MALLOCSHIM_TRIM_INTERVAL_MS` (`trim::periodic`); a memlog line every
 //! `MALLOCSHIM_MEMLOG_INTERVAL_MS`; a memory-history row every `MALLOCSHIM_HISTORY_MS`
-//! (`history`) and a held-bytes checkpoint every twelfth of its span (`held_history`); the
+//! (`history`) and a held-bytes checkpoint every twelfth of its span for a span after someone
+//! asked (`held_history`); the
 //! ceiling and pressure checks (`trim::watch`) every `trim::WATCH_MS` when
 //! `MALLOCSHIM_TRIM_ABOVE_RSS` or `MALLOCSHIM_TRIM_ON_PRESSURE` is set; the Prometheus textfile every `MALLOCSHIM_PROM_INTERVAL_S` (`textfile`); each second, until fd 2
 //! is seen reopened onto another file, the check that writes the start-up lines again there
@@ -458,7 +459,7 @@ fn run() {
         if jobs.history.due(now_ms()) {
             crate::cold::history::sample(&mut history_state);
         }
-        if jobs.held.due(now_ms()) {
+        if jobs.held.due(now_ms()) && crate::cold::held_history::armed() {
             crate::cold::held_history::take();
         }
         if jobs.textfile.due(now_ms()) {

@@ -277,6 +277,7 @@ fn send_all(c: i32, mut b: &[u8]) {
 
 /// One connection: a request line, its reply (`ok` and the body, or one `error:` line).
 fn serve_client(c: i32) {
+    crate::cold::held_history::arm();
     let reply = match read_line(c) {
         Ok(None) => return,
         Err(e) => Err(e),
