@@ -335,7 +335,8 @@ pub fn get(a: &GetArgs) -> Result<String, Fail> {
     long_about = "Through the control channel (docs/control.md), change option NAME of process PID to \
                   VALUE, as if it had been in its environment at start; NAME with or without the \
                   MALLOCSHIM_ prefix. Only options `mallocshim get` shows as settable: the trim \
-                  interval, minimum, RSS ceiling and pressure trims, the heap-profile rate, latency \
+                  interval, minimum, RSS ceiling and pressure trims, glibc's trim threshold \
+                  (GLIBC_TRIM_THRESHOLD), the heap-profile rate, latency \
                   sampling, dump formats, interval, keep and rate limit, the memlog and the textfile. \
                   Sizes take a K, M or G suffix as in the environment (TRIM_MIN_BYTES=16M). A bad \
                   value changes nothing. Prints NAME=VALUE (was OLD).\n\n\

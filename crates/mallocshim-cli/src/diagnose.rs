@@ -26,7 +26,9 @@ use std::path::PathBuf;
                   still rising at >= 25% of the pace: one step then a plateau is a level); \
                   allocator-free bytes are large at >= 10% of RSS and >= 16 MiB. The verdict ends \
                   in actions: first the live commands for the process (`mallocshim trim PID`, \
-                  `mallocshim set PID TRIM_ABOVE_RSS=...`), each with the bytes it is expected \
+                  `mallocshim set PID TRIM_ABOVE_RSS=...`; under glibc, for the other arenas' \
+                  top chunks, `mallocshim set PID GLIBC_TRIM_THRESHOLD=1M`, returned as their \
+                  threads next free there), each with the bytes it is expected \
                   to return (the dump's allocator_trimmable_bytes under glibc), none already in \
                   effect (the options from the control channel's `get`) and none that would \
                   return under 1 MiB; then the remedies that need a restart \
@@ -49,8 +51,9 @@ use std::path::PathBuf;
                   profiles, the connections (and server threads) whose held bytes grew the most \
                   are named: from the first to the last dump, or, with one dump or a PID, from \
                   the dump's oldest held-bytes checkpoint (held_checkpoints: taken when the \
-                  shim's thread starts and every twelfth of the history's span, 5 min by \
-                  default, the last 13 kept, so about the last hour); a dump without \
+                  shim's thread starts and, for an hour after each control-channel request or \
+                  dump, every twelfth of the history's span, 5 min by default, the last 13 \
+                  kept, so about the last hour); a dump without \
                   checkpoints names those that hold the most. They are named from the dumps' per-thread live_bytes and information_schema.PROCESSLIST \
                   read now, each with `KILL CONNECTION <id>`, which frees what the session holds.\n\n\
                   Exit status: 0 with a verdict, 2 on bad input (one line, prefixed \
