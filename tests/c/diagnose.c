@@ -18,9 +18,10 @@
  * An idle thread starts first: the shim's worker (memlog) starts with the program's first thread.
  * With DIAGNOSE_WAIT set, the program prints "done MODE" and then waits for EOF on stdin, holding
  * what it made, so that `mallocshim diagnose PID` can ask it for its memory history. Each line
- * "touch" on stdin starts 6 threads that each malloc and free one 64 KiB block (glibc gives a new
- * thread an arena an exited thread left: the arenas mode's six, whose tops the block is carved
- * from and freed back to, where glibc's heap_trim runs) and joins them, then prints "touched". */
+ * "touch" on stdin starts 6 threads that each malloc one 64 KiB block, wait until all six have
+ * one, and free it (glibc gives a new thread an arena an exited thread left: the arenas mode's
+ * six, whose tops the block is carved from and freed back to, where glibc's heap_trim runs),
+ * joins them, then prints "touched". */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,11 +49,16 @@ static void *idle(void *a) {
 
 static char *volatile sink;
 
-/* One malloc/free of 64 KiB in the thread's arena (above the thread cache's sizes). */
+/* One malloc/free of 64 KiB in the thread's arena (above the thread cache's sizes). The six
+ * threads hold their blocks until all have one, so that each holds an arena of its own: a thread
+ * that exited first would hand its arena back to glibc's free list for the next one. */
+static pthread_barrier_t touching;
+
 static void *touch(void *a) {
     (void)a;
     char *volatile p = malloc(64u << 10);
     p[0] = 1;
+    pthread_barrier_wait(&touching);
     free(p);
     return NULL;
 }
@@ -146,8 +152,10 @@ int main(int argc, char **argv) {
         while (fgets(buf, sizeof buf, stdin)) {
             if (strncmp(buf, "touch", 5)) continue;
             pthread_t w[6];
+            pthread_barrier_init(&touching, NULL, 6);
             for (int i = 0; i < 6; i++) pthread_create(&w[i], NULL, touch, NULL);
             for (int i = 0; i < 6; i++) pthread_join(w[i], NULL);
+            pthread_barrier_destroy(&touching);
             printf("touched\n");
             fflush(stdout);
         }
