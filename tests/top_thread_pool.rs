@@ -73,7 +73,8 @@ fn check(backend: &str) {
     let out = common::stdout(&o);
     eprintln!("{what}: --by thread\n{out}");
     assert!(o.status.success(), "{what}: --by thread: {}", common::describe(&o));
-    let first = out.lines().skip_while(|l| !l.starts_with("-----")).nth(1).unwrap_or("");
+    // The rule under the head: as wide as the tid column, 4 dashes for 4-digit tids.
+    let first = out.lines().skip_while(|l| !l.starts_with("----")).nth(1).unwrap_or("");
     let cells: Vec<&str> = first.split_whitespace().collect();
     let tid: u32 = cells.first().and_then(|t| t.parse().ok()).unwrap_or(0);
     let held = cells.get(2).and_then(|h| h.parse::<f64>().ok()).unwrap_or(0.0) * MIB;
