@@ -104,8 +104,12 @@ fn spawn() {
     crate::backend::active().prepare_for_worker();
     let threshold = crate::hot::config::current().glibc_trim_threshold;
     if threshold != 0 {
+        // Again in a forked child's worker (mallopt's setting is inherited; harmless), said once.
+        static SAID: AtomicBool = AtomicBool::new(false);
         if let Err(e) = crate::backend::active().set_trim_threshold(threshold) {
-            crate::base::diag::warn!("MALLOCSHIM_GLIBC_TRIM_THRESHOLD={threshold}: {e}; ignored");
+            if !SAID.swap(true, Relaxed) {
+                crate::base::diag::warn!("MALLOCSHIM_GLIBC_TRIM_THRESHOLD={threshold}: {e}; ignored");
+            }
         }
     }
     let mut fds = [0; 2];
