@@ -9,7 +9,7 @@
 mod common;
 
 use common::*;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -42,12 +42,7 @@ impl Target {
         c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = c.spawn().expect("start ctl_target");
         let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        while !line.starts_with("ready pid=") {
-            line.clear();
-            assert!(out.read_line(&mut line).unwrap() > 0, "ctl_target ended before ready");
-        }
-        let pid = line.trim().strip_prefix("ready pid=").unwrap().parse().unwrap();
+        let pid = ready_pid(&mut out, "ctl_target");
         std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
         Target { stdin: child.stdin.take(), child: Some(child), pid, dir: dir.to_path_buf() }
     }

@@ -10,7 +10,7 @@
 mod common;
 
 use common::*;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -43,12 +43,7 @@ fn start(
     c.stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = c.spawn().expect("start blocking_calls");
     let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    while !line.starts_with("ready pid=") {
-        line.clear();
-        assert!(out.read_line(&mut line).unwrap() > 0, "blocking_calls ended before ready");
-    }
-    let pid = line.trim().strip_prefix("ready pid=").unwrap().parse().unwrap();
+    let pid = ready_pid(&mut out, "blocking_calls");
     (child, out, pid)
 }
 

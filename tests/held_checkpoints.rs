@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -39,12 +39,7 @@ fn checkpoints_run_only_after_someone_asked() {
             .stdout(Stdio::piped());
         let mut child = c.spawn().unwrap();
         let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        while !line.starts_with("ready pid=") {
-            line.clear();
-            assert!(out.read_line(&mut line).unwrap() > 0, "{what}: ended before ready");
-        }
-        let pid: u32 = line.trim().strip_prefix("ready pid=").unwrap().parse().unwrap();
+        let pid = common::ready_pid(&mut out, &what);
         std::thread::sleep(Duration::from_secs(7));
         let first = checkpoints_in_a_dump(pid, &what);
         assert_eq!(first, 1, "{what}: 7 s with nobody asking: only the start's checkpoint expected");

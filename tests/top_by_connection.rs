@@ -248,16 +248,8 @@ fn check(backend: &str) {
     let mut other = common::preloaded(common::cc("ctl_target.c", "ctl_target", &[]), backend);
     other.args(["hold", "1"]).env("MALLOCSHIM_CTL_DIR", &ctl_dir).env("MALLOCSHIM_DUMP_DIR", &dumpdir);
     let mut other = other.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("start ctl_target");
-    let mut line = String::new();
     let mut out = std::io::BufReader::new(other.stdout.take().unwrap());
-    while !line.starts_with("ready pid=") {
-        line.clear();
-        assert!(
-            std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0,
-            "ctl_target ended before ready"
-        );
-    }
-    let opid: u32 = line.trim().strip_prefix("ready pid=").unwrap().parse().unwrap();
+    let opid = common::ready_pid(&mut out, "ctl_target");
     for cmd in [vec!["top", "--by", "connection", "--count", "1"], vec!["users"]] {
         let o = Command::new(common::cli_bin())
             .arg(cmd[0])

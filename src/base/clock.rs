@@ -27,6 +27,11 @@ pub fn mono_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// CLOCK_MONOTONIC in milliseconds (the cold path's periods and deadlines).
+pub fn mono_ms() -> u64 {
+    mono_ns() / 1_000_000
+}
+
 static T0: AtomicU64 = AtomicU64::new(0);
 static N0: AtomicU64 = AtomicU64::new(0);
 /// Calibrated nanoseconds per tick, as f64 bits (0 until calibrated).

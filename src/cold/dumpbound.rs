@@ -27,7 +27,7 @@ static REMOVED_SAID: AtomicBool = AtomicBool::new(false);
 
 /// CLOCK_MONOTONIC in ms.
 pub fn now_ms() -> u64 {
-    crate::base::clock::mono_ns() / 1_000_000
+    crate::base::clock::mono_ms()
 }
 
 /// None when a requested dump may start at `now` (ms); `Some(t)` when it must wait until `t`.

@@ -26,20 +26,16 @@ use std::sync::Mutex;
 /// Until when (CLOCK_MONOTONIC ms) the periodic checkpoints run; 0: nobody asked yet.
 static ARMED_UNTIL_MS: AtomicU64 = AtomicU64::new(0);
 
-fn mono_ms() -> u64 {
-    crate::base::clock::mono_ns() / 1_000_000
-}
-
 /// Someone looks (a control-channel request, a dump): the periodic checkpoints run for the next
 /// history span. Any thread; one atomic store.
 pub fn arm() {
     let span = period_ms().saturating_mul(PER_SPAN);
-    ARMED_UNTIL_MS.store(mono_ms().saturating_add(span), Relaxed);
+    ARMED_UNTIL_MS.store(crate::base::clock::mono_ms().saturating_add(span), Relaxed);
 }
 
 /// Whether a periodic checkpoint is due to be taken now (armed and not expired).
 pub fn armed() -> bool {
-    mono_ms() < ARMED_UNTIL_MS.load(Relaxed)
+    crate::base::clock::mono_ms() < ARMED_UNTIL_MS.load(Relaxed)
 }
 
 /// Checkpoints per memory-history span.

@@ -119,7 +119,7 @@ fn moved(now: u64, then: u64) -> bool {
 pub fn sample(st: &mut State) {
     let Some(ring) = ring() else { return };
     let unix_ms = crate::cold::procfs::unix_ms();
-    let mono = crate::base::clock::mono_ns() / 1_000_000;
+    let mono = crate::base::clock::mono_ms();
     let (calls, counted) = counts();
     let (runs, released) = crate::cold::trim::totals();
     let (rss, anon, file, shmem, vsz) = crate::cold::account::status();

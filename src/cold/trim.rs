@@ -202,7 +202,7 @@ pub fn watch(w: &mut Watch, now: u64) {
             w.ceiling.gap = 0;
         } else if w.ceiling.open(now, CEILING_GAP_MS, rss) {
             let o = run(Reason::Ceiling);
-            let end = crate::base::clock::mono_ns() / 1_000_000;
+            let end = crate::base::clock::mono_ms();
             w.ceiling.after(end, CEILING_GAP_MS, o.rss_after > cfg.trim_above_rss, o.rss_after);
         }
     }
@@ -211,7 +211,7 @@ pub fn watch(w: &mut Watch, now: u64) {
         if let Some(avg10) = path.as_deref().and_then(some_avg10) {
             if avg10 >= cfg.trim_on_pressure as f64 {
                 run(Reason::Pressure);
-                w.pressure.after(crate::base::clock::mono_ns() / 1_000_000, PRESSURE_GAP_MS, true, 0);
+                w.pressure.after(crate::base::clock::mono_ms(), PRESSURE_GAP_MS, true, 0);
             } else {
                 w.pressure.gap = 0;
             }

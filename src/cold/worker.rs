@@ -284,7 +284,7 @@ impl Job {
 }
 
 fn now_ms() -> u64 {
-    crate::base::clock::mono_ns() / 1_000_000
+    crate::base::clock::mono_ms()
 }
 
 /// The periodic jobs, their periods from the table in effect (`config::current`, which the

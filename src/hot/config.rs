@@ -335,27 +335,36 @@ fn parse_unwind(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
 
 fn parse_above_rss(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
     const ERR: &str = "a size from 1 to 4611686018427387903 bytes (under 4 EiB), or with a K, M or G suffix";
-    c.trim_above_rss =
-        if matches!(v, b"off" | b"0") { 0 } else { parse_bytes(v, 1, SIZE_MAX).map_err(|_| ERR)? };
+    c.trim_above_rss = off_or_bytes(v, SIZE_MAX).map_err(|_| ERR)?;
     Ok(())
 }
 
 fn show_above_rss(c: &Config, out: &mut LineBuf) {
-    match c.trim_above_rss {
-        0 => out.put(b"off"),
-        n => put_u64(out, n),
-    }
+    show_off_or(c.trim_above_rss, out)
 }
 
 fn parse_trim_threshold(v: &[u8], c: &mut Config) -> Result<(), &'static str> {
     const ERR: &str = "off or a size from 1 to 2147483647 bytes (glibc's int), or with a K, M or G suffix";
-    c.glibc_trim_threshold =
-        if matches!(v, b"off" | b"0") { 0 } else { parse_bytes(v, 1, i32::MAX as u64).map_err(|_| ERR)? };
+    c.glibc_trim_threshold = off_or_bytes(v, i32::MAX as u64).map_err(|_| ERR)?;
     Ok(())
 }
 
 fn show_trim_threshold(c: &Config, out: &mut LineBuf) {
-    match c.glibc_trim_threshold {
+    show_off_or(c.glibc_trim_threshold, out)
+}
+
+/// A size row whose 0 means off: `off` or `0` is 0, else 1 to `max` bytes (K/M/G suffix).
+fn off_or_bytes(v: &[u8], max: u64) -> Result<u64, ()> {
+    if matches!(v, b"off" | b"0") {
+        Ok(0)
+    } else {
+        parse_bytes(v, 1, max).map_err(|_| ())
+    }
+}
+
+/// Shows such a row: `off` for 0, else the bytes.
+fn show_off_or(n: u64, out: &mut LineBuf) {
+    match n {
         0 => out.put(b"off"),
         n => put_u64(out, n),
     }

@@ -69,6 +69,17 @@ pub fn work_dir() -> PathBuf {
     d
 }
 
+/// Reads a test program's output up to its `ready pid=N` line (ctl_target.c, blocking_calls.c)
+/// and returns N; fails when the program ends first (`what` names it).
+pub fn ready_pid(out: &mut impl std::io::BufRead, what: &str) -> u32 {
+    let mut line = String::new();
+    while !line.starts_with("ready pid=") {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "{what} ended before ready");
+    }
+    line.trim().strip_prefix("ready pid=").unwrap().parse().unwrap()
+}
+
 /// Builds the release cdylib once per test binary and returns its absolute path.
 pub fn shim() -> PathBuf {
     static SO: OnceLock<PathBuf> = OnceLock::new();

@@ -40,15 +40,11 @@ fn option(f: &Facts, name: &str) -> Option<String> {
         return Some(v.clone());
     }
     let t = &f.dump?.trim;
+    let off_or = |n: u64| if n == 0 { "off".to_string() } else { n.to_string() };
     match name {
         "TRIM_INTERVAL_MS" => Some(t.interval_ms.to_string()),
-        "TRIM_ABOVE_RSS" => {
-            Some(if t.above_rss_bytes == 0 { "off".into() } else { t.above_rss_bytes.to_string() })
-        }
-        "GLIBC_TRIM_THRESHOLD" => Some(match t.glibc_trim_threshold_bytes {
-            0 => "off".into(),
-            n => n.to_string(),
-        }),
+        "TRIM_ABOVE_RSS" => Some(off_or(t.above_rss_bytes)),
+        "GLIBC_TRIM_THRESHOLD" => Some(off_or(t.glibc_trim_threshold_bytes)),
         _ => None,
     }
 }

@@ -219,7 +219,7 @@ fn peer_allowed(c: i32) -> bool {
 
 /// Waits for `events` on `fd` until `deadline` (monotonic ms); false on timeout or error.
 fn wait_for(fd: i32, events: libc::c_short, deadline: u64) -> bool {
-    let left = deadline.saturating_sub(crate::base::clock::mono_ns() / 1_000_000);
+    let left = deadline.saturating_sub(crate::base::clock::mono_ms());
     if left == 0 {
         return false;
     }
@@ -231,7 +231,7 @@ fn wait_for(fd: i32, events: libc::c_short, deadline: u64) -> bool {
 /// Reads one request line (without its newline): `Ok(None)` when the client went away or
 /// stalled before a whole line (nothing is done), `Err` for an oversized line.
 fn read_line(c: i32) -> Result<Option<Vec<u8>>, String> {
-    let deadline = crate::base::clock::mono_ns() / 1_000_000 + proto::CLIENT_MS;
+    let deadline = crate::base::clock::mono_ms() + proto::CLIENT_MS;
     let mut line = Vec::with_capacity(256);
     let mut buf = [0u8; 1024];
     loop {
@@ -261,7 +261,7 @@ fn read_line(c: i32) -> Result<Option<Vec<u8>>, String> {
 
 /// Sends the whole reply, within `CLIENT_MS` (a client that does not read is dropped).
 fn send_all(c: i32, mut b: &[u8]) {
-    let deadline = crate::base::clock::mono_ns() / 1_000_000 + proto::CLIENT_MS;
+    let deadline = crate::base::clock::mono_ms() + proto::CLIENT_MS;
     while !b.is_empty() {
         // SAFETY: sending from a live buffer; MSG_NOSIGNAL: no SIGPIPE for a closed peer.
         let n = unsafe { libc::send(c, b.as_ptr().cast(), b.len(), libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };

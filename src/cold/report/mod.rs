@@ -152,7 +152,7 @@ pub fn snapshot() -> Snapshot {
     // in a thread cache (jemalloc counts those as allocated) and must not read as the program's.
     charge_live(&mut threads, &routines_of);
     let now_ms = unix_ms();
-    let up = (crate::base::clock::mono_ns() / 1_000_000).saturating_sub(crate::base::clock::start_ms());
+    let up = crate::base::clock::mono_ms().saturating_sub(crate::base::clock::start_ms());
     Snapshot {
         // SAFETY: getpid has no preconditions.
         pid: unsafe { libc::getpid() } as u32,
