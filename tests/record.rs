@@ -256,7 +256,11 @@ fn thousands_of_short_threads() {
                 .filter(|e| e.op == TraceOp::Free && ids.contains(&e.old_id))
                 .map(|e| (e.thread, e.old_id))
                 .collect();
-        assert_eq!(freed.len(), 3008, "{what}: each freed on its thread");
+        // A free published over 250 ms late (its thread descheduled between the clock and the
+        // ring) after another thread was served its address again is written on that thread
+        // (drain's orphans): only as many as the footer counts out of order.
+        let elsewhere = 3008 - freed.len() as u64;
+        assert!(elsewhere <= t.3.reordered, "{what}: {elsewhere} not freed on their thread: {:?}", t.3);
         check_ids(&t.2, &what);
     }
 }

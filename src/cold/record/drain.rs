@@ -7,7 +7,10 @@
 //! a pass but published just after it still sorts in; one published later than that (its
 //! thread was descheduled between the clock and the store for longer) is written at the time of
 //! the last event written, and counted in the footer's `reordered`.
+//! A late call that gives up an address allocated again since is matched to the block it gave
+//! up ([`orphans`](super::orphans)), not to the new one.
 
+use super::orphans::{Late, Orphan, Orphans};
 use crate::hot::tracebuf::{self, Buf, Entry, ENDED, FREE};
 use mallocshim_format::trace::{Event, Thread, TraceError, TraceOp, TraceWriter, PRE_WINDOW};
 use std::collections::HashMap;
@@ -68,6 +71,8 @@ pub struct Drain {
     pending: Vec<Raw>,
     seq: u64,
     blocks: Blocks,
+    /// Orphans by address (few: a late or lost free whose address was reused).
+    orphans: Orphans,
     ids: u64,
     pre: u64,
     last_ns: u64,
@@ -88,6 +93,7 @@ impl Drain {
             pending: Vec::new(),
             seq: 0,
             blocks: Blocks::with_capacity_and_hasher(1 << 16, Default::default()),
+            orphans: Orphans::default(),
             ids: 0,
             pre: 0,
             last_ns: 0,
@@ -112,8 +118,14 @@ impl Drain {
                 }
                 continue;
             }
-            let t = self.thread_of(b, w)?;
-            self.read_ring(b, t);
+            // The head first: a ring freed and claimed again since the state was read has
+            // its new owner's claim number stored before any entry it published (release),
+            // so the claim read after the head names the thread of the entries below it.
+            let head = b.head.load(Acquire);
+            if head != b.tail.load(Relaxed) {
+                let t = self.thread_of(b, w)?;
+                self.read_ring(b, t, head);
+            }
             if state == ENDED {
                 b.state.store(FREE, Release);
             }
@@ -136,8 +148,7 @@ impl Drain {
         Ok(index)
     }
 
-    fn read_ring(&mut self, b: &Buf, thread: u32) {
-        let head = b.head.load(Acquire);
+    fn read_ring(&mut self, b: &Buf, thread: u32, head: u64) {
         let tail = b.tail.load(Relaxed);
         self.fullest = self.fullest.max(head.saturating_sub(tail));
         for i in tail..head {
@@ -183,7 +194,38 @@ impl Drain {
             self.write_one(w, &r)?;
         }
         self.pending.drain(..n);
+        self.expire(w, all)?;
         Ok(false)
+    }
+
+    /// Takes as freed the orphans whose wait is over (every one with `all`).
+    fn expire<W: Write>(&mut self, w: &mut TraceWriter<W>, all: bool) -> Result<(), TraceError> {
+        let now = self.last_ns;
+        for o in self.orphans.due(now, all) {
+            self.write_taken(w, o, now)?;
+        }
+        Ok(())
+    }
+
+    /// Writes an orphan's free: at `t_ns`, on the thread that reused its address.
+    fn write_taken<W: Write>(
+        &mut self,
+        w: &mut TraceWriter<W>,
+        o: Orphan,
+        t_ns: u64,
+    ) -> Result<(), TraceError> {
+        self.reordered += 1;
+        let f = Event {
+            t_ns,
+            thread: o.thread,
+            op: TraceOp::Free,
+            size: 0,
+            align: 0,
+            id: 0,
+            old_id: o.id,
+            old_size: 0,
+        };
+        w.write(&f)
     }
 
     fn write_one<W: Write>(&mut self, w: &mut TraceWriter<W>, r: &Raw) -> Result<(), TraceError> {
@@ -192,7 +234,8 @@ impl Drain {
             return Ok(());
         }
         let mut t_ns = (r.rel as f64 * self.ns_per_tick) as u64;
-        if t_ns < self.last_ns {
+        let late = t_ns < self.last_ns;
+        if late {
             self.reordered += 1;
             t_ns = self.last_ns;
         }
@@ -203,8 +246,21 @@ impl Drain {
         let align = if op == TraceOp::Memalign { 1u32 << ((r.e.w0 >> 3) & 31) } else { 0 };
         let mut ev =
             Event { t_ns, thread: r.thread, op, size: r.e.size, align, id: 0, old_id: 0, old_size: 0 };
+        let mut orphan = None;
         if op.takes_block() && r.e.old != 0 {
-            match self.blocks.remove(&r.e.old) {
+            // A late call that gives up a reused address gives up the orphan, not the new block.
+            let found = match if late { self.orphans.late(r.e.old) } else { Late::None } {
+                Late::Live(o) => {
+                    orphan = Some(o);
+                    Some(o.id)
+                }
+                // Its free is written already: a late free adds nothing, a late realloc's
+                // block is taken as a pre-window one.
+                Late::Taken if op == TraceOp::Free => return Ok(()),
+                Late::Taken => None,
+                Late::None => self.blocks.remove(&r.e.old),
+            };
+            match found {
                 Some(id) => ev.old_id = id,
                 None => {
                     self.pre += 1;
@@ -227,24 +283,21 @@ impl Drain {
             ev.id = self.ids;
             // One probe of the map for the lookup and the insert (two cost a cache miss each).
             if let Some(stale) = self.blocks.insert(r.e.addr, ev.id) {
-                // Allocated again before its free was seen (a late free): freed here.
-                self.reordered += 1;
-                let f = Event {
-                    t_ns,
-                    thread: r.thread,
-                    op: TraceOp::Free,
-                    size: 0,
-                    align: 0,
-                    id: 0,
-                    old_id: stale,
-                    old_size: 0,
-                };
-                w.write(&f)?;
+                // Allocated again before its free was read: an orphan, waiting for a late free.
+                if let Some(before) = self.orphans.adopt(r.e.addr, stale, t_ns, r.thread) {
+                    // A third use of the address: the first orphan's free is not coming.
+                    self.write_taken(w, before, t_ns)?;
+                }
             }
         } else if op == TraceOp::Realloc && r.e.size != 0 && ev.old_id != 0 && ev.old_id & PRE_WINDOW == 0 {
             // A failed realloc leaves its block live, under the same id (a pre-window block's
-            // next use is taken as another pre-window block).
-            self.blocks.insert(r.e.old, ev.old_id);
+            // next use is taken as another pre-window block); an orphan stays one.
+            match orphan {
+                Some(o) => self.orphans.restore(r.e.old, o),
+                None => {
+                    self.blocks.insert(r.e.old, ev.old_id);
+                }
+            }
         }
         w.write(&ev)
     }
@@ -260,3 +313,7 @@ impl Drain {
             .collect()
     }
 }
+
+#[cfg(test)]
+#[path = "drain_tests.rs"]
+mod tests;

@@ -14,6 +14,7 @@
 
 pub mod drain;
 pub mod file;
+pub mod orphans;
 
 use crate::base::{clock, diag};
 use crate::hot::{route, tls::Reentry, tracebuf};
