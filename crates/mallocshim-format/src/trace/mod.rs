@@ -188,8 +188,10 @@ pub struct Footer {
     pub dropped: u64,
     /// Dropped calls per thread index, where known (threads with none left out).
     pub dropped_per_thread: Vec<(u32, u64)>,
-    /// Calls whose order the drain could not restore (an address allocated again before its
-    /// recorded free was seen): their block was taken as freed there.
+    /// Calls whose order the drain could not restore: a call read after later ones were
+    /// written (timed at the last event written; a free of a block already taken as freed is
+    /// left out), and each block taken as freed because its address was allocated again and
+    /// no free came within 250 ms of trace time (written then, on the thread served it again).
     pub reordered: u64,
     pub ended: EndReason,
     /// Length of the window, ns.
