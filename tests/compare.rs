@@ -2,7 +2,8 @@
 //! (two backends, one workload, two thread counts, two rounds, 3 s cells) whose CSV, report (its
 //! 95% intervals and one-line answer recomputed here) and PNGs are parsed back and checked against
 //! each other; `--rounds auto` stopped by `--budget-s`; Ctrl-C in the middle (no server left,
-//! finished cells kept); bad flags (one-line error, exit 2, nothing started); --help.
+//! finished cells kept); `--variant` (a backend again with its variables, and its answer line);
+//! bad flags (one-line error, exit 2, nothing started); --help.
 //! Needs mariadbd and sysbench: fails when they are missing.
 //!
 //! Long because: one test binary per feature: its cases share the tool checks and the scratch runs
@@ -527,6 +528,8 @@ fn bad_flags_fail_fast_with_one_line() {
     bad(&["--rounds", "auto", "--target-pct", "0"], "want a percentage above 0");
     bad(&["--rounds", "auto", "--max-rounds", "2"], "--max-rounds");
     bad(&["--frobnicate"], "--frobnicate");
+    bad(&["--variant", "threshold"], "want NAME:K=V");
+    bad(&["--variant", "thr:MALLOCSHIM_BACKEND=jemalloc"], "which the runner sets");
     let o = compare()
         .args(["--shim", "/nonexistent/libmallocshim.so", "--out"])
         .arg(scratch("noshim"))
@@ -563,6 +566,7 @@ fn help_explains_every_flag() {
         "--sysbench-opt",
         "--memlog-interval-ms",
         "--env",
+        "--variant",
         "--workdir",
         "--keep-workdir",
     ] {
@@ -651,4 +655,37 @@ fn custom_sql_and_lua_workloads_and_direct_preload() {
             .unwrap()
     };
     assert_eq!(body[0][1], format!("{:.3}", q("glibc") / q("glibc-direct")));
+}
+
+/// `--variant thr:MALLOCSHIM_GLIBC_TRIM_THRESHOLD=1M`: glibc runs twice a round, as `glibc` and
+/// as `glibc+thr`; only the variant's server had the threshold (its dump says what the shim set,
+/// from mallopt), and the answer sets the variant against glibc.
+#[test]
+fn a_variant_runs_its_backend_again_with_its_variables() {
+    require_tools();
+    let out = scratch("variant");
+    let o = runner()
+        .args(["--backends", "glibc", "--variant", "thr:MALLOCSHIM_GLIBC_TRIM_THRESHOLD=1M"])
+        .args(["--workloads", "oltp_point_select", "--threads", "1", "--time", "2", "--rounds", "2"])
+        .args(["--tables", "1", "--table-size", "1000"])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("run mallocshim compare");
+    assert!(o.status.success(), "runner failed: {}", describe(&o));
+    let rows = read_csv(&out.join("cells.csv"));
+    let configs: Vec<&str> = rows.iter().map(|r| r["config"].as_str()).collect();
+    assert_eq!(configs.iter().filter(|c| **c == "glibc").count(), 2, "{configs:?}");
+    assert_eq!(configs.iter().filter(|c| **c == "glibc+thr").count(), 2, "{configs:?}");
+    for r in &rows {
+        assert!(f(r, "qps") > 0.0 && r["errors"] == "0" && r["mode"] == "shim", "{r:?}");
+        let dump = mallocshim_format::Dump::read(&out.join(&r["dump"])).unwrap_or_else(|e| panic!("{e}"));
+        let want = if r["config"] == "glibc+thr" { 1 << 20 } else { 0 };
+        assert_eq!(dump.trim.glibc_trim_threshold_bytes, want, "{r:?}");
+    }
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let answer: Vec<&str> = md.lines().filter(|l| l.starts_with("- glibc+thr vs glibc: ")).collect();
+    assert_eq!(answer.len(), 1, "{md}");
+    assert!(answer[0].contains("qps") && answer[0].ends_with("; 2 rounds"), "{}", answer[0]);
+    assert!(stderr(&o).contains("glibc+thr vs glibc: "), "the answer on stderr: {}", describe(&o));
 }

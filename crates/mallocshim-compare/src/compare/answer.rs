@@ -74,12 +74,24 @@ fn peak_rss(runs: &[ServerRun], a: &str, b: &str) -> Metric {
 }
 
 /// The comparisons of a run: every backend but glibc against glibc (shim configurations, when
-/// glibc is one), and with --direct every backend's shim against its direct preload.
-pub fn headlines(backends: &[String], direct: bool, cells: &[Cell], runs: &[ServerRun]) -> Vec<Headline> {
+/// glibc is one), every `--variant` of a backend against that backend, and with --direct every
+/// backend's shim against its direct preload.
+pub fn headlines(
+    backends: &[String],
+    variants: &[String],
+    direct: bool,
+    cells: &[Cell],
+    runs: &[ServerRun],
+) -> Vec<Headline> {
     let mut pairs = Vec::new();
     if backends.iter().any(|b| b == "glibc") {
         for b in backends.iter().filter(|b| *b != "glibc") {
             pairs.push((format!("{b} vs glibc"), b.clone(), "glibc".to_string()));
+        }
+    }
+    for v in variants {
+        for b in backends {
+            pairs.push((format!("{b}+{v} vs {b}"), format!("{b}+{v}"), b.clone()));
         }
     }
     if direct {
@@ -194,7 +206,7 @@ mod tests {
     fn one_round_says_it_cannot_tell() {
         let cells = [cell(1, "glibc", 1, 1000.0, 10.0), cell(1, "jemalloc", 1, 930.0, 10.0)];
         let runs = [run(1, "glibc", 100 << 20), run(1, "jemalloc", 100 << 20)];
-        let h = headlines(&backends(), false, &cells, &runs);
+        let h = headlines(&backends(), &[], false, &cells, &runs);
         assert_eq!(h.len(), 1);
         assert_eq!(
             h[0].render(1.0),
@@ -220,7 +232,7 @@ mod tests {
         let runs: Vec<ServerRun> = (1..=3)
             .flat_map(|r| [run(r, "glibc", 100 << 20), run(r, "jemalloc", (100 << 20) + (r as u64) * 10_000)])
             .collect();
-        let h = &headlines(&backends(), false, &cells, &runs)[0];
+        let h = &headlines(&backends(), &[], false, &cells, &runs)[0];
         let qps = h.metrics[0].iv.unwrap();
         let want = ((0.93f64.ln() + 0.97f64.ln()) / 2.0).exp();
         assert!((qps.ratio - want).abs() < 1e-12 && (qps.lo - want).abs() < 1e-9, "{qps:?}");
@@ -250,7 +262,7 @@ mod tests {
             .iter()
             .flat_map(|&(r, f)| [cell(r, "glibc", 1, 1000.0, 10.0), cell(r, "jemalloc", 1, 1000.0 * f, 10.0)])
             .collect();
-        let h = &headlines(&backends(), false, &cells, &[])[0];
+        let h = &headlines(&backends(), &[], false, &cells, &[])[0];
         let iv = h.metrics[0].iv.unwrap();
         assert!(iv.is_noise());
         let n = iv.rounds_to_resolve(1.0).unwrap();
@@ -279,10 +291,24 @@ mod tests {
             cell(1, "jemalloc-direct", 1, 1000.0, 10.0),
         ];
         let labels: Vec<String> =
-            headlines(&backends(), true, &cells, &[]).into_iter().map(|h| h.label).collect();
+            headlines(&backends(), &[], true, &cells, &[]).into_iter().map(|h| h.label).collect();
         assert_eq!(labels, ["jemalloc vs glibc", "glibc: shim vs direct", "jemalloc: shim vs direct"]);
         // no glibc among the backends: no "vs glibc" line
         let only: Vec<String> = vec!["jemalloc".into()];
-        assert!(headlines(&only, false, &cells, &[]).is_empty());
+        assert!(headlines(&only, &[], false, &cells, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_variant_is_set_against_its_own_backend() {
+        let cells = [
+            cell(1, "glibc", 1, 1000.0, 10.0),
+            cell(1, "glibc+thr", 1, 950.0, 10.5),
+            cell(1, "jemalloc", 1, 990.0, 10.0),
+            cell(1, "jemalloc+thr", 1, 990.0, 10.0),
+        ];
+        let h = headlines(&backends(), &["thr".to_string()], false, &cells, &[]);
+        let labels: Vec<&str> = h.iter().map(|h| h.label.as_str()).collect();
+        assert_eq!(labels, ["jemalloc vs glibc", "glibc+thr vs glibc", "jemalloc+thr vs jemalloc"]);
+        assert!(h[1].render(1.0).starts_with("glibc+thr vs glibc: qps -5.0%"), "{}", h[1].render(1.0));
     }
 }

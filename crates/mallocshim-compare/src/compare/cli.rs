@@ -2,6 +2,7 @@
 //! thread counts, paths (shim, mysqld, custom workloads, allocator libraries), tools, the output
 //! directory. Every error is one line.
 
+use super::variant::{self, Variant};
 use std::path::{Path, PathBuf};
 
 pub use mallocshim_format::BACKENDS;
@@ -33,8 +34,8 @@ pub const BUILTIN: [&str; 10] = [
     about = "Compare mysqld/mariadbd throughput, CPU and memory across allocators, under the mallocshim",
     long_about = "Starts a throwaway mariadbd (or the mysqld given with --mysqld) under libmallocshim.so once per \
 backend and round, runs sysbench workloads at each thread count, and writes into --out: cells.csv (one line per \
-cell, written as each cell ends), report.md (first the answer: one line per backend against glibc, and with \
---direct per backend shim against direct, giving qps, CPU per query and peak RSS as a change with its 95% \
+cell, written as each cell ends), report.md (first the answer: one line per backend against glibc, per \
+--variant against its backend, and with --direct per backend shim against direct, giving qps, CPU per query and peak RSS as a change with its 95% \
 interval over paired rounds, or in words when it cannot be told from noise and about how many rounds would \
 tell; then medians over rounds and every ratio with its interval, marked ~ when it includes 1, RSS, \
 malloc/free latency per size class), qps_<workload>.png, rss.png, latency.png, the memlog CSVs (memlog/) and \
@@ -48,6 +49,7 @@ Exit status: 0 when every cell ran, 1 when the run failed, 2 for bad arguments (
     after_help = "Examples:\n  mallocshim compare --out /tmp/cmp\n  \
 mallocshim compare --backends glibc,jemalloc --workloads oltp_point_select --threads 1,8,64 --time 60 --rounds 3 --direct --out cmp\n  \
 mallocshim compare --backends glibc,jemalloc --threads 64 --time 30 --rounds auto --target-pct 1 --budget-s 3600 --direct --out cmp\n  \
+mallocshim compare --backends glibc --variant threshold:MALLOCSHIM_GLIBC_TRIM_THRESHOLD=1M --rounds auto --out cmp\n  \
 mallocshim compare --mysqld /opt/mysql/bin/mysqld --mysqld-opt=--innodb-buffer-pool-size=32G --workloads my.sql --out cmp"
 )]
 pub struct Args {
@@ -157,6 +159,14 @@ pub struct Args {
     #[arg(long = "env", value_name = "K=V")]
     pub envs: Vec<String>,
 
+    /// A variant of every backend under the shim with an extra environment variable, repeatable:
+    /// NAME:K=V runs each backend again as "<backend>+NAME" with K=V (after --env), and the answer
+    /// gives each variant against its backend, in the same paired rounds: what a setting or a
+    /// remedy costs (e.g. --variant threshold:MALLOCSHIM_GLIBC_TRIM_THRESHOLD=1M, --variant
+    /// arenas:MALLOC_ARENA_MAX=2). The same NAME again adds a variable to that variant.
+    #[arg(long = "variant", value_name = "NAME:K=V")]
+    pub variants: Vec<String>,
+
     /// Where the throwaway datadir and socket go (default: a new /tmp/mallocshim-compare.XXXXXX;
     /// keep it short: a unix socket path must stay under 108 bytes).
     #[arg(long, value_name = "DIR")]
@@ -190,19 +200,26 @@ impl Workload {
     }
 }
 
-/// One configuration: a backend, under the shim or preloaded directly.
+/// One configuration: a backend, under the shim (with a `--variant`'s variables or not) or
+/// preloaded directly.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     pub backend: String,
     pub direct: bool,
+    pub variant: Option<Variant>,
 }
 
 impl Config {
+    /// A backend under the shim (`direct` false) or preloaded directly, no variant.
+    pub fn plain(backend: &str, direct: bool) -> Config {
+        Config { backend: backend.to_string(), direct, variant: None }
+    }
+
     pub fn name(&self) -> String {
-        if self.direct {
-            format!("{}-direct", self.backend)
-        } else {
-            self.backend.clone()
+        match (&self.variant, self.direct) {
+            (_, true) => format!("{}-direct", self.backend),
+            (Some(v), false) => format!("{}+{}", self.backend, v.name),
+            (None, false) => self.backend.clone(),
         }
     }
     pub fn mode(&self) -> &'static str {
@@ -222,12 +239,18 @@ pub struct Plan {
     pub configs: Vec<Config>,
     pub workloads: Vec<Workload>,
     pub envs: Vec<(String, String)>,
+    pub variants: Vec<Variant>,
 }
 
 impl Plan {
     /// The backends in the order given (each once).
     pub fn backends(&self) -> Vec<String> {
-        self.configs.iter().filter(|c| !c.direct).map(|c| c.backend.clone()).collect()
+        self.configs.iter().filter(|c| !c.direct && c.variant.is_none()).map(|c| c.backend.clone()).collect()
+    }
+
+    /// The `--variant` names, in order.
+    pub fn variant_names(&self) -> Vec<String> {
+        self.variants.iter().map(|v| v.name.clone()).collect()
     }
 }
 
@@ -266,18 +289,18 @@ pub fn check(args: Args) -> Result<Plan, String> {
             return Err(format!("--out {}: exists and is not an empty directory", args.out.display()));
         }
     }
-    let mut configs = Vec::new();
-    for b in &backends {
-        configs.push(Config { backend: b.clone(), direct: false });
+    let variants = variant::parse(&args.variants)?;
+    let mut configs: Vec<Config> = backends.iter().map(|b| Config::plain(b, false)).collect();
+    for v in &variants {
+        configs
+            .extend(backends.iter().map(|b| Config { variant: Some(v.clone()), ..Config::plain(b, false) }));
     }
     if args.direct {
-        for b in &backends {
-            configs.push(Config { backend: b.clone(), direct: true });
-        }
+        configs.extend(backends.iter().map(|b| Config::plain(b, true)));
     }
     let mut args = args;
     args.threads = threads;
-    Ok(Plan { args, shim, mysqld, configs, workloads, envs })
+    Ok(Plan { args, shim, mysqld, configs, workloads, envs, variants })
 }
 
 /// --backends: known, each once, not empty, and their libraries installed where needed.
@@ -379,18 +402,12 @@ fn check_workloads(args: &Args) -> Result<Vec<Workload>, String> {
 
 /// --env NAME=VALUE pairs (not the two the runner sets).
 fn check_envs(args: &Args) -> Result<Vec<(String, String)>, String> {
-    let mut envs = Vec::new();
-    for e in &args.envs {
-        match e.split_once('=') {
-            Some((k, v)) if !k.is_empty() && k != "LD_PRELOAD" && k != "MALLOCSHIM_BACKEND" => {
-                envs.push((k.to_string(), v.to_string()))
-            }
-            _ => {
-                return Err(format!(
-                "--env {e:?}: want NAME=VALUE (not LD_PRELOAD or MALLOCSHIM_BACKEND, which the runner sets)"
-            ))
-            }
-        }
-    }
-    Ok(envs)
+    args.envs
+        .iter()
+        .map(|e| {
+            variant::var(e).ok_or_else(|| {
+                format!("--env {e:?}: want NAME=VALUE (not LD_PRELOAD or MALLOCSHIM_BACKEND, which the runner sets)")
+            })
+        })
+        .collect()
 }

@@ -22,6 +22,7 @@ mod measure;
 mod results;
 mod rounds;
 mod spread;
+mod variant;
 
 use crate::secure_write;
 use cli::{Config, Plan, Workload};
@@ -107,7 +108,8 @@ fn prepare(plan: &Plan, inst: &Instance, out: &Path) -> Res<()> {
 }
 
 /// How a config's server starts: the allocator preloaded directly (or nothing, for glibc), or
-/// the shim writing its dumps and memlog where the runner reads them; then `--env` in order.
+/// the shim writing its dumps and memlog where the runner reads them; then `--env` in order,
+/// then the config's `--variant` variables.
 fn server_launch(plan: &Plan, cfg: &Config, dumpdir: &Path, memlog: &Path) -> Launch {
     let mut l = if cfg.direct {
         match cli::backend_lib(&cfg.backend) {
@@ -121,7 +123,8 @@ fn server_launch(plan: &Plan, cfg: &Config, dumpdir: &Path, memlog: &Path) -> La
             .var("MALLOCSHIM_MEMLOG", memlog.to_string_lossy())
             .var("MALLOCSHIM_MEMLOG_INTERVAL_MS", plan.args.memlog_interval_ms.to_string())
     };
-    for (k, v) in &plan.envs {
+    let variant = cfg.variant.iter().flat_map(|v| v.envs.iter());
+    for (k, v) in plan.envs.iter().chain(variant) {
         l = l.var(k, v);
     }
     l
@@ -346,7 +349,7 @@ fn run(plan: &Plan, out: &Path, workdir: &Path, st: &mut State) -> Res<()> {
             let cfg = &plan.configs[(i + off) % n];
             server_run(plan, &inst, out, st, round, cfg, &scripts)?;
         }
-        let heads = answer::headlines(&plan.backends(), a.direct, &st.cells, &st.runs);
+        let heads = answer::headlines(&plan.backends(), &plan.variant_names(), a.direct, &st.cells, &st.runs);
         // The widest headline half-width; None while one is unknown; 0 with nothing to compare.
         let widest = heads.iter().try_fold(0f64, |w, h| h.widest_pct().map(|x| w.max(x)));
         let elapsed = st.started.elapsed().as_secs_f64();
@@ -479,7 +482,8 @@ fn finish(plan: &Plan, info: &RunInfo, out: &Path, workdir: &Path, st: &State, r
     if let Err(e) = &rep {
         say(&format!("report: {e}"));
     }
-    let heads = answer::headlines(&plan.backends(), plan.args.direct, &st.cells, &st.runs);
+    let heads =
+        answer::headlines(&plan.backends(), &plan.variant_names(), plan.args.direct, &st.cells, &st.runs);
     if let Some(s) = &st.stop {
         say(s);
     }

@@ -223,7 +223,7 @@ pub fn write_report(
     let _ = writeln!(md, "# mallocshim compare report\n");
     let _ = writeln!(md, "Run {status}, {} cells in {:.0} s.\n", cells.len(), elapsed.as_secs_f64());
     let _ = writeln!(md, "## Answer\n");
-    let heads = answer::headlines(&plan.backends(), plan.args.direct, cells, runs);
+    let heads = answer::headlines(&plan.backends(), &plan.variant_names(), plan.args.direct, cells, runs);
     for h in &heads {
         let _ = writeln!(md, "- {}", h.render(plan.args.target_pct));
     }
@@ -323,7 +323,7 @@ pub fn write_report(
                 for cfg in &plan.configs {
                     let c = cfg.name();
                     row.push(fmt(med(w, &c, t, f), dec));
-                    if cfg.backend != "glibc" {
+                    if c != "glibc" && c != "glibc-direct" {
                         let base = if cfg.direct { "glibc-direct" } else { "glibc" };
                         row.push(ratio(w, &c, base, t, f));
                     }
@@ -335,8 +335,7 @@ pub fn write_report(
         if plan.args.direct {
             let _ = writeln!(md, "## {w}: shim overhead\n\nqps under the shim / qps with the same allocator preloaded directly (below 1: the shim costs throughput); CPU/query and p95 latency likewise (above 1: the shim costs CPU, latency); each with its 95% interval over paired rounds.\n");
             let mut head = vec!["threads".to_string()];
-            let backends: Vec<&str> =
-                plan.configs.iter().filter(|c| !c.direct).map(|c| c.backend.as_str()).collect();
+            let backends = plan.backends();
             for b in &backends {
                 head.push(format!("{b} qps shim/direct"));
                 head.push(format!("{b} CPU/query shim/direct"));
