@@ -191,7 +191,7 @@ fn threshold_action(f: &Facts, pid: &str, live: &mut Vec<(String, String)>, in_e
     live.push((
         format!("mallocshim set {pid} GLIBC_TRIM_THRESHOLD=1M"),
         format!(
-            "returns up to {} as the arenas' threads next free at their tops (allocator_other_arenas_top_bytes of the dump, {} in {others} other arenas, less 1 MiB and glibc's 128 KiB top pad each); an arena no thread uses keeps its top; a thread growing and shrinking its arena past 1 MiB then pays a madvise and the page faults back",
+            "returns up to {} as the arenas' threads next free at their tops (allocator_other_arenas_top_bytes of the dump, {} in {others} other arenas, less 1 MiB and glibc's 128 KiB top pad each); an arena no thread uses keeps its top; it costs CPU: a thread growing and shrinking its arena past 1 MiB pays a madvise and the page faults back, and glibc's mmap threshold stops rising (set at start on mariadbd, 2 cores: -18% qps on oltp_read_only, docs/memory-account.md); price it on this host with mallocshim compare --backends glibc --variant threshold:MALLOCSHIM_GLIBC_TRIM_THRESHOLD=1M",
             mib(back),
             mib(tops)
         ),
