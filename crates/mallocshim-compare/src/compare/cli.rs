@@ -2,7 +2,8 @@
 //! thread counts, paths (shim, mysqld, custom workloads, allocator libraries), tools, the output
 //! directory. Every error is one line.
 
-use super::variant::{self, Variant};
+pub use super::config::Config;
+use super::config::{self, Variant};
 use std::path::{Path, PathBuf};
 
 pub use mallocshim_format::BACKENDS;
@@ -200,37 +201,6 @@ impl Workload {
     }
 }
 
-/// One configuration: a backend, under the shim (with a `--variant`'s variables or not) or
-/// preloaded directly.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Config {
-    pub backend: String,
-    pub direct: bool,
-    pub variant: Option<Variant>,
-}
-
-impl Config {
-    /// A backend under the shim (`direct` false) or preloaded directly, no variant.
-    pub fn plain(backend: &str, direct: bool) -> Config {
-        Config { backend: backend.to_string(), direct, variant: None }
-    }
-
-    pub fn name(&self) -> String {
-        match (&self.variant, self.direct) {
-            (_, true) => format!("{}-direct", self.backend),
-            (Some(v), false) => format!("{}+{}", self.backend, v.name),
-            (None, false) => self.backend.clone(),
-        }
-    }
-    pub fn mode(&self) -> &'static str {
-        if self.direct {
-            "direct"
-        } else {
-            "shim"
-        }
-    }
-}
-
 /// The checked run settings.
 pub struct Plan {
     pub args: Args,
@@ -289,7 +259,7 @@ pub fn check(args: Args) -> Result<Plan, String> {
             return Err(format!("--out {}: exists and is not an empty directory", args.out.display()));
         }
     }
-    let variants = variant::parse(&args.variants)?;
+    let variants = config::parse(&args.variants)?;
     let mut configs: Vec<Config> = backends.iter().map(|b| Config::plain(b, false)).collect();
     for v in &variants {
         configs
@@ -405,7 +375,7 @@ fn check_envs(args: &Args) -> Result<Vec<(String, String)>, String> {
     args.envs
         .iter()
         .map(|e| {
-            variant::var(e).ok_or_else(|| {
+            config::var(e).ok_or_else(|| {
                 format!("--env {e:?}: want NAME=VALUE (not LD_PRELOAD or MALLOCSHIM_BACKEND, which the runner sets)")
             })
         })

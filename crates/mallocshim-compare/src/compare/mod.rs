@@ -18,11 +18,11 @@
 mod answer;
 mod charts;
 pub mod cli;
+mod config;
 mod measure;
 mod results;
 mod rounds;
 mod spread;
-mod variant;
 
 use crate::secure_write;
 use cli::{Config, Plan, Workload};

@@ -1,6 +1,8 @@
-//! `--variant NAME:K=V`: a configuration of every shim backend with extra environment, so that a
-//! setting or a remedy (`MALLOCSHIM_GLIBC_TRIM_THRESHOLD=1M`, `MALLOC_ARENA_MAX=2`, a
-//! `MALLOC_CONF`) is measured against the same backend without it, in the same paired rounds.
+//! The configurations a run compares ([`Config`]: a backend under the shim, with a variant's
+//! variables or not, or preloaded directly), and `--variant NAME:K=V`: a configuration of every
+//! shim backend with extra environment, so that a setting or a remedy
+//! (`MALLOCSHIM_GLIBC_TRIM_THRESHOLD=1M`, `MALLOC_ARENA_MAX=2`, a `MALLOC_CONF`) is measured
+//! against the same backend without it, in the same paired rounds.
 //! Parsing and checks only; the runner starts each variant like its backend's shim
 //! configuration, with these variables after `--env`.
 
@@ -10,6 +12,37 @@
 pub struct Variant {
     pub name: String,
     pub envs: Vec<(String, String)>,
+}
+
+/// One configuration: a backend, under the shim (with a `--variant`'s variables or not) or
+/// preloaded directly.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub backend: String,
+    pub direct: bool,
+    pub variant: Option<Variant>,
+}
+
+impl Config {
+    /// A backend under the shim (`direct` false) or preloaded directly, no variant.
+    pub fn plain(backend: &str, direct: bool) -> Config {
+        Config { backend: backend.to_string(), direct, variant: None }
+    }
+
+    pub fn name(&self) -> String {
+        match (&self.variant, self.direct) {
+            (_, true) => format!("{}-direct", self.backend),
+            (Some(v), false) => format!("{}+{}", self.backend, v.name),
+            (None, false) => self.backend.clone(),
+        }
+    }
+    pub fn mode(&self) -> &'static str {
+        if self.direct {
+            "direct"
+        } else {
+            "shim"
+        }
+    }
 }
 
 /// The variables the runner sets itself, refused in `--env` and `--variant`.
