@@ -109,15 +109,7 @@ mod tests {
         let args = Cmd::parse_from(["x", "--out", "/nonexistent", "--threads", threads]).args;
         let configs = ["glibc", "jemalloc"].map(|b| Config::plain(b, false)).to_vec();
         let workloads = vec![Workload::Builtin("w".into())];
-        Plan {
-            args,
-            shim: "s".into(),
-            mysqld: "m".into(),
-            configs,
-            workloads,
-            envs: vec![],
-            variants: vec![],
-        }
+        Plan { args, shim: "s".into(), mysqld: "m".into(), configs, workloads, envs: vec![] }
     }
 
     fn cell(config: &str, threads: u32, round: u32, qps: f64) -> Cell {

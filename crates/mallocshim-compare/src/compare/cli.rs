@@ -2,8 +2,8 @@
 //! thread counts, paths (shim, mysqld, custom workloads, allocator libraries), tools, the output
 //! directory. Every error is one line.
 
+use super::config;
 pub use super::config::Config;
-use super::config::{self, Variant};
 use std::path::{Path, PathBuf};
 
 pub use mallocshim_format::BACKENDS;
@@ -36,8 +36,8 @@ pub const BUILTIN: [&str; 10] = [
     long_about = "Starts a throwaway mariadbd (or the mysqld given with --mysqld) under libmallocshim.so once per \
 backend and round, runs sysbench workloads at each thread count, and writes into --out: cells.csv (one line per \
 cell, written as each cell ends), report.md (first the answer: one line per backend against glibc, per \
---variant against its backend, and with --direct per backend shim against direct, giving qps, CPU per query and peak RSS as a change with its 95% \
-interval over paired rounds, or in words when it cannot be told from noise and about how many rounds would \
+--variant against its backend, and with --direct per backend shim against direct, giving qps, CPU per query \
+and peak RSS as a change with its 95% interval over paired rounds, or in words when it cannot be told from noise and about how many rounds would \
 tell; then medians over rounds and every ratio with its interval, marked ~ when it includes 1, RSS, \
 malloc/free latency per size class), qps_<workload>.png, rss.png, latency.png, the memlog CSVs (memlog/) and \
 the shim's JSON dump after each cell (dumps/). The answer is printed on stderr at the end too.\n\n\
@@ -209,7 +209,6 @@ pub struct Plan {
     pub configs: Vec<Config>,
     pub workloads: Vec<Workload>,
     pub envs: Vec<(String, String)>,
-    pub variants: Vec<Variant>,
 }
 
 impl Plan {
@@ -218,9 +217,14 @@ impl Plan {
         self.configs.iter().filter(|c| !c.direct && c.variant.is_none()).map(|c| c.backend.clone()).collect()
     }
 
-    /// The `--variant` names, in order.
+    /// The `--variant` names, in order (from the configurations of the first backend).
     pub fn variant_names(&self) -> Vec<String> {
-        self.variants.iter().map(|v| v.name.clone()).collect()
+        let first = self.configs.first().map(|c| c.backend.as_str());
+        self.configs
+            .iter()
+            .filter(|c| Some(c.backend.as_str()) == first)
+            .filter_map(|c| c.variant.as_ref().map(|v| v.name.clone()))
+            .collect()
     }
 }
 
@@ -270,7 +274,7 @@ pub fn check(args: Args) -> Result<Plan, String> {
     }
     let mut args = args;
     args.threads = threads;
-    Ok(Plan { args, shim, mysqld, configs, workloads, envs, variants })
+    Ok(Plan { args, shim, mysqld, configs, workloads, envs })
 }
 
 /// --backends: known, each once, not empty, and their libraries installed where needed.
