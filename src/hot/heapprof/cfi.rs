@@ -43,7 +43,7 @@
 //!   by [`super::unwind::capture`]), so the trampoline, `start_thread` and `clone3` are neither
 //!   looked up nor unwound.
 
-use core::ffi::c_void;
+use super::ehframe::{find, Key, FIND};
 use core::ptr::null_mut;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering::*};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
@@ -51,10 +51,11 @@ use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, MustNotAllocateD
 
 type Policy = MustNotAllocateDuringUnwind;
 type Cache = CacheX86_64<Policy>;
-/// One sampler's caches: framehop's, and the memo of effects in front of them.
+/// One sampler's caches: framehop's, the memo of effects in front of them, and whole walks.
 struct Bank {
     caches: [Cache; BANK],
     memo: Box<super::memo::Memo>,
+    walks: Box<super::walks::Walks>,
 }
 
 /// Unwind passes per sample (each may register one module first).
@@ -70,34 +71,6 @@ const RULES_PER_CACHE: u64 = 509;
 const MAX_MODULES: usize = 1024;
 /// Retired states waiting for their readers to leave.
 const GRAVE: usize = 16;
-
-/// glibc's `struct dl_find_object` (dlfcn.h, 2.35).
-#[repr(C)]
-struct DlFindObject {
-    flags: u64,
-    map_start: *mut c_void,
-    map_end: *mut c_void,
-    link_map: *mut c_void,
-    eh_frame: *mut c_void,
-    reserved: [u64; 7],
-}
-
-type FindFn = unsafe extern "C" fn(*mut c_void, *mut DlFindObject) -> i32;
-
-/// `_dl_find_object`, or 0 when this glibc has none.
-static FIND: AtomicUsize = AtomicUsize::new(0);
-
-/// A module's identity: where the loader reports it, and a mark of its function table.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct Key {
-    start: u64,
-    end: u64,
-    bias: u64,
-    hdr: u64,
-    /// [`super::ehframe::mark`] of its `.eh_frame_hdr`: a library dlopen'd where a dlclose'd one of the same
-    /// size was has the same four addresses above, but not the same functions.
-    mark: u64,
-}
 
 struct State {
     unwinder: UnwinderX86_64<Vec<u8>, Policy>,
@@ -139,26 +112,6 @@ unsafe extern "C" fn after_fork_child() {
         WRITER.store(false, SeqCst);
     }
     crate::base::tables_heap::after_fork_child();
-}
-
-/// The loader's identity of the module holding `pc`, or None (not in any module).
-fn find(pc: u64) -> Option<Key> {
-    let f = FIND.load(Relaxed);
-    if f == 0 {
-        return None;
-    }
-    // SAFETY: `f` is `_dl_find_object` (dlsym'd), called with a local result it fills.
-    unsafe {
-        let f: FindFn = core::mem::transmute(f);
-        let mut r: DlFindObject = core::mem::zeroed();
-        if f(pc as *mut c_void, &mut r) != 0 || r.link_map.is_null() {
-            return None;
-        }
-        // `l_addr` is the first field of the public `struct link_map`.
-        let bias = *(r.link_map as *const u64);
-        let (start, end, hdr) = (r.map_start as u64, r.map_end as u64, r.eh_frame as u64);
-        Some(Key { start, end, bias, hdr, mark: super::ehframe::mark(hdr, end) })
-    }
 }
 
 /// Continues the stack of the frame returning to `ret` (stack pointer `sp` after the return,
@@ -219,7 +172,7 @@ enum Pass {
 }
 
 fn one_pass<F: FnMut(u64) -> Result<u64, ()>>(
-    mut regs: UnwindRegsX86_64,
+    regs: UnwindRegsX86_64,
     read: &mut F,
     hi: usize,
     out: &mut [usize; super::unwind::MAX_FRAMES],
@@ -230,6 +183,30 @@ fn one_pass<F: FnMut(u64) -> Result<u64, ()>>(
     let st = STATE.load(SeqCst);
     // SAFETY: a published state is freed only once no reader is inside (module doc).
     let held = (!st.is_null()).then(|| unsafe { &*st });
+    // SAFETY: the bank was taken from the pool by this thread alone.
+    let bank = unsafe { &mut *bank };
+    let first = (regs.ip(), regs.sp(), regs.bp());
+    let kept = held.and_then(|s| bank.walks.check(first, hi as u64, s.generation, out, n0));
+    let r = match kept {
+        Some(n) => Pass::Done(n),
+        None => walk_frames(regs, read, hi, out, n0, held, bank),
+    };
+    READERS.fetch_sub(1, SeqCst);
+    put_bank(bank);
+    r
+}
+
+/// [`one_pass`]'s walk, frame by frame; kept in the bank's walks when a replay can repeat it.
+fn walk_frames<F: FnMut(u64) -> Result<u64, ()>>(
+    mut regs: UnwindRegsX86_64,
+    read: &mut F,
+    hi: usize,
+    out: &mut [usize; super::unwind::MAX_FRAMES],
+    n0: usize,
+    held: Option<&State>,
+    bank: &mut Bank,
+) -> Pass {
+    bank.walks.start(regs.ip(), regs.sp(), hi as u64);
     let mut n = n0;
     let mut pc = regs.ip();
     // The module the last lookup found (and `held` holds with the loader's identity), and
@@ -251,17 +228,23 @@ fn one_pass<F: FnMut(u64) -> Result<u64, ()>>(
             }
             shim = super::unwind::in_shim(pc as usize);
         }
-        if !shim {
+        if shim {
+            bank.walks.spoil();
+        } else {
             out[n] = pc as usize;
             n += 1;
         }
         let Some(s) = held else { break Pass::Done(n) };
         let Some(addr) = FrameAddress::from_return_address(pc) else { break Pass::Done(n) };
-        // SAFETY: the bank was taken from the pool by this thread alone.
-        let bank = unsafe { &mut *bank };
         let next = match super::memo::get(&bank.memo, look, s.generation) {
-            Some(e) if e.replayable() => e.unwind(&mut regs, read),
+            Some(e) if e.replayable() => {
+                bank.walks.frame(pc, e, regs.sp(), regs.bp());
+                let next = e.unwind(&mut regs, read);
+                bank.walks.unwound(next, read);
+                next
+            }
             known => {
+                bank.walks.spoil();
                 let cache = &mut bank.caches[(look / RULES_PER_CACHE % BANK as u64) as usize];
                 let next = s.unwinder.unwind_frame(addr, &mut regs, cache, read).ok().flatten();
                 if known.is_none() {
@@ -277,8 +260,9 @@ fn one_pass<F: FnMut(u64) -> Result<u64, ()>>(
             _ => break Pass::Done(n),
         }
     };
-    READERS.fetch_sub(1, SeqCst);
-    put_bank(bank);
+    if let (Pass::Done(n), Some(s)) = (&r, held) {
+        bank.walks.keep(n - n0, s.generation);
+    }
     r
 }
 
@@ -316,6 +300,7 @@ fn make_pool() {
             put_bank(Box::into_raw(Box::new(Bank {
                 caches: core::array::from_fn(|_| Cache::new_in()),
                 memo,
+                walks: super::walks::new_walks(),
             })));
         }
         POOL_MADE.store(true, Release);

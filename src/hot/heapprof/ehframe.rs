@@ -1,5 +1,6 @@
-//! A mapped module's unwind sections, copied out for [`super::cfi`], and a mark of its function
-//! table ([`mark`]): `.eh_frame_hdr` (from the
+//! The loader's identity of the module holding an address ([`find`]: glibc's lock-free
+//! `_dl_find_object`), a mapped module's unwind sections, copied out for [`super::cfi`], and a
+//! mark of its function table ([`mark`]): `.eh_frame_hdr` (from the
 //! address the loader reports, its `PT_GNU_EH_FRAME`) and the `.eh_frame` it points to, whose
 //! end is found by walking its records up to the zero terminator, never past the end of the
 //! `PT_LOAD` segment holding it (read from the module's own program headers).
@@ -10,6 +11,56 @@
 //! than the one GNU ld and lld write) gives None: that module is unwound by frame pointer.
 
 use super::cfi::Sections;
+use core::ffi::c_void;
+use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+/// glibc's `struct dl_find_object` (dlfcn.h, 2.35).
+#[repr(C)]
+struct DlFindObject {
+    flags: u64,
+    map_start: *mut c_void,
+    map_end: *mut c_void,
+    link_map: *mut c_void,
+    eh_frame: *mut c_void,
+    reserved: [u64; 7],
+}
+
+type FindFn = unsafe extern "C" fn(*mut c_void, *mut DlFindObject) -> i32;
+
+/// `_dl_find_object`, or 0 when this glibc has none.
+pub static FIND: AtomicUsize = AtomicUsize::new(0);
+
+/// A module's identity: where the loader reports it, and a mark of its function table.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Key {
+    pub start: u64,
+    pub end: u64,
+    pub bias: u64,
+    pub hdr: u64,
+    /// [`super::ehframe::mark`] of its `.eh_frame_hdr`: a library dlopen'd where a dlclose'd one of the same
+    /// size was has the same four addresses above, but not the same functions.
+    pub mark: u64,
+}
+
+/// The loader's identity of the module holding `pc`, or None (not in any module).
+pub fn find(pc: u64) -> Option<Key> {
+    let f = FIND.load(Relaxed);
+    if f == 0 {
+        return None;
+    }
+    // SAFETY: `f` is `_dl_find_object` (dlsym'd), called with a local result it fills.
+    unsafe {
+        let f: FindFn = core::mem::transmute(f);
+        let mut r: DlFindObject = core::mem::zeroed();
+        if f(pc as *mut c_void, &mut r) != 0 || r.link_map.is_null() {
+            return None;
+        }
+        // `l_addr` is the first field of the public `struct link_map`.
+        let bias = *(r.link_map as *const u64);
+        let (start, end, hdr) = (r.map_start as u64, r.map_end as u64, r.eh_frame as u64);
+        Some(Key { start, end, bias, hdr, mark: mark(hdr, end) })
+    }
+}
 
 /// Reads `len` bytes at `a`, fallibly allocated.
 ///

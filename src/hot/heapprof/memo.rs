@@ -55,11 +55,20 @@ pub type Memo = [Entry; MEMO];
 
 /// A zeroed (all empty) table, on the heap (under the guard: it allocates).
 pub fn new_memo() -> Box<Memo> {
-    let layout = std::alloc::Layout::new::<Memo>();
-    // SAFETY: a non-zero-sized layout; all-zero bytes are a valid `Memo` (integers only); the
-    // block is owned by the Box from here.
+    // SAFETY: all-zero bytes are a valid `Memo` (integers only).
+    unsafe { zeroed_box() }
+}
+
+/// A zeroed `T` on the heap (under the guard: it allocates).
+///
+/// # Safety
+/// All-zero bytes must be a valid `T`.
+pub unsafe fn zeroed_box<T>() -> Box<T> {
+    let layout = std::alloc::Layout::new::<T>();
+    // SAFETY: a non-zero-sized layout (the tables here); all-zero bytes are a valid `T` (the
+    // caller's); the block is owned by the Box from here.
     unsafe {
-        let p = std::alloc::alloc_zeroed(layout) as *mut Memo;
+        let p = std::alloc::alloc_zeroed(layout) as *mut T;
         if p.is_null() {
             std::alloc::handle_alloc_error(layout);
         }
@@ -85,6 +94,36 @@ impl Effect {
     #[inline]
     pub fn replayable(self) -> bool {
         self.kind != 4
+    }
+
+    /// What unwinding the frame at (`sp`, `bp`) by this effect reads and uses, for
+    /// [`super::walks`]; None for an effect framehop runs (not memoised) or an address overflow.
+    #[inline]
+    pub fn trace(self, sp: u64, bp: u64) -> Option<Trace> {
+        let (uses_bp, new_sp) = match self.kind {
+            1 => return Some(Trace::End),
+            2 => (false, sp.checked_add(self.cfa as u64)?),
+            3 => (true, bp.checked_add(16)?),
+            _ => return None,
+        };
+        let bp_from = match self.bp {
+            0 => None,
+            1 => Some(sp.checked_add_signed(self.bp_at as i64)?),
+            _ => Some(bp),
+        };
+        Some(Trace::Frame { uses_bp, bp_from, ra_at: new_sp.checked_sub(8)? })
+    }
+
+    /// A "new sp = sp + `cfa`" effect, %rbp unchanged (tests).
+    #[cfg(test)]
+    pub fn offset_sp(cfa: u32) -> Effect {
+        Effect { kind: 2, cfa, ..Effect::default() }
+    }
+
+    /// A "new sp = %rbp + 16" effect (tests).
+    #[cfg(test)]
+    pub fn frame_pointer() -> Effect {
+        Effect { kind: 3, bp: 2, ..Effect::default() }
     }
 
     /// Unwinds one frame as framehop's rule would: the caller's return address, or None where
@@ -124,6 +163,16 @@ impl Effect {
         regs.set_bp(new_bp);
         Some(ret)
     }
+}
+
+/// What one effect does with the stack, as [`Effect::trace`] tells it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Trace {
+    /// The end of the stack: nothing read.
+    End,
+    /// `uses_bp`: the new stack pointer is %rbp + 16 (%rbp used as an address); `bp_from`: the
+    /// address the new %rbp is read from (None: unchanged); `ra_at`: the return address's.
+    Frame { uses_bp: bool, bp_from: Option<u64>, ra_at: u64 },
 }
 
 /// A word of the synthetic stack: its address, tagged (never 0, never a probe's sp or %rbp).

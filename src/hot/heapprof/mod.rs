@@ -41,6 +41,7 @@ mod lock;
 mod memo;
 mod records;
 pub mod unwind;
+mod walks;
 
 use crate::hot::slots::Slot;
 use crate::hot::tls::Reentry;
