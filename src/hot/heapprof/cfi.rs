@@ -33,7 +33,9 @@
 //!   sample). Rules are keyed by the state's generation (framehop's), so a registration
 //!   invalidates them all. In front of them, the bank's [`super::memo`] replays a frame whose
 //!   effect it learnt from framehop under the same state (about a third of the instructions
-//!   of a framehop call).
+//!   of a framehop call), and in front of the memo the bank's [`super::walks`] give a stack
+//!   walked before at the same depth its frames back when the words that walk read are the
+//!   same (one load and compare a word, no module lookup).
 //! - Within one walk, a frame inside the module the previous frame was checked in needs no
 //!   lookup: its return address is live on this stack, so that module stays mapped (and the
 //!   same) for the whole walk. Nothing about modules is kept from one walk to the next.
