@@ -57,7 +57,7 @@ type Cache = CacheX86_64<Policy>;
 struct Bank {
     caches: [Cache; BANK],
     memo: Box<super::memo::Memo>,
-    walks: Box<super::walks::Walks>,
+    walks: Box<super::walks::Walks<{ super::unwind::MAX_FRAMES }>>,
 }
 
 /// Unwind passes per sample (each may register one module first).

@@ -32,7 +32,6 @@
 //! never a read outside this thread's stack.
 
 use super::memo::{Effect, Trace};
-use super::unwind::MAX_FRAMES;
 
 /// Walks kept per bank (direct-mapped by first frame and depth).
 pub const WALKS: usize = 128;
@@ -42,7 +41,7 @@ pub const WALKS: usize = 128;
 /// frames after the first) and the %rbp values used as addresses (as offsets from the first
 /// stack pointer), one of which may be the first frame's %rbp register.
 #[derive(Clone, Copy)]
-pub struct Walk {
+pub struct Walk<const N: usize> {
     /// The first frame's return address (0: empty).
     ip: u64,
     /// `hi - sp` of the first frame.
@@ -56,16 +55,16 @@ pub struct Walk {
     reg: u64,
     /// Every offset checked + 8 is at most this.
     end: u64,
-    ra_off: [u32; MAX_FRAMES],
-    ra_val: [u64; MAX_FRAMES],
-    bp_off: [u32; MAX_FRAMES],
-    bp_val: [u64; MAX_FRAMES],
+    ra_off: [u32; N],
+    ra_val: [u64; N],
+    bp_off: [u32; N],
+    bp_val: [u64; N],
 }
 
-/// A bank's walks: those kept, and the one being recorded.
-pub struct Walks {
-    kept: [Walk; WALKS],
-    rec: Walk,
+/// A bank's walks (stacks of at most `N` frames): those kept, and the one being recorded.
+pub struct Walks<const N: usize> {
+    kept: [Walk<N>; WALKS],
+    rec: Walk<N>,
     /// The recorded walk can still be kept.
     ok: bool,
     /// Its first stack pointer.
@@ -83,7 +82,7 @@ fn slot(ip: u64, depth: u64) -> usize {
     (h >> 57) as usize % WALKS
 }
 
-impl Walks {
+impl<const N: usize> Walks<N> {
     /// The frames of the walk kept for the first frame `ip` at stack pointer `sp` (%rbp `bp`)
     /// under stack top `hi` and `generation`, written to `out[n0..]` when this stack holds the
     /// words it checks: the new count, or None (none kept, or another stack: walk it).
@@ -93,15 +92,14 @@ impl Walks {
         (ip, sp, bp): (u64, u64, u64),
         hi: u64,
         generation: u32,
-        out: &mut [usize; MAX_FRAMES],
+        out: &mut [usize; N],
         n0: usize,
     ) -> Option<usize> {
         let depth = hi.checked_sub(sp)?;
         let k = &self.kept[slot(ip, depth)];
         let frames = k.frames as usize;
         let (n_ra, n_bp) = (k.n_ra as usize, k.n_bp as usize);
-        let fits =
-            n0 + frames <= MAX_FRAMES && n_ra <= MAX_FRAMES && n_bp <= MAX_FRAMES && frames <= n_ra + 1;
+        let fits = n0 + frames <= N && n_ra <= N && n_bp <= N && frames <= n_ra + 1;
         if k.ip != ip || k.depth != depth || k.generation != generation || k.end > depth || !fits {
             return None;
         }
@@ -169,7 +167,7 @@ impl Walks {
         let r = &mut self.rec;
         let i = r.frames as usize;
         let expect = if i == 0 { r.ip } else { r.ra_val[i - 1] };
-        if !self.ok || i >= MAX_FRAMES || r.n_ra as usize != i || pc != expect {
+        if !self.ok || i >= N || r.n_ra as usize != i || pc != expect {
             self.ok = false;
             return;
         }
@@ -242,7 +240,7 @@ impl Walks {
 }
 
 /// An empty table, on the heap (under the guard: it allocates).
-pub fn new_walks() -> Box<Walks> {
+pub fn new_walks<const N: usize>() -> Box<Walks<N>> {
     // SAFETY: all-zero bytes are a valid `Walks` (integers and bools only; an empty kept walk
     // has ip 0, which no first frame has).
     unsafe { super::memo::zeroed_box() }

@@ -4,6 +4,9 @@
 use super::*;
 use framehop::x86_64::UnwindRegsX86_64;
 
+const MAX_FRAMES: usize = 64;
+type Walks = super::Walks<MAX_FRAMES>;
+
 /// A stack of 8-byte words; frame i of an "sp + 32" chain has its return address at word
 /// 4i + 3.
 fn stack(ras: &[u64], extra: usize) -> Vec<u64> {
