@@ -96,8 +96,9 @@ impl Effect {
         self.kind != 4
     }
 
-    /// What unwinding the frame at (`sp`, `bp`) by this effect reads and uses, for
-    /// [`super::walks`]; None for an effect framehop runs (not memoised) or an address overflow.
+    /// What unwinding the frame at (`sp`, `bp`) by this effect reads and uses ([`Effect::unwind`]
+    /// reads what this says, and [`super::walks`] checks it); None for an effect framehop runs
+    /// (not memoised) or an address overflow.
     #[inline]
     pub fn trace(self, sp: u64, bp: u64) -> Option<Trace> {
         let (uses_bp, new_sp) = match self.kind {
@@ -135,26 +136,16 @@ impl Effect {
         read: &mut F,
     ) -> Option<u64> {
         let (sp, bp) = (regs.sp(), regs.bp());
-        let new_sp = match self.kind {
-            2 => sp.checked_add(self.cfa as u64)?,
-            3 => {
-                if bp == 0 {
-                    return None;
-                }
-                let s = bp.checked_add(16)?;
-                if s <= sp {
-                    return None;
-                }
-                s
-            }
-            _ => return None,
+        let Trace::Frame { uses_bp, bp_from, ra_at } = self.trace(sp, bp)? else { return None };
+        let new_sp = ra_at + 8;
+        if uses_bp && (bp == 0 || new_sp <= sp) {
+            return None;
+        }
+        let new_bp = match bp_from {
+            None => bp,
+            Some(a) => read(a).ok()?,
         };
-        let new_bp = match self.bp {
-            0 => bp,
-            1 => read(sp.checked_add_signed(self.bp_at as i64)?).ok()?,
-            _ => read(bp).ok()?,
-        };
-        let ret = read(new_sp - 8).ok()?;
+        let ret = read(ra_at).ok()?;
         if ret == 0 || (new_sp == sp && ret == regs.ip()) {
             return None;
         }
