@@ -242,3 +242,7 @@ pub(super) unsafe fn version(out: &mut crate::base::diag::LineBuf) {
     // The crate's string keeps jemalloc's trailing NUL.
     out.put(tikv_jemalloc_ctl::version::read().unwrap_or("?").trim_end_matches('\0').as_bytes());
 }
+
+#[cfg(test)]
+#[path = "jemalloc_tsd_tests.rs"]
+mod tsd_tests;

@@ -12,6 +12,9 @@
 //! binds or creates the arena now, or returns NULL), then a block of the bin stacks' size from
 //! arena 0, where jemalloc takes them, freed just before. A thread whose probes fail runs
 //! without a cache: its allocations go to its arena and fail with ENOMEM when that has nothing.
+//! The probes cannot make the set-up certain (another thread can take the probed memory between
+//! the probe's free and the set-up), so each turning on is followed by a check of the set-up,
+//! and a failed one is turned off again ([`jemalloc_tsd`](super::jemalloc_tsd)).
 //! The loading thread (the main thread) turns its cache on at load, which measures the bin
 //! stacks' size (`stats.arenas.0.internal` before and after).
 //!
@@ -52,7 +55,11 @@ pub(super) unsafe fn at_load(user_named: bool) {
     }
     MANAGED.store(true, Relaxed);
     let before = internal_bytes();
+    let byte = super::jemalloc_tsd::enabled_byte();
     let enabled = enable();
+    if enabled {
+        super::jemalloc_tsd::check_layout(byte);
+    }
     let after = internal_bytes();
     if let (true, Some(b), Some(a)) = (enabled, before, after) {
         let d = a.saturating_sub(b);
@@ -76,8 +83,8 @@ pub(super) fn thread_start() {
             && (stacks == 0
                 || probe(stacks, je::MALLOCX_ALIGN(64) | je::MALLOCX_ARENA(0) | je::MALLOCX_TCACHE_NONE))
     };
-    if got {
-        enable();
+    if got && enable() {
+        super::jemalloc_tsd::undo_failed_setup();
     }
 }
 

@@ -17,6 +17,7 @@ pub mod glibc;
 pub mod glibc_info;
 pub mod jemalloc;
 mod jemalloc_tcache;
+mod jemalloc_tsd;
 pub mod mimalloc;
 pub mod tcmalloc;
 

@@ -37,6 +37,29 @@ pub fn thread_pointer() -> usize {
     p
 }
 
+/// The calling thread's address of the initial-exec TLS symbol `$sym` (x86-64), as `*mut u8`:
+/// the thread pointer plus the offset the dynamic linker resolved into the GOT
+/// (R_X86_64_TPOFF64). The shim has static TLS (`DF_STATIC_TLS`), so both are valid for the life
+/// of the thread.
+#[cfg(target_arch = "x86_64")]
+macro_rules! tls_address {
+    ($sym:literal) => {{
+        let p: *mut u8;
+        // SAFETY: reads the thread pointer and the GOT's TLS offset of the symbol; writes nothing.
+        unsafe {
+            core::arch::asm!(
+                "mov {p}, qword ptr fs:[0]",
+                concat!("add {p}, qword ptr [rip + ", $sym, "@GOTTPOFF]"),
+                p = out(reg) p,
+                options(nostack, pure, readonly),
+            );
+        }
+        p
+    }};
+}
+#[cfg(target_arch = "x86_64")]
+pub(crate) use tls_address;
+
 /// Records errno's offset from the thread pointer (initialisation, before any backend runs).
 pub fn init_errno() {
     #[cfg(target_arch = "x86_64")]

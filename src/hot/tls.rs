@@ -33,18 +33,7 @@ core::arch::global_asm!(
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub fn state() -> *mut ThreadState {
-    let p: *mut ThreadState;
-    // SAFETY: reads the thread pointer and the TLS offset that the dynamic linker resolved for
-    // `__mallocshim_tls_state` (R_X86_64_TPOFF64); both are valid for the life of the thread.
-    unsafe {
-        core::arch::asm!(
-            "mov {p}, qword ptr fs:[0]",
-            "add {p}, qword ptr [rip + __mallocshim_tls_state@GOTTPOFF]",
-            p = out(reg) p,
-            options(nostack, pure, readonly),
-        );
-    }
-    p
+    crate::base::sys::tls_address!("__mallocshim_tls_state").cast()
 }
 
 #[cfg(not(target_arch = "x86_64"))]
