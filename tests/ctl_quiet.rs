@@ -5,7 +5,7 @@
 //! it. The shim's thread listens from its start, so none of them sends the process a signal:
 //! every blocking call must run its whole time. Before, each command's attach signal made the
 //! main thread's sleep return early. Also: the next client removes the socket a killed process
-//! left behind.
+//! left behind, and a socket's name appears only once it listens (with listen made slow).
 
 mod common;
 
@@ -156,12 +156,67 @@ fn next_client_removes_a_dead_process_socket() {
     let dead_pid = dead.id();
     dead.wait().unwrap();
     let stale = ctl.join(format!("{dead_pid}.sock"));
-    drop(std::os::unix::net::UnixListener::bind(&stale).expect("bind a stale socket"));
-    assert!(stale.exists());
+    // And the name a process killed while it bound left (the shim listens, then renames).
+    let binding = ctl.join(format!("{dead_pid}.sock.new"));
+    for s in [&stale, &binding] {
+        drop(std::os::unix::net::UnixListener::bind(s).expect("bind a stale socket"));
+        assert!(s.exists());
+    }
     let o = Command::new(cli_bin()).args(["get", &pid.to_string()]).output().unwrap();
     assert!(o.status.success(), "get: {}", describe(&o));
-    assert!(!stale.exists(), "the dead process's socket {} is still there", stale.display());
+    for s in [&stale, &binding] {
+        assert!(!s.exists(), "the dead process's socket {} is still there", s.display());
+    }
     assert!(ctl.join(format!("{pid}.sock")).exists(), "the live process's socket was removed");
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// The socket's name appears only once it listens: with every listen(2) made 300 ms slow
+/// (tests/c/slow_listen_lib.c, preloaded ahead of the shim), a client that connects the moment
+/// the name appears is never refused. A refused connect is what made a client fall back to the
+/// attach signal and cut the main thread's sleep short (CI, commands_interrupt_no_blocking_call)
+/// when the shim bound the name, then listened.
+#[test]
+fn a_socket_listens_once_it_has_its_name() {
+    let prog = cc("blocking_calls.c", "blocking_calls", &[]);
+    let slow = cc("slow_listen_lib.c", "libslow_listen.so", &["-shared", "-fPIC", "-ldl"]);
+    let runs: Vec<_> = BACKENDS
+        .into_iter()
+        .enumerate()
+        .map(|(i, backend)| {
+            let dir = scratch(&format!("name-{i}"));
+            let mut c = preloaded(&prog, backend);
+            c.env("LD_PRELOAD", format!("{}:{}", slow.display(), shim().display()));
+            c.arg("2").env("MALLOCSHIM_CTL_DIR", dir.join("ctl")).env("MALLOCSHIM_DUMP_DIR", &dir);
+            c.stdout(Stdio::null()).stderr(Stdio::null());
+            let child = c.spawn().expect("start blocking_calls");
+            let sock = dir.join("ctl").join(format!("{}.sock", child.id()));
+            std::thread::spawn(move || {
+                let until = Instant::now() + Duration::from_secs(10);
+                let mut refused = 0u32;
+                let connected = loop {
+                    match std::os::unix::net::UnixStream::connect(&sock) {
+                        Ok(_) => break true,
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(_) => refused += 1,
+                    }
+                    if Instant::now() > until {
+                        break false;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                };
+                let mut child = child;
+                let _ = child.kill();
+                let _ = child.wait();
+                (backend, connected, refused)
+            })
+        })
+        .collect();
+    let got: Vec<_> = runs.into_iter().map(|r| r.join().unwrap()).collect();
+    assert!(got.iter().all(|g| g.1), "a socket never accepted a connection in 10 s: {got:?}");
+    assert!(
+        got.iter().all(|g| g.2 == 0),
+        "connects refused by a socket that did not listen yet: (backend, connected, refused) {got:?}"
+    );
 }

@@ -47,12 +47,10 @@ fn remove_stale(dir: &std::path::Path) {
     let Ok(rd) = std::fs::read_dir(dir) else { return };
     for e in rd.flatten() {
         let name = e.file_name();
-        let Some(pid) =
-            name.to_str().and_then(|n| n.strip_suffix(".sock")).and_then(|n| n.parse::<i32>().ok())
-        else {
+        let Some(pid) = name.to_str().and_then(proto::socket_pid).and_then(|p| i32::try_from(p).ok()) else {
             continue;
         };
-        if pid <= 0 || !e.file_type().is_ok_and(|t| t.is_socket()) {
+        if !e.file_type().is_ok_and(|t| t.is_socket()) {
             continue;
         }
         // SAFETY: kill with signal 0 sends nothing; it only checks that the process exists.

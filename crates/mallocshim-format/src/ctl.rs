@@ -29,6 +29,19 @@ pub fn socket_name(pid: u32) -> String {
     format!("{pid}.sock")
 }
 
+/// The name the socket is bound and listened on before it is renamed to [`socket_name`], so that
+/// a client never finds a socket that does not listen yet (its connect would be refused, and it
+/// would fall back to the attach signal).
+pub fn binding_name(pid: u32) -> String {
+    format!("{pid}.sock.new")
+}
+
+/// The pid of a channel directory's entry named [`socket_name`] or [`binding_name`].
+pub fn socket_pid(name: &str) -> Option<u32> {
+    let stem = name.strip_suffix(".sock").or_else(|| name.strip_suffix(".sock.new"))?;
+    stem.parse().ok().filter(|&p| p > 0)
+}
+
 /// First line of a successful reply; the body follows.
 pub const OK: &str = "ok";
 /// Prefix of the one-line error reply.

@@ -5,7 +5,8 @@
 //! started, an earlier listen failed, the socket was removed) does a client queue the process's
 //! dump signal with the attach value (`mallocshim_format::ctl`); its handler writes `a` to the
 //! worker's pipe and the worker listens again.
-//! The socket is `<dir>/<pid>.sock` in a directory the shim makes with mode 0700
+//! The socket is `<dir>/<pid>.sock` (bound and listened on as `<pid>.sock.new`, then renamed:
+//! it appears only once it listens) in a directory the shim makes with mode 0700
 //! (`MALLOCSHIM_CTL_DIR`, default `/run/mallocshim` for root, else `/tmp/mallocshim-<uid>`); a
 //! directory that `lstat` does not show as a directory owned by the effective uid with mode
 //! 0700 (a symlink, another user's, a wider mode) is refused with one `mallocshim:` line and no
@@ -161,36 +162,43 @@ fn checked_dir() -> Result<String, String> {
     Ok(d)
 }
 
-/// Binds and listens on `<dir>/<pid>.sock`: the descriptor and the path.
+/// Binds and listens on `<dir>/<pid>.sock.new`, then renames it to `<dir>/<pid>.sock`: the
+/// socket appears under its name only once it listens (a client connecting between bind and
+/// listen would be refused and fall back to the attach signal, which interrupts the process's
+/// blocking calls). Returns the descriptor and the path.
 fn listen() -> Result<(i32, CString), String> {
     let d = checked_dir()?;
-    let p = format!("{d}/{}", proto::socket_name(std::process::id()));
+    let pid = std::process::id();
+    let p = format!("{d}/{}", proto::socket_name(pid));
+    let tmp = format!("{d}/{}", proto::binding_name(pid));
     // SAFETY: a zeroed sockaddr_un is valid (AF_UNIX set below).
     let mut addr: libc::sockaddr_un = unsafe { core::mem::zeroed() };
-    if p.len() >= addr.sun_path.len() {
-        return Err(format!("{p}: socket path too long"));
+    if tmp.len() >= addr.sun_path.len() {
+        return Err(format!("{tmp}: socket path too long"));
     }
     addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    for (dst, b) in addr.sun_path.iter_mut().zip(p.bytes()) {
+    for (dst, b) in addr.sun_path.iter_mut().zip(tmp.bytes()) {
         *dst = b as libc::c_char;
     }
     let cp = CString::new(p.clone()).map_err(|_| format!("{p}: bad path"))?;
-    // SAFETY: socket calls on a fresh descriptor with a valid, initialised address; the
-    // stale socket removed is in our own checked directory.
+    let ct = CString::new(tmp.clone()).map_err(|_| format!("{tmp}: bad path"))?;
+    // SAFETY: socket calls on a fresh descriptor with a valid, initialised address; the stale
+    // sockets removed are in our own checked directory.
     unsafe {
         let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, 0);
         if fd < 0 {
             return Err(format!("socket: {}", std::io::Error::last_os_error()));
         }
-        libc::unlink(cp.as_ptr());
+        libc::unlink(ct.as_ptr());
         let len = core::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
         if libc::bind(fd, (&addr as *const libc::sockaddr_un).cast(), len) != 0
-            || libc::chmod(cp.as_ptr(), 0o600) != 0
+            || libc::chmod(ct.as_ptr(), 0o600) != 0
             || libc::listen(fd, 4) != 0
+            || libc::rename(ct.as_ptr(), cp.as_ptr()) != 0
         {
             let e = std::io::Error::last_os_error();
             libc::close(fd);
-            libc::unlink(cp.as_ptr());
+            libc::unlink(ct.as_ptr());
             return Err(format!("{p}: {e}"));
         }
         Ok((fd, cp))
