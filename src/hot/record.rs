@@ -363,7 +363,12 @@ fn sample(s: &Slot, shared: bool, o: usize, c: usize, d: u64) {
             }
         }
         CLASS_HIST.get_unchecked(o).get_unchecked(c).get_unchecked(b).fetch_add(1, Relaxed);
-        CLASS_MAX.get_unchecked(o).get_unchecked(c).fetch_max(d, Relaxed);
+        // Loaded first: `fetch_max` is a `lock cmpxchg` loop that takes the line (shared by every
+        // thread) exclusively even when the maximum stands, which it almost always does.
+        let cm = CLASS_MAX.get_unchecked(o).get_unchecked(c);
+        if d > cm.load(Relaxed) {
+            cm.fetch_max(d, Relaxed);
+        }
     }
 }
 
