@@ -5,7 +5,7 @@
 //!
 //! `cargo bench --bench scale -- [--threads 1,2,4,8,16] [--backends glibc,jemalloc,...]
 //! [--mix all,small] [--configs shim,shim-profile-off] [--rounds 5] [--target-ms 200]
-//! [--iters N] [--nopin] [--json PATH] [--md PATH] [--shim PATH] [--prog PATH]`
+//! [--iters N] [--nopin] [--json PATH] [--md PATH] [--shim PATH] [--before PATH] [--prog PATH]`
 //!
 //! Per backend the configurations: `direct` (the backend's library preloaded without the shim;
 //! glibc: no preload; always measured), `shim` (libmallocshim.so at all defaults) and
@@ -14,7 +14,10 @@
 //! no heap profiles), to tell the two apart, and two that magnify one path each to show what
 //! it does under threads: `shim-every-call-timed` (heap profiles off, `MALLOCSHIM_SAMPLE=1`:
 //! the latency path on every call) and `shim-heap-8k` (`MALLOCSHIM_PROF_SAMPLE_BYTES=8192`:
-//! one heap-profile sample in ~6 pairs of the `small` mix). Per mix (`all`: mariadbd's size mix with its
+//! one heap-profile sample in ~6 pairs of the `small` mix). With `--before PATH` (an earlier
+//! build of libmallocshim.so), `before` and `before-every-call-timed` run that build as `shim`
+//! and `shim-every-call-timed` do, in the same rounds: a change's before and after in one run.
+//! Per mix (`all`: mariadbd's size mix with its
 //! 64 KiB-2 MiB per-query buffers; `small`: its classes up to 32 KiB; see scale.c) and thread
 //! count T (default 1, 2, 4, 8, 16 capped to the CPUs this process may use; `--threads` is
 //! taken as given), every thread runs the same number of pairs: `--iters`, else calibrated once
@@ -46,15 +49,25 @@ mod common;
 use common::median_or_nan;
 
 /// The configurations `--configs` may name; `direct` is always measured, first (the base).
-const KINDS: [&str; 6] =
-    ["direct", "shim", "shim-profile-off", "shim-heap-profiles-off", "shim-every-call-timed", "shim-heap-8k"];
+const KINDS: [&str; 8] = [
+    "direct",
+    "shim",
+    "shim-profile-off",
+    "shim-heap-profiles-off",
+    "shim-every-call-timed",
+    "shim-heap-8k",
+    "before",
+    "before-every-call-timed",
+];
 
 /// The shim's environment of each configuration of [`KINDS`] but `direct`.
 fn kind_env(kind: &str) -> &'static [(&'static str, &'static str)] {
     match kind {
         "shim-profile-off" => &[("MALLOCSHIM_PROFILE", "off")],
         "shim-heap-profiles-off" => &[("MALLOCSHIM_PROF_SAMPLE_BYTES", "0")],
-        "shim-every-call-timed" => &[("MALLOCSHIM_PROF_SAMPLE_BYTES", "0"), ("MALLOCSHIM_SAMPLE", "1")],
+        "shim-every-call-timed" | "before-every-call-timed" => {
+            &[("MALLOCSHIM_PROF_SAMPLE_BYTES", "0"), ("MALLOCSHIM_SAMPLE", "1")]
+        }
         "shim-heap-8k" => &[("MALLOCSHIM_PROF_SAMPLE_BYTES", "8192")],
         _ => &[],
     }
@@ -76,6 +89,7 @@ struct Opts {
     json: PathBuf,
     md: PathBuf,
     shim: Option<PathBuf>,
+    before: Option<PathBuf>,
     prog: Option<PathBuf>,
 }
 
@@ -144,6 +158,7 @@ fn parse_opts() -> Opts {
         json: out.join("scale.json"),
         md: out.join("scale.md"),
         shim: None,
+        before: None,
         prog: None,
     };
     let mut args = std::env::args().skip(1);
@@ -162,6 +177,7 @@ fn parse_opts() -> Opts {
             "--json" => o.json = val().into(),
             "--md" => o.md = val().into(),
             "--shim" => o.shim = Some(val().into()),
+            "--before" => o.before = Some(val().into()),
             "--prog" => o.prog = Some(val().into()),
             other => fail(&format!("unknown argument {other:?} (see the header of benches/scale.rs)")),
         }
@@ -174,6 +190,9 @@ fn parse_opts() -> Opts {
     }
     if let Some(m) = o.mixes.iter().find(|m| *m != "all" && *m != "small") {
         fail(&format!("unknown mix {m:?} (all or small)"));
+    }
+    if o.before.is_none() && o.kinds.iter().any(|k| k.starts_with("before")) {
+        fail("the configurations before* want --before PATH (an earlier build of libmallocshim.so)");
     }
     o
 }
@@ -208,6 +227,7 @@ struct Run {
 struct Runner {
     prog: PathBuf,
     shim: PathBuf,
+    before: Option<PathBuf>,
     pin: bool,
 }
 
@@ -223,7 +243,11 @@ impl Runner {
                 c.env("LD_PRELOAD", common::require_file(lib));
             }
         } else {
-            c.env("LD_PRELOAD", &self.shim).env("MALLOCSHIM_BACKEND", backend);
+            let lib = match &self.before {
+                Some(b) if kind.starts_with("before") => b,
+                _ => &self.shim,
+            };
+            c.env("LD_PRELOAD", lib).env("MALLOCSHIM_BACKEND", backend);
             c.envs(kind_env(kind).iter().copied());
         }
         c
@@ -238,7 +262,10 @@ impl Runner {
         let want = match (kind, backend) {
             ("direct", "glibc") => "libc.so".to_string(),
             ("direct", b) => format!("lib{b}"),
-            _ => "libmallocshim".to_string(),
+            (k, _) => match &self.before {
+                Some(b) if k.starts_with("before") => b.to_string_lossy().into_owned(),
+                _ => "libmallocshim".to_string(),
+            },
         };
         assert!(lib.contains(&want), "{what}: malloc resolves into {lib}, not {want}\n{err}");
         let line =
@@ -429,7 +456,8 @@ fn main() {
     let shim =
         o.shim.clone().map(|p| common::require_file(&p.to_string_lossy())).unwrap_or_else(common::shim);
     let prog = o.prog.clone().map(|p| common::require_file(&p.to_string_lossy())).unwrap_or_else(build_prog);
-    let r = Runner { prog, shim, pin: o.pin };
+    let before = o.before.as_ref().map(|p| common::require_file(&p.to_string_lossy()));
+    let r = Runner { prog, shim, before, pin: o.pin };
     let mut all = Vec::new();
     for mix in &o.mixes {
         for b in &o.backends {

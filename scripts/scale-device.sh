@@ -20,6 +20,9 @@
 # LIMIT_S (default 220: each mix's time limit, so two mixes stay under 8 minutes), MIXES
 # (default "small all"), CONFIGS (the bench's --configs, default shim,shim-profile-off; e.g.
 # shim,shim-every-call-timed,shim-heap-8k to see the two shared paths at 16 threads).
+# Before and after in one run: `BEFORE=path/to/an/earlier/libmallocshim.so scale-device.sh prepare`
+# packs that build as .device/scale/before.so, and run then passes it to the bench (--before), for
+# CONFIGS naming before and before-every-call-timed.
 # Estimate: 12 runs per T and round per mix (4 backends x 3 configurations); `run` here (2 CPUs,
 # THREADS=1,2, the defaults otherwise) took 98 s for both mixes, ~0.2 s a run; every thread runs
 # the same pairs, so 5 T take ~2.5x that where threads scale: ~125 s per mix, within LIMIT_S.
@@ -39,6 +42,8 @@ prepare)
     mkdir -p .device/scale
     strip --strip-debug -o .device/scale/scale-bench "$exe"
     gcc -O2 -Wall -pthread -o .device/scale/scale benches/scale.c
+    rm -f .device/scale/before.so
+    [ -z "${BEFORE:-}" ] || strip --strip-debug -o .device/scale/before.so "$BEFORE"
     ex=$(git rev-parse --git-path info/exclude)
     mkdir -p "$(dirname "$ex")"
     grep -qx '/.device/' "$ex" 2>/dev/null || echo '/.device/' >>"$ex"
@@ -56,6 +61,10 @@ run)
     cp .device/scale/scale-bench .device/scale/scale "$R/opt/mallocshim/"
     args="--threads ${THREADS:-1,2,4,8,16} --rounds ${ROUNDS:-5} --target-ms ${TARGET_MS:-150}"
     args="$args --shim /opt/mallocshim/libmallocshim.so --prog /opt/mallocshim/scale"
+    if [ -e .device/scale/before.so ]; then
+        cp .device/scale/before.so "$R/opt/mallocshim/before.so"
+        args="$args --before /opt/mallocshim/before.so"
+    fi
     [ -n "${BACKENDS:-}" ] && args="$args --backends $BACKENDS"
     [ -n "${CONFIGS:-}" ] && args="$args --configs $CONFIGS"
     [ -n "${MIXES:-}" ] || MIXES="small all"

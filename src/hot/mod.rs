@@ -1,6 +1,7 @@
 //! The hot path: what runs inside malloc and free, and what it needs to start. The entry table
 //! ([`route`]), the recording around each call ([`record`]), glibc's C contract over every
-//! backend ([`c_contract`]), per-thread state and counters ([`tls`], [`slots`]), the bootstrap
+//! backend ([`c_contract`]), per-thread state and counters ([`tls`], [`slots`]), the per-class latency histograms
+//! ([`class_latency`]), the bootstrap
 //! pool that serves allocations made before a backend is loaded ([`bootstrap`]), the trace
 //! recording's per-thread rings and trace table functions ([`tracebuf`]), the entry table of a
 //! forked child that owes its backend's fork handler ([`postfork`]), the sampled
@@ -11,6 +12,7 @@
 
 pub mod bootstrap;
 pub mod c_contract;
+pub mod class_latency;
 pub mod config;
 pub mod config_print;
 pub mod heapprof;

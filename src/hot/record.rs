@@ -28,8 +28,8 @@
 use crate::backend::Raw;
 use crate::base::classes::{bucket_of, class_of, Op, CLASSES};
 use crate::base::clock;
-use crate::hot::slots::{self, Entry, Slot, CLASS_HIST, CLASS_MAX};
-use crate::hot::{c_contract, heapprof, mailbox, tls};
+use crate::hot::slots::{self, Entry, Slot};
+use crate::hot::{c_contract, class_latency, heapprof, mailbox, tls};
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 
@@ -362,14 +362,8 @@ fn sample(s: &Slot, shared: bool, o: usize, c: usize, d: u64) {
                 m.store(d, Relaxed);
             }
         }
-        CLASS_HIST.get_unchecked(o).get_unchecked(c).get_unchecked(b).fetch_add(1, Relaxed);
-        // Loaded first: `fetch_max` is a `lock cmpxchg` loop that takes the line (shared by every
-        // thread) exclusively even when the maximum stands, which it almost always does.
-        let cm = CLASS_MAX.get_unchecked(o).get_unchecked(c);
-        if d > cm.load(Relaxed) {
-            cm.fetch_max(d, Relaxed);
-        }
     }
+    class_latency::add(s.stripe.load(Relaxed), o, c, b, d);
 }
 
 /// An entry point recorded as `e`/`op` with `size` bytes when profiling is on (`P`).

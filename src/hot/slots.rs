@@ -95,6 +95,9 @@ pub struct Slot {
     pub max: [AtomicU64; OPS],
     /// Kernel thread id of the owner (0 when free).
     pub tid: AtomicU32,
+    /// The copy of the per-class latency histograms this slot's timed calls write
+    /// (`class_latency`; set at claim, 0 in the shared sinks).
+    pub stripe: AtomicU32,
     /// The owner's start routine address (0: unknown, e.g. the main thread); in an exited
     /// aggregate, the routine it gathers.
     pub start_routine: AtomicUsize,
@@ -125,13 +128,9 @@ pub struct Tally {
 #[allow(clippy::declare_interior_mutable_const)]
 const Z: AtomicU64 = AtomicU64::new(0);
 #[allow(clippy::declare_interior_mutable_const)]
-const ZC: [AtomicU64; CLASSES] = [Z; CLASSES];
-#[allow(clippy::declare_interior_mutable_const)]
 const ZT: [Tally; CLASSES] = [const { Tally { count: Z, bytes: Z } }; CLASSES];
 #[allow(clippy::declare_interior_mutable_const)]
 const ZB: [AtomicU64; BUCKETS] = [Z; BUCKETS];
-#[allow(clippy::declare_interior_mutable_const, clippy::large_const_arrays)]
-const ZCB: [[AtomicU64; BUCKETS]; CLASSES] = [ZB; CLASSES];
 
 impl Slot {
     const fn new() -> Slot {
@@ -145,6 +144,7 @@ impl Slot {
             hist: [ZB; OPS],
             max: [Z; OPS],
             tid: AtomicU32::new(0),
+            stripe: AtomicU32::new(0),
             start_routine: AtomicUsize::new(0),
             creator_tid: AtomicU32::new(0),
             start_unix_ms: AtomicU64::new(0),
@@ -182,11 +182,6 @@ impl Slot {
             .chain(self.hist.iter().flatten())
     }
 }
-
-/// Sampled latencies per op and size class, all threads (written with `fetch_add` on sampled
-/// calls only), and their maxima, in ticks.
-pub static CLASS_HIST: [[[AtomicU64; BUCKETS]; CLASSES]; OPS] = [ZCB; OPS];
-pub static CLASS_MAX: [[AtomicU64; CLASSES]; OPS] = [ZC; OPS];
 
 const CHUNK_SLOTS: usize = 64;
 const MAX_CHUNKS: usize = 256;
@@ -230,7 +225,7 @@ pub fn claim(st: *mut tls::ThreadState) -> *mut Slot {
     let _g = Reentry::enter();
     let mut got = exited_ptr();
     let mark = fold::claim_mark();
-    'outer: for (c, claimed) in CHUNKS.iter().zip(CLAIMED.iter()) {
+    'outer: for (n, (c, claimed)) in CHUNKS.iter().zip(CLAIMED.iter()).enumerate() {
         let mut chunk = c.load(Acquire);
         if chunk.is_null() {
             chunk = new_chunk(c);
@@ -250,6 +245,7 @@ pub fn claim(st: *mut tls::ThreadState) -> *mut Slot {
             if s.in_use.compare_exchange(0, mark, Acquire, Relaxed).is_ok() {
                 // SAFETY: gettid has no preconditions.
                 s.tid.store(unsafe { libc::gettid() } as u32, Relaxed);
+                s.stripe.store(crate::hot::class_latency::stripe_for(n * CHUNK_SLOTS + i), Relaxed);
                 // No backend call here: the counter is adopted later (`front`), see the module doc.
                 s.freed_counter.store(ptr::null_mut(), Relaxed);
                 got = s as *const Slot as *mut Slot;

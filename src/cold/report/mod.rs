@@ -12,7 +12,8 @@ pub mod text;
 use crate::base::classes::{CLASSES, OPS};
 pub use crate::cold::latency::Latency;
 pub use crate::cold::procfs::{statm, unix_ms};
-use crate::hot::slots::{self, CLASS_HIST, CLASS_MAX};
+use crate::hot::class_latency;
+use crate::hot::slots;
 use core::sync::atomic::Ordering::Relaxed;
 use mallocshim_format::dump::{STATE_EXITED, STATE_LIVE};
 
@@ -96,7 +97,9 @@ pub fn snapshot() -> Snapshot {
     // never sampled but not counted.
     for (o, cs) in classes.iter_mut().enumerate() {
         for (c, row) in cs.iter_mut().enumerate() {
-            row.latency = Latency::from_atomics(&CLASS_HIST[o][c], CLASS_MAX[o][c].load(Relaxed), npt);
+            class_latency::each_used(|s| {
+                row.latency.add(&Latency::from_atomics(&s.hist[o][c], s.max[o][c].load(Relaxed), npt));
+            });
         }
     }
     let mut routines = Vec::new();
