@@ -56,7 +56,7 @@ if [ "${COMPARE_LIMIT_S:-280}" != 0 ]; then
     lim=${COMPARE_LIMIT_S:-280}
     args=${COMPARE_ARGS:-"--backends glibc,jemalloc --workloads oltp_point_select --threads 64 --time 4 --warmup 1"}
     log "compare: start ($args)"
-    bash .device/run.sh "timeout -s INT $lim mallocshim compare $args --direct --rounds auto \
+    bash .device/run.sh "rm -rf /tmp/cmp; timeout -s INT $lim mallocshim compare $args --direct --rounds auto \
         --target-pct 1 --budget-s $((lim - 20)) --out /tmp/cmp >/tmp/cmp.log 2>&1; echo rc=\$? >>/tmp/cmp.log; \
         cp /tmp/cmp/report.md /tmp/cmp/cells.csv /out/; tail -n 40 /tmp/cmp.log >/out/answer.txt" \
         >>"$OUT/log.txt" 2>&1

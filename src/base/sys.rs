@@ -1,11 +1,13 @@
 //! Leaf helpers over libc shared by several rooms: errno (read and set, and its fixed offset
 //! from the thread pointer, which lets the hot path keep errno around a backend's free without a
-//! call), the thread pointer itself, `environ` lookups ([`env_raw`]), anonymous mappings (the
+//! call), the thread pointer itself, the CPU a thread runs on from glibc's rseq area
+//! ([`cpu_hint`]; its offset looked up once at initialisation with dlsym, which may allocate under
+//! the guard), `environ` lookups ([`env_raw`]), anonymous mappings (the
 //! shim's reservation, `region`, and what it cannot hold) and the `close` system call for fork
 //! handlers ([`close_raw`]). Imports nothing of the shim; never allocates, locks or fails.
 
 use core::ffi::c_int;
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicIsize, Ordering};
 
 #[inline(always)]
 pub fn errno() -> c_int {
@@ -35,6 +37,46 @@ pub fn thread_pointer() -> usize {
         core::arch::asm!("mov {p}, qword ptr fs:[0]", p = out(reg) p, options(nostack, pure, readonly));
     }
     p
+}
+
+/// Offset from the thread pointer of the rseq area's `cpu_id` (glibc 2.35+ registers one per
+/// thread: `__rseq_offset`, `__rseq_size`); `isize::MIN` when there is none.
+static RSEQ_CPU: AtomicIsize = AtomicIsize::new(isize::MIN);
+
+/// Looks up glibc's rseq registration (initialisation, under the guard: dlsym).
+pub fn init_cpu() {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: dlsym with valid names; the symbols, where present, are glibc's `ptrdiff_t
+        // __rseq_offset` and `unsigned int __rseq_size`, constant once the process runs.
+        unsafe {
+            let off = libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_offset".as_ptr()) as *const isize;
+            let size = libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_size".as_ptr()) as *const u32;
+            if !off.is_null() && !size.is_null() && *size >= 8 {
+                // struct rseq { u32 cpu_id_start; u32 cpu_id; ... }
+                RSEQ_CPU.store(*off + 4, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// The CPU the calling thread runs on, from the kernel's rseq area (one load; no syscall), or
+/// `None` without a registration. It may be stale as soon as it is read: a hint for spreading
+/// writes over cache lines, never an identity.
+#[inline(always)]
+pub fn cpu_hint() -> Option<u32> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let off = RSEQ_CPU.load(Ordering::Relaxed);
+        if off != isize::MIN {
+            // SAFETY: glibc keeps every thread's rseq area at this offset from the thread
+            // pointer for the thread's life; the kernel writes `cpu_id` (negative until
+            // registered), so it is read as a volatile i32.
+            let cpu = unsafe { ((thread_pointer() as isize + off) as *const i32).read_volatile() };
+            return u32::try_from(cpu).ok();
+        }
+    }
+    None
 }
 
 /// The calling thread's address of the initial-exec TLS symbol `$sym` (x86-64), as `*mut u8`:
@@ -165,5 +207,24 @@ pub fn env_raw(name: &[u8]) -> Option<*const libc::c_char> {
             // SAFETY: the value starts after `name=`, inside the same C string.
             return Some(unsafe { e.add(name.len() + 1) });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn the_cpu_hint_is_the_cpu_the_kernel_names() {
+        super::init_cpu();
+        // Debian 12's glibc (2.36) registers rseq for every thread; a migration between the two
+        // readings can make one pair differ, not a hundred.
+        let same = (0..100).any(|_| {
+            // SAFETY: sched_getcpu has no preconditions.
+            let k = unsafe { libc::sched_getcpu() };
+            super::cpu_hint() == u32::try_from(k).ok()
+        });
+        // SAFETY: as above.
+        let k = unsafe { libc::sched_getcpu() };
+        assert!(same, "cpu_hint {:?}, sched_getcpu {k}", super::cpu_hint());
     }
 }

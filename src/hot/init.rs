@@ -61,6 +61,7 @@ fn run() {
     crate::boundary::cxx::init();
     crate::base::own_heap::map();
     crate::base::sys::init_errno();
+    crate::base::sys::init_cpu();
     backend::publish(b);
     READY.store(true, Ordering::Release);
     crate::hot::route::publish(b, cfg.profile, crate::hot::heapprof::rate() != 0);

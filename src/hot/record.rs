@@ -348,6 +348,8 @@ fn entered(st: *mut tls::ThreadState, e: Entry) -> Option<(*mut Slot, bool)> {
     }
 }
 
+/// Adds a timed call of `d` ticks to the thread's and the size class's histograms (the stripe
+/// of the CPU the thread runs on, else the slot's: `class_latency`).
 fn sample(s: &Slot, shared: bool, o: usize, c: usize, d: u64) {
     let b = bucket_of(d);
     // SAFETY: `o` < OPS, `c` < CLASSES, `b` < BUCKETS by construction of `Op`, `class_of` and
@@ -363,7 +365,8 @@ fn sample(s: &Slot, shared: bool, o: usize, c: usize, d: u64) {
             }
         }
     }
-    class_latency::add(s.stripe.load(Relaxed), o, c, b, d);
+    let stripe = crate::base::sys::cpu_hint().unwrap_or_else(|| s.stripe.load(Relaxed));
+    class_latency::add(stripe, o, c, b, d);
 }
 
 /// An entry point recorded as `e`/`op` with `size` bytes when profiling is on (`P`).
