@@ -56,6 +56,7 @@ fn run() {
     crate::hot::postfork::init();
     slots::init();
     clock::start();
+    crate::hot::class_latency::init();
     record::set_sample_every(cfg.sample_every);
     crate::hot::heapprof::init(cfg.prof_sample_bytes, cfg.profile);
     crate::boundary::cxx::init();

@@ -9,7 +9,7 @@ pub mod prom;
 mod routines;
 pub mod text;
 
-use crate::base::classes::{CLASSES, OPS};
+use crate::base::classes::{BUCKETS, CLASSES, OPS};
 pub use crate::cold::latency::Latency;
 pub use crate::cold::procfs::{statm, unix_ms};
 use crate::hot::class_latency;
@@ -95,13 +95,13 @@ pub fn snapshot() -> Snapshot {
     let mut classes: Vec<Vec<OpRow>> = (0..OPS).map(|_| vec![OpRow::default(); CLASSES]).collect();
     // Latencies first, counts second: a call finishing in between is counted but not sampled,
     // never sampled but not counted.
-    for (o, cs) in classes.iter_mut().enumerate() {
-        for (c, row) in cs.iter_mut().enumerate() {
-            class_latency::each_used(|s| {
-                row.latency.add(&Latency::from_atomics(&s.hist[o][c], s.max[o][c].load(Relaxed), npt));
-            });
-        }
+    for row in classes.iter_mut().flatten() {
+        row.latency = Latency::from_atomics(&[], 0, npt);
+        row.latency.buckets.resize(BUCKETS, 0);
     }
+    class_latency::each_row(|o, c, hist, max| {
+        classes[o][c].latency.add(&Latency::from_atomics(hist, max, npt));
+    });
     let mut routines = Vec::new();
     slots::for_each(|s, live| {
         let tid = s.tid.load(Relaxed);
