@@ -530,6 +530,8 @@ fn bad_flags_fail_fast_with_one_line() {
     bad(&["--frobnicate"], "--frobnicate");
     bad(&["--variant", "threshold"], "want NAME:K=V");
     bad(&["--variant", "thr:MALLOCSHIM_BACKEND=jemalloc"], "which the runner sets");
+    bad(&["--live", "heap"], "--live \"heap\": want NAME:K=V");
+    bad(&["--live", "x:K=1", "--variant", "x:K=2"], "a --variant has that name");
     let o = compare()
         .args(["--shim", "/nonexistent/libmallocshim.so", "--out"])
         .arg(scratch("noshim"))
@@ -688,4 +690,58 @@ fn a_variant_runs_its_backend_again_with_its_variables() {
     assert_eq!(answer.len(), 1, "{md}");
     assert!(answer[0].contains("qps") && answer[0].ends_with("; 2 rounds"), "{}", answer[0]);
     assert!(stderr(&o).contains("glibc+thr vs glibc: "), "the answer on stderr: {}", describe(&o));
+}
+
+/// `--live` (issue 36, items 4 and 5): the variant's cells run on the backend's own server, each
+/// beside the backend's cell, with the setting made through the control channel and undone after:
+/// one server per round, the live cells' dumps taken with heap profiles off and the backend's
+/// with them on (so the setting was made, and undone), and the answer pairs the two. A setting the
+/// shim refuses at run time fails the run with one line naming it.
+#[test]
+fn a_live_variant_is_set_on_the_backends_own_server_and_undone() {
+    require_tools();
+    let out = scratch("live");
+    let o = runner()
+        .args(["--backends", "glibc", "--live", "heap:MALLOCSHIM_PROF_SAMPLE_BYTES=0"])
+        .args(["--workloads", "oltp_point_select", "--threads", "1,2", "--time", "1", "--rounds", "2"])
+        .args(["--tables", "1", "--table-size", "1000"])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("run mallocshim compare");
+    assert!(o.status.success(), "runner failed: {}", describe(&o));
+    let err = stderr(&o);
+    let runs = err.lines().filter(|l| l.contains("server pid ") && !l.ends_with("(prepare)")).count();
+    assert_eq!(runs, 2, "one server per round, not per configuration: {err}");
+    let rows = read_csv(&out.join("cells.csv"));
+    let configs: Vec<&str> = rows.iter().map(|r| r["config"].as_str()).collect();
+    assert_eq!(configs.iter().filter(|c| **c == "glibc").count(), 4, "{configs:?}");
+    assert_eq!(configs.iter().filter(|c| **c == "glibc+heap").count(), 4, "{configs:?}");
+    // Round 1: the backend's cell first; round 2: the live one first.
+    assert_eq!(&configs[..2], ["glibc", "glibc+heap"], "{configs:?}");
+    assert_eq!(&configs[4..6], ["glibc+heap", "glibc"], "{configs:?}");
+    for r in &rows {
+        assert!(f(r, "qps") > 0.0 && r["errors"] == "0" && r["mode"] == "shim", "{r:?}");
+        let dump = mallocshim_format::Dump::read(&out.join(&r["dump"])).unwrap_or_else(|e| panic!("{e}"));
+        let want = if r["config"] == "glibc+heap" { 0 } else { 524288 };
+        assert_eq!(dump.prof_sample_bytes, want, "{r:?}");
+    }
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let answer: Vec<&str> = md.lines().filter(|l| l.starts_with("- glibc+heap vs glibc: ")).collect();
+    assert_eq!(answer.len(), 1, "{md}");
+    assert!(answer[0].contains("CPU/query") && !answer[0].contains("peak RSS"), "{}", answer[0]);
+    assert!(md.contains("A --live variant"), "{md}");
+
+    let out = scratch("live-refused");
+    let o = runner()
+        .args(["--backends", "glibc", "--live", "off:MALLOCSHIM_PROFILE=off"])
+        .args(["--workloads", "oltp_point_select", "--threads", "1", "--time", "1", "--rounds", "1"])
+        .args(["--tables", "1", "--table-size", "1000"])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("run mallocshim compare");
+    assert_eq!(o.status.code(), Some(1), "{}", describe(&o));
+    let err = stderr(&o);
+    assert!(err.contains("mallocshim set ") && err.contains("MALLOCSHIM_PROFILE=off"), "{err}");
 }

@@ -168,6 +168,16 @@ pub struct Args {
     #[arg(long = "variant", value_name = "NAME:K=V")]
     pub variants: Vec<String>,
 
+    /// A variant set at run time, repeatable: NAME:K=V runs each backend's cells again as
+    /// "<backend>+NAME" on the same server, each right after (or, every other round, before) the
+    /// backend's own cell, with the run-time option K set to V through the control channel
+    /// (`mallocshim set PID K=V`) and set back after. The pair shares one warm server, so the
+    /// answer's interval is that of the setting alone, without the server-to-server spread:
+    /// what heap profiles or latency sampling cost (--live heap:MALLOCSHIM_PROF_SAMPLE_BYTES=0).
+    /// K must be settable at run time (`mallocshim get PID`); no peak RSS is compared.
+    #[arg(long = "live", value_name = "NAME:K=V")]
+    pub lives: Vec<String>,
+
     /// Where the throwaway datadir and socket go (default: a new /tmp/mallocshim-compare.XXXXXX;
     /// keep it short: a unix socket path must stay under 108 bytes).
     #[arg(long, value_name = "DIR")]
@@ -263,7 +273,12 @@ pub fn check(args: Args) -> Result<Plan, String> {
             return Err(format!("--out {}: exists and is not an empty directory", args.out.display()));
         }
     }
-    let variants = config::parse(&args.variants)?;
+    let mut variants = config::parse(&args.variants, false)?;
+    let lives = config::parse(&args.lives, true)?;
+    if let Some(v) = lives.iter().find(|l| variants.iter().any(|v| v.name == l.name)) {
+        return Err(format!("--live {}: a --variant has that name", v.name));
+    }
+    variants.extend(lives);
     let mut configs: Vec<Config> = backends.iter().map(|b| Config::plain(b, false)).collect();
     for v in &variants {
         configs

@@ -3,6 +3,10 @@
 //! shim backend with extra environment, so that a setting or a remedy
 //! (`MALLOCSHIM_GLIBC_TRIM_THRESHOLD=1M`, `MALLOC_ARENA_MAX=2`, a `MALLOC_CONF`) is measured
 //! against the same backend without it, in the same paired rounds.
+//! `--live NAME:K=V` is a variant set at run time instead: its cells run on the backend's own
+//! server, each right beside the backend's cell of the same workload and thread count, with K
+//! set to V through the control channel (`mallocshim set PID K=V`) and set back after, so the
+//! pair shares one warm server and its noise.
 //! Parsing and checks only; the runner starts each variant like its backend's shim
 //! configuration, with these variables after `--env`.
 
@@ -12,6 +16,8 @@
 pub struct Variant {
     pub name: String,
     pub envs: Vec<(String, String)>,
+    /// Set at run time on the backend's server (`--live`), not by a server of its own.
+    pub live: bool,
 }
 
 /// One configuration: a backend, under the shim (with a `--variant`'s variables or not) or
@@ -36,6 +42,11 @@ impl Config {
             (None, false) => self.backend.clone(),
         }
     }
+    /// A `--live` variant: run on its backend's server, set at run time.
+    pub fn is_live(&self) -> bool {
+        self.variant.as_ref().is_some_and(|v| v.live)
+    }
+
     pub fn mode(&self) -> &'static str {
         if self.direct {
             "direct"
@@ -54,12 +65,14 @@ pub fn var(kv: &str) -> Option<(String, String)> {
     (!k.is_empty() && !RUNNER_SETS.contains(&k)).then(|| (k.to_string(), v.to_string()))
 }
 
-/// The `--variant` values, in order: `NAME:K=V` each; a name given again adds its variable to
-/// that variant (V may hold commas and colons: a `MALLOC_CONF`). One line on error.
-pub fn parse(values: &[String]) -> Result<Vec<Variant>, String> {
+/// The `--variant` values (`--live` ones with `live`), in order: `NAME:K=V` each; a name given
+/// again adds its variable to that variant (V may hold commas and colons: a `MALLOC_CONF`). One
+/// line on error.
+pub fn parse(values: &[String], live: bool) -> Result<Vec<Variant>, String> {
+    let flag = if live { "--live" } else { "--variant" };
     let mut out: Vec<Variant> = Vec::new();
     for s in values {
-        let bad = |why: &str| format!("--variant {s:?}: {why}");
+        let bad = |why: &str| format!("{flag} {s:?}: {why}");
         let (name, kv) = s.split_once(':').ok_or_else(|| bad("want NAME:K=V"))?;
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
             return Err(bad("NAME must be letters, digits, '_' or '-'"));
@@ -72,7 +85,7 @@ pub fn parse(values: &[String]) -> Result<Vec<Variant>, String> {
                 return Err(bad("that variable is given twice"))
             }
             Some(v) => v.envs.push(pair),
-            None => out.push(Variant { name: name.to_string(), envs: vec![pair] }),
+            None => out.push(Variant { name: name.to_string(), envs: vec![pair], live }),
         }
     }
     Ok(out)
@@ -83,7 +96,7 @@ mod tests {
     use super::*;
 
     fn p(v: &[&str]) -> Result<Vec<Variant>, String> {
-        parse(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        parse(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>(), false)
     }
 
     #[test]
@@ -107,5 +120,8 @@ mod tests {
         assert!(p(&["x:LD_PRELOAD=/lib.so"]).unwrap_err().contains("which the runner sets"));
         assert!(p(&["x:=1"]).unwrap_err().contains("want NAME:K=V"));
         assert!(p(&["x:K=1", "x:K=2"]).unwrap_err().contains("given twice"));
+        let live = parse(&["heap:MALLOCSHIM_PROF_SAMPLE_BYTES=0".to_string()], true).unwrap();
+        assert!(live[0].live);
+        assert!(parse(&["heap".to_string()], true).unwrap_err().starts_with("--live"));
     }
 }

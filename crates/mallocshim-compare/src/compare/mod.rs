@@ -7,7 +7,8 @@
 //! ended by Ctrl-C through [`INTERRUPTED`]). After each round the stop rule of `rounds` decides
 //! whether another runs (`rounds`: `--rounds N`, `--rounds auto`, `--budget-s`). Modules: cli (flags and
 //! checks), measure (sysbench's figures, dumps, RSS sampler), results (CSV, report, plots), charts
-//! (the qps chart), spread (ratio intervals), answer (headline lines), rounds (the stop rule); beside
+//! (the qps chart), spread (ratio intervals), answer (headline lines), rounds (the stop rule), live
+//! (`--live` variants set on a running server); beside
 //! them, from mallocshim-cli's library, plot (charts, shared with `mallocshim plot`) and secure_write (every file
 //! it writes: new, 0600, never through a symlink). It never links the shim: the shim is a cdylib
 //! exporting malloc.
@@ -19,6 +20,7 @@ mod answer;
 mod charts;
 pub mod cli;
 mod config;
+mod live;
 mod measure;
 mod results;
 mod rounds;
@@ -166,37 +168,33 @@ fn server_run(
     } else {
         Some(measure::take_dump(&srv, &dumpdir, &out.join("dumps").join(format!("{stem}-start.json")))?)
     };
+    // The `--live` variants of this backend run on this server, beside each of its cells.
+    let lives: Vec<&Config> = if cfg.direct || cfg.variant.is_some() {
+        Vec::new()
+    } else {
+        plan.configs.iter().filter(|c| c.backend == cfg.backend && c.is_live()).collect()
+    };
+    let prog = if lives.is_empty() { None } else { Some(live::command().map_err(Error::Failed)?) };
     for (wi, w) in plan.workloads.iter().enumerate() {
         for &t in &a.threads {
-            let cellname = format!("{stem}-{}-t{t}", w.name());
-            announce_cell(st, round, cfg, w, t);
-            let mut cell = measure_cell(plan, &srv, out, round, cfg, w, t, &scripts[wi], &cellname)?;
-            if let Some(p) = prev.as_ref() {
-                let rel = format!("dumps/{cellname}.json");
-                let d = measure::take_dump(&srv, &dumpdir, &out.join(&rel))?;
-                if cell.queries > 0 {
-                    let per_query = |n: u64| Some(r3(n as f64 / cell.queries as f64));
-                    cell.allocs_per_query = per_query(d.allocs().saturating_sub(p.allocs()));
-                    cell.frees_per_query = per_query(d.count("free").saturating_sub(p.count("free")));
-                }
-                cell.backend_allocated_bytes = Some(d.memory.backend_allocated_bytes);
-                if d.backend != cfg.backend {
-                    st.notes.push(format!(
-                        "{cellname}: the shim ran backend {} instead of {} (fallback)",
-                        d.backend, cfg.backend
-                    ));
-                }
-                cell.dump = rel.clone();
-                run.last_dump = Some(out.join(&rel));
-                prev = Some(d);
+            // The backend's own cell first in odd rounds, last in even ones: a drift within the
+            // server run falls on both sides alike.
+            let mut order: Vec<&Config> = std::iter::once(cfg).chain(lives.iter().copied()).collect();
+            if round % 2 == 0 {
+                order.reverse();
             }
-            st.csv.append(&cell).map_err(Error::Failed)?;
-            st.done += 1;
-            say(&format!(
-                "cell {}/{} done: qps {:.1} tps {:.1} p95 {:.2} ms errors {} cpu/query {:.1} us",
-                st.done, st.total, cell.qps, cell.tps, cell.p95_ms, cell.errors, cell.cpu_us_per_query
-            ));
-            st.cells.push(cell);
+            for c in order {
+                let applied = match (&prog, c.variant.as_ref().filter(|v| v.live)) {
+                    (Some(p), Some(v)) => Some(live::apply(p, srv.pid(), v).map_err(Error::Failed)?),
+                    _ => None,
+                };
+                let cell = ServerCell { plan, srv: &srv, out, round, cfg: c, w, t, script: &scripts[wi] };
+                let res = cell.run(st, &dumpdir, &mut prev, &mut run);
+                if let Some(a) = applied {
+                    a.restore().map_err(Error::Failed)?;
+                }
+                res?;
+            }
         }
     }
     drop(sampler);
@@ -206,6 +204,63 @@ fn server_run(
         mallocshim_format::memlog::read(&memlog).ok().and_then(|r| r.iter().map(|x| x.rss_bytes).max());
     st.runs.push(run);
     Ok(())
+}
+
+/// One cell of a server run: the configuration it is recorded as (the server's own, or a
+/// `--live` variant set on it), its workload and thread count.
+struct ServerCell<'a, 's> {
+    plan: &'a Plan,
+    srv: &'a Server<'s>,
+    out: &'a Path,
+    round: u32,
+    cfg: &'a Config,
+    w: &'a Workload,
+    t: u32,
+    script: &'a str,
+}
+
+impl ServerCell<'_, '_> {
+    /// Runs the cell, takes the shim's dump after it (allocations per query against the dump
+    /// before, `prev`), appends its CSV line and counts it done.
+    fn run(
+        &self,
+        st: &mut State,
+        dumpdir: &Path,
+        prev: &mut Option<mallocshim_format::dump::Dump>,
+        run: &mut ServerRun,
+    ) -> Res<()> {
+        let (round, cfg, w, t, out) = (self.round, self.cfg, self.w, self.t, self.out);
+        let cellname = format!("r{round}-{}-{}-t{t}", cfg.name(), w.name());
+        announce_cell(st, round, cfg, w, t);
+        let mut cell = measure_cell(self.plan, self.srv, out, round, cfg, w, t, self.script, &cellname)?;
+        if let Some(p) = prev.as_ref() {
+            let rel = format!("dumps/{cellname}.json");
+            let d = measure::take_dump(self.srv, dumpdir, &out.join(&rel))?;
+            if cell.queries > 0 {
+                let per_query = |n: u64| Some(r3(n as f64 / cell.queries as f64));
+                cell.allocs_per_query = per_query(d.allocs().saturating_sub(p.allocs()));
+                cell.frees_per_query = per_query(d.count("free").saturating_sub(p.count("free")));
+            }
+            cell.backend_allocated_bytes = Some(d.memory.backend_allocated_bytes);
+            if d.backend != cfg.backend {
+                st.notes.push(format!(
+                    "{cellname}: the shim ran backend {} instead of {} (fallback)",
+                    d.backend, cfg.backend
+                ));
+            }
+            cell.dump = rel.clone();
+            run.last_dump = Some(out.join(&rel));
+            *prev = Some(d);
+        }
+        st.csv.append(&cell).map_err(Error::Failed)?;
+        st.done += 1;
+        say(&format!(
+            "cell {}/{} done: qps {:.1} tps {:.1} p95 {:.2} ms errors {} cpu/query {:.1} us",
+            st.done, st.total, cell.qps, cell.tps, cell.p95_ms, cell.errors, cell.cpu_us_per_query
+        ));
+        st.cells.push(cell);
+        Ok(())
+    }
 }
 
 /// One line: the cell about to run, with the elapsed time and the estimate of what is left.
@@ -341,12 +396,14 @@ fn run(plan: &Plan, out: &Path, workdir: &Path, st: &mut State) -> Res<()> {
     prepare(plan, &inst, out)?;
     let scripts: Vec<String> =
         plan.workloads.iter().map(|w| workload_script(w, out)).collect::<Result<_, _>>()?;
-    let n = plan.configs.len();
+    // A `--live` variant has no server of its own: it runs inside its backend's.
+    let starts: Vec<&Config> = plan.configs.iter().filter(|c| !c.is_live()).collect();
+    let n = starts.len();
     let (policy, rounds_start) = (a.policy(), Instant::now());
     for round in 1.. {
         let off = (round as usize - 1) % n;
         for i in 0..n {
-            let cfg = &plan.configs[(i + off) % n];
+            let cfg = starts[(i + off) % n];
             server_run(plan, &inst, out, st, round, cfg, &scripts)?;
         }
         let heads = answer::headlines(&plan.backends(), &plan.variant_names(), a.direct, &st.cells, &st.runs);

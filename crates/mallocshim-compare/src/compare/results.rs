@@ -247,8 +247,16 @@ pub fn write_report(
         "\nConfigurations: {}. \"<backend>\" runs mariadbd/mysqld under libmallocshim.so with MALLOCSHIM_BACKEND=<backend>; \
          \"<backend>-direct\" preloads the allocator itself without the shim (glibc-direct: no preload). \
          Backends alternate round by round (rotated order). Every number below is the median over rounds; \
-         the per-round values are in cells.csv.\n",
-        configs.join(", ")
+         the per-round values are in cells.csv.{}\n",
+        configs.join(", "),
+        if plan.configs.iter().any(|c| c.is_live()) {
+            " A --live variant (\"<backend>+NAME\") runs on its backend's own server, each cell beside \
+             the backend's cell of the same workload and thread count (after it in odd rounds, before it in \
+             even ones), with its setting made at run time through the control channel (mallocshim set) \
+             and undone after: it has no server run of its own, so no RSS or memlog."
+        } else {
+            ""
+        }
     );
     // (workload, config, threads) -> values over rounds
     let mut by: BTreeMap<(String, String, u32), Vec<&Cell>> = BTreeMap::new();
