@@ -180,7 +180,7 @@ fn server_run(
             // The backend's own cell first in odd rounds, last in even ones: a drift within the
             // server run falls on both sides alike.
             let mut order: Vec<&Config> = std::iter::once(cfg).chain(lives.iter().copied()).collect();
-            if round % 2 == 0 {
+            if round.is_multiple_of(2) {
                 order.reverse();
             }
             for c in order {
