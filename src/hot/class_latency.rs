@@ -18,9 +18,10 @@
 //! Memory: the stripes are taken at initialisation from the shim's reservation
 //! (`base::region`, 16 x 262 KiB of address space, not the library's `.bss`, whose pages stay in
 //! two 2 MiB ranges: tests/fork.rs); a stripe's pages are touched only by the cells written
-//! there (a page holds about two (op, class) rows of buckets), so a program that runs on one CPU
-//! maps one stripe's pages and a server busy on 16 CPUs or more about 16 times what one copy
-//! mapped (a few hundred KiB each). Each stripe marks the (op, class) rows it wrote, and a reader
+//! there (a row of 272 buckets is 2,176 bytes, so a written row maps one or two pages), so a
+//! program that runs on one CPU maps one stripe's pages and a server busy on 16 CPUs or more up
+//! to 16 times that: mariadbd under sysbench writes 25-34 (op, class) rows, at most ~270 KiB a
+//! stripe, ~4.3 MiB with all 16 written (one copy: at most 261 KiB). Each stripe marks the (op, class) rows it wrote, and a reader
 //! reads only those ([`each_row`]), so a dump maps few pages no call wrote (a page read but never
 //! written maps the zero page, which a fork copies: docs/results/fork.md). Without the
 //! reservation's memory (an address-space limit) no per-class latency is kept; the per-thread
