@@ -35,13 +35,13 @@ pub const GUARD_BYTES: usize = 4096;
 pub const WORKER_STACK_BYTES: usize = 2 << 20;
 /// Room for the memory-history ring, bytes (the ring asserts it fits).
 pub const RING_MAX_BYTES: usize = 1 << 20;
-/// The bump area: the own heap's reserve (32 MiB), the heap profile's tables (about 40.3 MiB),
+/// The bump area: the own heap's reserve (32 MiB), the heap profile's tables (about 43.3 MiB),
 /// slot chunks (820 KiB per 64 threads: room for 9, 576 threads), the per-class latency
 /// histograms' stripes (4.1 MiB, `hot::class_latency`), the worker's heap
 /// ([`WORKER_HEAP_BYTES`], taken at the worker's first start) and the heap profiler's heap
 /// ([`TABLES_HEAP_BYTES`], at its first sample); later requests get their own mapping. Address
 /// space only: `MAP_NORESERVE`, untouched pages cost no memory.
-const BUMP_BYTES: usize = (80 << 20) + CLASS_LATENCY_BYTES + WORKER_HEAP_BYTES + TABLES_HEAP_BYTES;
+const BUMP_BYTES: usize = (83 << 20) + CLASS_LATENCY_BYTES + WORKER_HEAP_BYTES + TABLES_HEAP_BYTES;
 /// Room for the per-class latency histograms' stripes, bytes (`hot::class_latency`, which
 /// takes about 4.1 MiB at initialisation).
 const CLASS_LATENCY_BYTES: usize = 5 << 20;
