@@ -36,7 +36,7 @@ fn the_table_grows_with_its_samples_and_the_filter_follows_them() {
     assert!((0..n).all(|i| filter_hit(addr(i) as usize)));
     // 20,000 over 16 shards: each grew to 2,048 or 4,096 slots.
     let (cap, _) = shard_table(addr(0));
-    assert!(cap >= 2048 && cap <= SHARD_SLOTS, "cap {cap}");
+    assert!((2048..=SHARD_SLOTS).contains(&cap), "cap {cap}");
     // Take every other one out: the rest still found, each removed one gone.
     for i in (0..n).step_by(2) {
         assert_eq!(remove(addr(i) as usize).map(|e| e.addr), Some(addr(i)), "{i}");
