@@ -5,7 +5,8 @@
 //!
 //! `cargo bench --bench scale -- [--threads 1,2,4,8,16] [--backends glibc,jemalloc,...]
 //! [--mix all,small] [--configs shim,shim-profile-off] [--rounds 5] [--target-ms 200]
-//! [--iters N] [--nopin] [--json PATH] [--md PATH] [--shim PATH] [--before PATH] [--prog PATH]`
+//! [--iters N] [--nopin] [--json PATH] [--md PATH] [--plot PATH] [--shim PATH] [--before PATH]
+//! [--prog PATH] [--from JSON]`
 //!
 //! Per backend the configurations: `direct` (the backend's library preloaded without the shim;
 //! glibc: no preload; always measured), `shim` (libmallocshim.so at all defaults) and
@@ -31,7 +32,10 @@
 //! median over rounds of shim - direct of the same round); and the ratio added(T) / added(1)
 //! (goal: at most 1.10 at 16 threads, every backend). Output: Markdown on stdout and in `--md`
 //! (default target/bench/scale.md), JSON in `--json` (default target/bench/scale.json, schema
-//! [`Report`]). `--shim` and `--prog` take prebuilt files (the 16-core machine has no cargo or
+//! [`Report`]); with `--plot`, a chart per mix (PNG, or SVG by the extension: benches/scale_parts/plot.rs)
+//! of the direct ns per pair and of what the shim adds, against T. `--from JSON` measures nothing:
+//! it reads an earlier run's JSON (the 16-core machine's, say) and writes its Markdown and chart.
+//! `--shim` and `--prog` take prebuilt files (the 16-core machine has no cargo or
 //! gcc: scripts/scale-device.sh); otherwise both are built.
 //!
 //! Long because: the options, the interleaved runner and the report in two forms (Markdown and
@@ -42,10 +46,12 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::Command;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "scale_parts/plot.rs"]
+mod plot;
 use common::median_or_nan;
 
 /// The configurations `--configs` may name; `direct` is always measured, first (the base).
@@ -88,15 +94,17 @@ struct Opts {
     pin: bool,
     json: PathBuf,
     md: PathBuf,
+    plot: Option<PathBuf>,
+    from: Option<PathBuf>,
     shim: Option<PathBuf>,
     before: Option<PathBuf>,
     prog: Option<PathBuf>,
 }
 
-/// The JSON form of one run of the bench (`--json`).
-#[derive(Serialize)]
+/// The JSON form of one run of the bench (`--json`), read back by `--from`.
+#[derive(Serialize, Deserialize)]
 struct Report {
-    schema: &'static str,
+    schema: String,
     machine: String,
     cpus: usize,
     load_before: String,
@@ -109,12 +117,12 @@ struct Report {
 
 /// One (mix, metric, backend, configuration, T): ns per pair and, for shim rows, what the shim
 /// adds.
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 struct Cell {
     mix: String,
-    metric: &'static str,
+    metric: String,
     backend: String,
-    config: &'static str,
+    config: String,
     threads: u32,
     /// Pairs per thread in each run.
     iters: u64,
@@ -157,6 +165,8 @@ fn parse_opts() -> Opts {
         pin: true,
         json: out.join("scale.json"),
         md: out.join("scale.md"),
+        plot: None,
+        from: None,
         shim: None,
         before: None,
         prog: None,
@@ -176,6 +186,8 @@ fn parse_opts() -> Opts {
             "--iters" => o.iters = Some(number("--iters", &val()).max(1)),
             "--json" => o.json = val().into(),
             "--md" => o.md = val().into(),
+            "--plot" => o.plot = Some(val().into()),
+            "--from" => o.from = Some(val().into()),
             "--shim" => o.shim = Some(val().into()),
             "--before" => o.before = Some(val().into()),
             "--prog" => o.prog = Some(val().into()),
@@ -330,9 +342,9 @@ fn cells(o: &Opts, mix: &str, iters: u64, s: &Samples) -> Vec<Cell> {
                     let added_ns = (k > 0).then(|| median_or_nan(&added_samples));
                     v.push(Cell {
                         mix: mix.to_string(),
-                        metric,
+                        metric: metric.to_string(),
                         backend: backend.clone(),
-                        config: kind,
+                        config: kind.to_string(),
                         threads: t,
                         iters,
                         xfer_frees: median_or_nan(&s[&(2, t, b, k)]),
@@ -451,7 +463,55 @@ fn command_line() -> String {
 }
 
 fn main() {
-    let o = parse_opts();
+    let mut o = parse_opts();
+    let rep = match &o.from {
+        Some(f) => {
+            let text = std::fs::read_to_string(f)
+                .unwrap_or_else(|e| fail(&format!("cannot read {}: {e}", f.display())));
+            let rep: Report = serde_json::from_str(&text)
+                .unwrap_or_else(|e| fail(&format!("{}: not a scale report: {e}", f.display())));
+            // The tables follow the report's own thread counts and mixes.
+            o.threads = rep
+                .cells
+                .iter()
+                .map(|c| c.threads)
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            o.mixes.clear();
+            for c in &rep.cells {
+                if !o.mixes.contains(&c.mix) {
+                    o.mixes.push(c.mix.clone());
+                }
+            }
+            rep
+        }
+        None => run_all(&o),
+    };
+    let md = markdown(&o, &rep);
+    print!("{md}");
+    for p in [&o.json, &o.md] {
+        if let Some(d) = p.parent() {
+            std::fs::create_dir_all(d).expect("create the output folder");
+        }
+    }
+    std::fs::write(&o.md, &md).unwrap_or_else(|e| fail(&format!("cannot write {}: {e}", o.md.display())));
+    if o.from.is_none() {
+        let json = serde_json::to_string_pretty(&rep).expect("serialise the report");
+        std::fs::write(&o.json, json)
+            .unwrap_or_else(|e| fail(&format!("cannot write {}: {e}", o.json.display())));
+        eprintln!("scale: wrote {} and {}", o.md.display(), o.json.display());
+    } else {
+        eprintln!("scale: wrote {}", o.md.display());
+    }
+    if let Some(p) = &o.plot {
+        plot::draw(p, &rep).unwrap_or_else(|e| fail(&e));
+        eprintln!("scale: drew {}", p.display());
+    }
+}
+
+/// Measures every mix; the report.
+fn run_all(o: &Opts) -> Report {
     let load_before = loadavg();
     let shim =
         o.shim.clone().map(|p| common::require_file(&p.to_string_lossy())).unwrap_or_else(common::shim);
@@ -466,11 +526,11 @@ fn main() {
             }
         }
         let iters = o.iters.unwrap_or_else(|| calibrate(&r, mix, o.target_ms));
-        let s = measure(&r, &o, mix, iters);
-        all.extend(cells(&o, mix, iters, &s));
+        let s = measure(&r, o, mix, iters);
+        all.extend(cells(o, mix, iters, &s));
     }
-    let rep = Report {
-        schema: "mallocshim-scale/1",
+    Report {
+        schema: "mallocshim-scale/1".into(),
         machine: machine(),
         cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         load_before,
@@ -479,17 +539,5 @@ fn main() {
         rounds: o.rounds,
         pinned: o.pin,
         cells: all,
-    };
-    let md = markdown(&o, &rep);
-    print!("{md}");
-    for p in [&o.json, &o.md] {
-        if let Some(d) = p.parent() {
-            std::fs::create_dir_all(d).expect("create the output folder");
-        }
     }
-    std::fs::write(&o.md, &md).unwrap_or_else(|e| fail(&format!("cannot write {}: {e}", o.md.display())));
-    let json = serde_json::to_string_pretty(&rep).expect("serialise the report");
-    std::fs::write(&o.json, json)
-        .unwrap_or_else(|e| fail(&format!("cannot write {}: {e}", o.json.display())));
-    eprintln!("scale: wrote {} and {}", o.md.display(), o.json.display());
 }

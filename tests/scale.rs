@@ -1,8 +1,10 @@
 //! CI smoke run of the scaling bench (`benches/scale.rs`, issue 36 item 1): runs it at T = 1, 2
 //! with a tiny iteration count and one round, and checks that it produced a full table: every
 //! backend x configuration x mix x metric x T in its JSON, each with a positive finite ns per
-//! pair, and every shim row with a finite added cost. No bound on any figure: two busy cores measure
-//! nothing; the figure comes from a quiet many-core machine (docs/results/scale.md).
+//! pair, and every shim row with a finite added cost; its chart (`--plot`) decodes as a PNG of
+//! two panels per mix; and `--from` reads the JSON back into the same tables. No bound on any
+//! figure: two busy cores measure nothing; the figure comes from a quiet many-core machine
+//! (docs/results/scale.md).
 
 mod common;
 
@@ -12,14 +14,16 @@ use std::process::Command;
 fn the_scale_bench_fills_its_table_at_one_and_two_threads() {
     let dir = common::work_dir().join("scale-smoke");
     let _ = std::fs::remove_dir_all(&dir);
-    let (json, md) = (dir.join("scale.json"), dir.join("scale.md"));
+    let (json, md, png) = (dir.join("scale.json"), dir.join("scale.md"), dir.join("scale.png"));
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut c = Command::new(cargo);
     c.current_dir(common::root()).args(["bench", "--quiet", "--bench", "scale", "--"]);
     c.args(["--threads", "1,2", "--iters", "3000", "--rounds", "1", "--json"])
         .arg(&json)
         .arg("--md")
-        .arg(&md);
+        .arg(&md)
+        .arg("--plot")
+        .arg(&png);
     let o = common::run_ok(c, "cargo bench --bench scale");
     let out = common::stdout(&o);
     let text = std::fs::read_to_string(&json).expect("the bench wrote its JSON");
@@ -54,6 +58,22 @@ fn the_scale_bench_fills_its_table_at_one_and_two_threads() {
     }
     assert_eq!(cells.len(), n, "cells beyond the table's\n{out}");
     assert_eq!(std::fs::read_to_string(&md).expect("the bench wrote its Markdown"), out);
+
+    // The chart: 60 px of title and 420 per panel, two panels per mix (direct; what the shim adds).
+    let dec = png::Decoder::new(std::fs::File::open(&png).expect("the bench drew its chart"));
+    let info = dec.read_info().expect("a PNG").info().clone();
+    assert_eq!((info.width, info.height), (1000, 60 + 420 * 4), "{}", png.display());
+
+    // Read back: the same tables (figures may differ in a last rounded digit: JSON's floats).
+    let md2 = dir.join("again.md");
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(common::root()).args(["bench", "--quiet", "--bench", "scale", "--", "--from"]);
+    c.arg(&json).arg("--md").arg(&md2);
+    common::run_ok(c, "cargo bench --bench scale -- --from");
+    let rows = |t: &str| -> Vec<String> {
+        t.lines().map(|l| l.split(" | ").take(2).collect::<Vec<_>>().join(" | ")).collect()
+    };
+    assert_eq!(rows(&std::fs::read_to_string(&md2).unwrap()), rows(&out), "--from's tables differ");
 }
 
 #[test]
