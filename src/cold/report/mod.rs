@@ -86,22 +86,28 @@ fn thread_name(tid: u32) -> String {
 /// `exited threads of <routine>`.
 pub const EXITED_OTHER: &str = "exited threads of other routines";
 
+/// Rows per op and size class holding only the sampled latencies, all stripes added up.
+fn class_latencies(npt: f64) -> Vec<Vec<OpRow>> {
+    let empty = OpRow {
+        latency: Latency { buckets: vec![0; BUCKETS], max_ns: 0, ns_per_tick: npt },
+        ..OpRow::default()
+    };
+    let mut classes: Vec<Vec<OpRow>> = (0..OPS).map(|_| vec![empty.clone(); CLASSES]).collect();
+    class_latency::each_row(|o, c, hist, max| {
+        classes[o][c].latency.add(&Latency::from_atomics(hist, max, npt));
+    });
+    classes
+}
+
 /// Takes a snapshot. Call under the reentrancy guard. The walk over the slots only copies
 /// numbers: thread names (/proc) and start routines (the files' symbols, never the loader) are
 /// looked up after it, when no exiting thread's fold is held up by it (`slots`).
 pub fn snapshot() -> Snapshot {
     let npt = crate::base::clock::ns_per_tick();
     let mut threads = Vec::new();
-    let mut classes: Vec<Vec<OpRow>> = (0..OPS).map(|_| vec![OpRow::default(); CLASSES]).collect();
     // Latencies first, counts second: a call finishing in between is counted but not sampled,
     // never sampled but not counted.
-    for row in classes.iter_mut().flatten() {
-        row.latency = Latency::from_atomics(&[], 0, npt);
-        row.latency.buckets.resize(BUCKETS, 0);
-    }
-    class_latency::each_row(|o, c, hist, max| {
-        classes[o][c].latency.add(&Latency::from_atomics(hist, max, npt));
-    });
+    let mut classes = class_latencies(npt);
     let mut routines = Vec::new();
     slots::for_each(|s, live| {
         let tid = s.tid.load(Relaxed);

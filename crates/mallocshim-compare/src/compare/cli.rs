@@ -169,11 +169,9 @@ pub struct Args {
     pub variants: Vec<String>,
 
     /// A variant set at run time, repeatable: NAME:K=V runs each backend's cells again as
-    /// "<backend>+NAME" on the same server, each right after (or, every other round, before) the
-    /// backend's own cell, with the run-time option K set to V through the control channel
-    /// (`mallocshim set PID K=V`) and set back after. The pair shares one warm server, so the
-    /// answer's interval is that of the setting alone, without the server-to-server spread:
-    /// what heap profiles or latency sampling cost (--live heap:MALLOCSHIM_PROF_SAMPLE_BYTES=0).
+    /// "<backend>+NAME" on the same server, each beside the backend's own cell, with the run-time
+    /// option K set to V (`mallocshim set PID K=V`) and set back after: a pair without the
+    /// server-to-server spread, e.g. what heap profiles cost (--live heap:MALLOCSHIM_PROF_SAMPLE_BYTES=0).
     /// K must be settable at run time (`mallocshim get PID`); no peak RSS is compared.
     #[arg(long = "live", value_name = "NAME:K=V")]
     pub lives: Vec<String>,
