@@ -659,21 +659,43 @@ fn custom_sql_and_lua_workloads_and_direct_preload() {
     assert_eq!(body[0][1], format!("{:.3}", q("glibc") / q("glibc-direct")));
 }
 
+/// A short run on a small dataset (1 table of 1,000 rows) with `args`, into a scratch folder
+/// named `name`: the folder and what the runner printed.
+fn small_run(name: &str, args: &[&str]) -> (PathBuf, std::process::Output) {
+    let out = scratch(name);
+    let o = runner()
+        .args(args)
+        .args(["--tables", "1", "--table-size", "1000"])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("run mallocshim compare");
+    (out, o)
+}
+
 /// `--variant thr:MALLOCSHIM_GLIBC_TRIM_THRESHOLD=1M`: glibc runs twice a round, as `glibc` and
 /// as `glibc+thr`; only the variant's server had the threshold (its dump says what the shim set,
 /// from mallopt), and the answer sets the variant against glibc.
 #[test]
 fn a_variant_runs_its_backend_again_with_its_variables() {
     require_tools();
-    let out = scratch("variant");
-    let o = runner()
-        .args(["--backends", "glibc", "--variant", "thr:MALLOCSHIM_GLIBC_TRIM_THRESHOLD=1M"])
-        .args(["--workloads", "oltp_point_select", "--threads", "1", "--time", "2", "--rounds", "2"])
-        .args(["--tables", "1", "--table-size", "1000"])
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("run mallocshim compare");
+    let (out, o) = small_run(
+        "variant",
+        &[
+            "--backends",
+            "glibc",
+            "--variant",
+            "thr:MALLOCSHIM_GLIBC_TRIM_THRESHOLD=1M",
+            "--workloads",
+            "oltp_point_select",
+            "--threads",
+            "1",
+            "--time",
+            "2",
+            "--rounds",
+            "2",
+        ],
+    );
     assert!(o.status.success(), "runner failed: {}", describe(&o));
     let rows = read_csv(&out.join("cells.csv"));
     let configs: Vec<&str> = rows.iter().map(|r| r["config"].as_str()).collect();
@@ -700,15 +722,23 @@ fn a_variant_runs_its_backend_again_with_its_variables() {
 #[test]
 fn a_live_variant_is_set_on_the_backends_own_server_and_undone() {
     require_tools();
-    let out = scratch("live");
-    let o = runner()
-        .args(["--backends", "glibc", "--live", "heap:MALLOCSHIM_PROF_SAMPLE_BYTES=0"])
-        .args(["--workloads", "oltp_point_select", "--threads", "1,2", "--time", "1", "--rounds", "2"])
-        .args(["--tables", "1", "--table-size", "1000"])
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("run mallocshim compare");
+    let (out, o) = small_run(
+        "live",
+        &[
+            "--backends",
+            "glibc",
+            "--live",
+            "heap:MALLOCSHIM_PROF_SAMPLE_BYTES=0",
+            "--workloads",
+            "oltp_point_select",
+            "--threads",
+            "1,2",
+            "--time",
+            "1",
+            "--rounds",
+            "2",
+        ],
+    );
     assert!(o.status.success(), "runner failed: {}", describe(&o));
     let err = stderr(&o);
     let runs = err.lines().filter(|l| l.contains("server pid ") && !l.ends_with("(prepare)")).count();
@@ -732,15 +762,23 @@ fn a_live_variant_is_set_on_the_backends_own_server_and_undone() {
     assert!(answer[0].contains("CPU/query") && !answer[0].contains("peak RSS"), "{}", answer[0]);
     assert!(md.contains("A --live variant"), "{md}");
 
-    let out = scratch("live-refused");
-    let o = runner()
-        .args(["--backends", "glibc", "--live", "off:MALLOCSHIM_PROFILE=off"])
-        .args(["--workloads", "oltp_point_select", "--threads", "1", "--time", "1", "--rounds", "1"])
-        .args(["--tables", "1", "--table-size", "1000"])
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("run mallocshim compare");
+    let (_, o) = small_run(
+        "live-refused",
+        &[
+            "--backends",
+            "glibc",
+            "--live",
+            "off:MALLOCSHIM_PROFILE=off",
+            "--workloads",
+            "oltp_point_select",
+            "--threads",
+            "1",
+            "--time",
+            "1",
+            "--rounds",
+            "1",
+        ],
+    );
     assert_eq!(o.status.code(), Some(1), "{}", describe(&o));
     let err = stderr(&o);
     assert!(err.contains("mallocshim set ") && err.contains("MALLOCSHIM_PROFILE=off"), "{err}");
