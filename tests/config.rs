@@ -102,7 +102,7 @@ fn verbose_1_prints_one_line_of_options() {
         assert!(l.split([' ', ';']).any(|w| w == set), "{set} not in {l}");
     }
     assert!(!l.contains("MALLOCSHIM_DUMP_DIR") && !l.contains("MALLOCSHIM_PROF_SAMPLE_BYTES"), "{l}");
-    assert!(l.ends_with("; the other 28 at their defaults (MALLOCSHIM_VERBOSE=2 prints the table)"), "{l}");
+    assert!(l.ends_with("; the other 29 at their defaults (MALLOCSHIM_VERBOSE=2 prints the table)"), "{l}");
     assert!(lines[1].starts_with("mallocshim: summary "), "{lines:?}");
 }
 

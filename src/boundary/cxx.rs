@@ -4,7 +4,9 @@
 //! frame is the code that called `new` (Debian's libstdc++ `operator new` keeps no frame
 //! pointer, so a walk from inside malloc would skip its caller), and it must be naked: each exported symbol is
 //! a small stub that keeps a frame (push %rbp) around a call to the backend through the route
-//! table, returns the block when there is one, and otherwise pops its frame and tail-jumps,
+//! table (its malloc for the plain and nothrow forms: one `operator new` costs the stub's 15
+//! instructions on top of malloc's; its memalign for the aligned forms), returns the block when
+//! there is one, and otherwise pops its frame and tail-jumps,
 //! with the caller's original arguments, to libstdc++'s own operator of the same name
 //! (resolved with dlsym(RTLD_NEXT) at initialisation). libstdc++'s operator then runs C++'s
 //! semantics itself: the std::new_handler loop, then std::bad_alloc for the throwing forms and
@@ -53,21 +55,11 @@ fn resolve(i: usize) -> usize {
     f
 }
 
-/// The backend's attempt for operator `i` (`a` = alignment for the aligned forms). On failure
-/// makes sure libstdc++'s operator is resolved before the stub jumps to it.
-extern "C" fn attempt(size: usize, a: usize, i: usize) -> *mut c_void {
-    let size = size.max(1);
-    // SAFETY: the route table's functions keep the C contracts of malloc and memalign.
-    let p = unsafe {
-        if i < 4 {
-            (route::get().malloc)(size)
-        } else if a.is_power_of_two() {
-            (route::get().memalign)(a, size)
-        } else {
-            core::ptr::null_mut()
-        }
-    };
-    if p.is_null() && resolve(i) == 0 {
+/// libstdc++'s operator `i`, resolved now if it was not; aborts, as an uncaught
+/// std::bad_alloc would, when there is none (a failed `new` has nowhere else to go).
+extern "C" fn real(i: usize) -> usize {
+    let f = resolve(i);
+    if f == 0 {
         crate::base::diag::warn!(
             "operator new failed and libstdc++'s {} cannot be found: aborting (std::bad_alloc)",
             NAMES[i].to_string_lossy()
@@ -75,13 +67,16 @@ extern "C" fn attempt(size: usize, a: usize, i: usize) -> *mut c_void {
         // SAFETY: abort has no preconditions.
         unsafe { libc::abort() };
     }
-    p
+    f
 }
 
-/// One exported operator: `$i` indexes NAMES and REAL; `$areg` is the register holding the
-/// alignment (unused for the unaligned forms).
+/// One exported operator (`$i` indexes NAMES and REAL): a frame keeping the caller's argument
+/// registers (`$save`, undone by `$restore`), `$args` making the route table's `$field` call's
+/// arguments from them (or leaving 0 in %rax and jumping to `4:`: a request the operator
+/// refuses), the call, the block returned when there is one; otherwise, with the caller's
+/// arguments, a jump to libstdc++'s operator ([`real`], resolved then when it was not).
 macro_rules! new_op {
-    ($name:ident, $i:literal) => {
+    ($name:ident, $i:literal, $field:ident, [$($save:literal),*], [$($restore:literal),*], [$($args:literal),*]) => {
         #[no_mangle]
         #[unsafe(naked)]
         /// C++'s operator of this mangled name (see the module doc).
@@ -89,41 +84,91 @@ macro_rules! new_op {
             core::arch::naked_asm!(
                 "push rbp",
                 "mov rbp, rsp",
-                "push rdi",
-                "push rsi",
-                "push rdx",
-                "push rcx",
-                // attempt(size = rdi, align = rsi, index)
-                "mov edx, {i}",
-                "call {attempt}",
-                "pop rcx",
-                "pop rdx",
-                "pop rsi",
-                "pop rdi",
+                $($save,)*
+                $($args,)*
+                "mov rax, qword ptr [rip + {active}]",
+                "call qword ptr [rax + {field}]",
+                "4:",
+                $($restore,)*
                 "pop rbp",
                 "test rax, rax",
                 "jz 2f",
                 "ret",
                 "2:",
                 "mov rax, qword ptr [rip + {real} + {off}]",
+                "test rax, rax",
+                "jz 3f",
+                "jmp rax",
+                "3:",
+                "push rbp",
+                "mov rbp, rsp",
+                $($save,)*
+                "mov edi, {i}",
+                "call {resolve}",
+                $($restore,)*
+                "pop rbp",
                 "jmp rax",
                 i = const $i,
                 off = const $i * 8,
-                attempt = sym attempt,
+                active = sym route::ACTIVE,
+                field = const core::mem::offset_of!(route::Table, $field),
+                resolve = sym real,
                 real = sym REAL,
             )
         }
     };
 }
 
-new_op!(_Znwm, 0);
-new_op!(_Znam, 1);
-new_op!(_ZnwmRKSt9nothrow_t, 2);
-new_op!(_ZnamRKSt9nothrow_t, 3);
-new_op!(_ZnwmSt11align_val_t, 4);
-new_op!(_ZnamSt11align_val_t, 5);
-new_op!(_ZnwmSt11align_val_tRKSt9nothrow_t, 6);
-new_op!(_ZnamSt11align_val_tRKSt9nothrow_t, 7);
+/// The plain and nothrow forms: `malloc(size)`, 0 served as 1 (`cmp`/`adc`); (size, nothrow_t&)
+/// in %rdi, %rsi.
+macro_rules! new_plain {
+    ($name:ident, $i:literal) => {
+        new_op!(
+            $name,
+            $i,
+            malloc,
+            ["push rdi", "push rsi"],
+            ["pop rsi", "pop rdi"],
+            ["cmp rdi, 1", "adc rdi, 0"]
+        );
+    };
+}
+
+/// The aligned forms: `memalign(align, size)`, 0 served as 1; an alignment that is not a power
+/// of two is refused (undefined in C++); (size, align, nothrow_t&) in %rdi, %rsi, %rdx.
+macro_rules! new_aligned {
+    ($name:ident, $i:literal) => {
+        new_op!(
+            $name,
+            $i,
+            memalign,
+            ["push rdi", "push rsi", "push rdx", "push rcx"],
+            ["pop rcx", "pop rdx", "pop rsi", "pop rdi"],
+            [
+                "xor eax, eax",
+                "test rsi, rsi",
+                "jz 4f",
+                "lea rcx, [rsi - 1]",
+                "test rcx, rsi",
+                "jnz 4f",
+                "mov rcx, rdi",
+                "mov rdi, rsi",
+                "mov rsi, rcx",
+                "cmp rsi, 1",
+                "adc rsi, 0"
+            ]
+        );
+    };
+}
+
+new_plain!(_Znwm, 0);
+new_plain!(_Znam, 1);
+new_plain!(_ZnwmRKSt9nothrow_t, 2);
+new_plain!(_ZnamRKSt9nothrow_t, 3);
+new_aligned!(_ZnwmSt11align_val_t, 4);
+new_aligned!(_ZnamSt11align_val_t, 5);
+new_aligned!(_ZnwmSt11align_val_tRKSt9nothrow_t, 6);
+new_aligned!(_ZnamSt11align_val_tRKSt9nothrow_t, 7);
 
 // C++'s delete family: every form frees through the table's free (blocks of every backend,
 // aligned or not, are freed by free; `p` NULL or from this process's allocator). Each is called

@@ -423,7 +423,8 @@ fn run() {
         if n > 0 && p[0].revents != 0 {
             let mut buf = [0u8; 256];
             // Drain every pending request: a burst is one dump (`dumpbound` rate-limits them);
-            // `a` asks for the control channel instead (`boundary::signals`).
+            // `a` asks for the control channel instead (`boundary::signals`), `r` for a drain
+            // of the trace rings only (`hot::tracebuf`: `record::tick` runs after every wake).
             loop {
                 // SAFETY: reading into a local buffer from our non-blocking pipe.
                 let r = unsafe { libc::read(rd, buf.as_mut_ptr().cast(), buf.len()) };
@@ -431,10 +432,10 @@ fn run() {
                     break;
                 }
                 for &b in &buf[..r as usize] {
-                    if b == b'a' {
-                        ctl.open();
-                    } else {
-                        asked = true;
+                    match b {
+                        b'a' => ctl.open(),
+                        b'r' => {}
+                        _ => asked = true,
                     }
                 }
             }

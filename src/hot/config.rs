@@ -80,6 +80,8 @@ pub struct Config {
     pub record_seconds: u64,
     /// Byte budget of a trace file.
     pub record_max_bytes: u64,
+    /// Most milliseconds a recording thread waits for the drain when its ring is full.
+    pub record_wait_ms: u64,
     /// NUL-terminated control channel directory; empty = `/run/mallocshim` for root, else
     /// `/tmp/mallocshim-<uid>`.
     pub ctl_dir: [u8; PATH_MAX],
@@ -183,7 +185,7 @@ impl Opt {
 /// Every variable the shim reads, one line each. The README's table matches this one row for
 /// row and cell for cell (tests/config.rs).
 #[rustfmt::skip]
-pub static OPTIONS: [Opt; 32] = [
+pub static OPTIONS: [Opt; 33] = [
     opt("MALLOCSHIM_BACKEND", "glibc", other!(parse_backend, show_backend), crate::backend::OPTION_DOC),
     opt("MALLOCSHIM_TCMALLOC_LIB", Backend::Tcmalloc.default_lib_str(), path!(tcmalloc_lib, ""), "gperftools library dlopen()ed (RTLD_LOCAL) for the tcmalloc backend"),
     opt("MALLOCSHIM_PROFILE", "on", switch!(profile, "off", "on"), "count calls per entry point and thread; off leaves pure routing"),
@@ -216,6 +218,7 @@ pub static OPTIONS: [Opt; 32] = [
     opt("MALLOCSHIM_RECORD", "off", path!(record, "off"), "record every allocator call from start into this trace file (%p = pid; FILE.<pid> when FILE is taken, never replaced; docs/record.md)"),
     opt("MALLOCSHIM_RECORD_SECONDS", "0", number!(record_seconds, 0, 31536000), "end that recording after N seconds (0 = at exit)"),
     opt("MALLOCSHIM_RECORD_MAX_BYTES", "1G", other!(parse_record_max, |c, out| put_u64(out, c.record_max_bytes)), "a recording ends when its file reaches SIZE (bytes, or K/M/G suffix; at least 64K)"),
+    opt("MALLOCSHIM_RECORD_WAIT_MS", "20", number!(record_wait_ms, 0, 1000), "a recording thread whose trace ring is full waits up to N ms for the drain (sleeping 50 µs at a time) before dropping its call; once more only after the drain has read; 0 = drop at once").live(),
 ];
 
 impl Opt {
@@ -545,6 +548,7 @@ static CONFIG: Cell = Cell(UnsafeCell::new(Config {
     record: [0; PATH_MAX],
     record_seconds: 0,
     record_max_bytes: 1 << 30,
+    record_wait_ms: 20,
     ctl_dir: [0; PATH_MAX],
 }));
 

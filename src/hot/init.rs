@@ -58,6 +58,7 @@ fn run() {
     clock::start();
     crate::hot::class_latency::init();
     record::set_sample_every(cfg.sample_every);
+    crate::hot::tracebuf::set_wait_ms(cfg.record_wait_ms);
     crate::hot::heapprof::init(cfg.prof_sample_bytes, cfg.profile);
     crate::boundary::cxx::init();
     crate::base::own_heap::map();

@@ -24,6 +24,19 @@ pub fn has_waker() -> bool {
     WAKER.load(Relaxed) >= 0
 }
 
+/// Wakes the shim's thread to drain the trace rings now (a recording thread's ring is full):
+/// one non-blocking write(2) of `r` to its pipe, which asks for nothing else (`cold::worker`).
+/// False, writing nothing, when there is no worker. Async-signal-safe.
+pub fn wake_drain() -> bool {
+    let fd = WAKER.load(Relaxed);
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: writing one byte from a static buffer; a full pipe already holds a wake-up.
+    unsafe { libc::write(fd, b"r".as_ptr().cast(), 1) };
+    true
+}
+
 /// Asks for a dump. Async-signal-safe: one non-blocking write(2) to the worker's pipe; without a
 /// worker, two stores (the request and this thread's sample countdown, so that its next recorded
 /// call takes the out-of-line path and sees the request).

@@ -5,12 +5,20 @@
 //! then.
 //! Each thread appends to its own single-producer ring ([`Buf`], [`CAP`] entries of 32 bytes)
 //! with plain stores and one release store of its head; the shim's thread (`cold::record`)
-//! reads entries up to the head and releases them with a store of the tail. No lock, no
-//! allocation, no syscall but the clock on the append. A full ring never blocks: the call is
-//! counted in the buffer's `dropped` (the footer says how many) and not recorded — or, in a
-//! process without the shim's thread, drained on the spot through the hook the cold path
-//! registered ([`set_inline_drain`]), under the guard (the mailbox's exception, for the same
-//! reason: no other thread exists to do it).
+//! reads entries up to the head and releases them with a store of the tail. The append marks
+//! its ring busy while it writes: a signal handler's allocator call that lands inside it is
+//! dropped and counted (before, it wrote the same entry and one of the two was lost unseen). No lock, no
+//! allocation, no syscall but the clock on the append while the ring has room. A full ring
+//! waits for the drain, out of line ([`waited`]): the thread wakes the shim's thread (one
+//! write(2) to its pipe) and sleeps 50 µs at a time (nanosleep) until the drain has made room,
+//! for at most `MALLOCSHIM_RECORD_WAIT_MS` (20 ms; 0 = never); a wait that runs out is not
+//! begun again until the drain has read that ring, so a stalled drain costs each thread one
+//! wait. These two syscalls are this module's exception: a FULLTEXT burst on 2 cores dropped
+//! 6-10% of its calls while the drain, fast enough on average, was off the CPU (docs/record.md).
+//! A call that finds the ring still full is counted in the buffer's `dropped` (the footer says
+//! how many) and not recorded — or, in a process without the shim's thread, the ring is
+//! drained on the spot through the hook the cold path registered ([`set_inline_drain`]), under
+//! the guard (the mailbox's exception, for the same reason: no other thread exists to do it).
 //! Exception, out of line and under the reentrancy guard: a thread's first call in a window
 //! claims a buffer from a pool of mmap()ed buffers (mapped once, then reused), and its slot
 //! (`slots::claim`) when it has none. A thread's buffer is handed back at its exit by the slot's
@@ -22,7 +30,7 @@
 
 use crate::backend::Raw;
 use crate::base::{clock, sys};
-use crate::hot::{c_contract, record, slots, tls};
+use crate::hot::{c_contract, mailbox, record, slots, tls};
 use core::cell::UnsafeCell;
 use core::ffi::{c_int, c_void};
 use core::ptr;
@@ -58,7 +66,12 @@ pub const ENDED: u32 = 2;
 pub struct Buf {
     /// Entries written (the owner's; release-stored after each entry).
     pub head: AtomicU64,
-    _pad: [u64; 7],
+    /// 1 while the owner writes an entry (the owner's; a signal handler's call then drops).
+    busy: AtomicU64,
+    /// The tail + 1 when the owner's last wait for the drain ran out (0: none since the drain
+    /// last read): a full ring with that tail drops its call at once (the owner's).
+    gave_up: AtomicU64,
+    _pad: [u64; 5],
     /// Entries read (the drain's).
     pub tail: AtomicU64,
     /// FREE, OWNED, ENDED.
@@ -95,6 +108,16 @@ static BUFS: [AtomicPtr<Buf>; MAX_BUFS] = [const { AtomicPtr::new(ptr::null_mut(
 static CLAIMS: AtomicU64 = AtomicU64::new(0);
 /// The cold path's drain for a process without the shim's thread (a `fn()`); 0 = none.
 static INLINE_DRAIN: AtomicUsize = AtomicUsize::new(0);
+/// Sleep between looks at a full ring, ns.
+const WAIT_STEP_NS: u64 = 50_000;
+/// How long a full ring waits for the drain before its call is dropped, ns
+/// (`MALLOCSHIM_RECORD_WAIT_MS`; 0 = never).
+static WAIT_NS: AtomicU64 = AtomicU64::new(20_000_000);
+
+/// Sets how long a full ring waits for the drain (`MALLOCSHIM_RECORD_WAIT_MS`; 0 = never).
+pub fn set_wait_ms(ms: u64) {
+    WAIT_NS.store(ms.saturating_mul(1_000_000), Relaxed);
+}
 
 /// Every buffer mapped so far (null entries past the last).
 pub fn buffers() -> impl Iterator<Item = &'static Buf> {
@@ -154,22 +177,45 @@ fn append(op: u8, align: usize, addr: usize, old: usize, size: usize, t: u64) {
             }
         }
         let b = &*b;
-        let h = b.head.load(Relaxed);
-        if h.wrapping_sub(b.tail.load(Acquire)) >= CAP as u64 && !drained_inline(b, h) {
-            if op != OLD_SIZE {
-                b.dropped.store(b.dropped.load(Relaxed) + 1, Relaxed);
-            }
-            return;
+        if b.head.load(Relaxed).wrapping_sub(b.tail.load(Acquire)) >= CAP as u64
+            && !drained_inline(b, b.head.load(Relaxed))
+            && !waited(b)
+        {
+            return drop_call(b, op);
         }
-        let lg = if align > 1 { (usize::BITS - 1 - align.leading_zeros()).min(31) as u64 } else { 0 };
-        let rel = t.wrapping_sub(T0.load(Relaxed)) & ((1 << 56) - 1);
-        b.entry(h).write(Entry {
-            w0: rel << 8 | lg << 3 | op as u64,
-            addr: addr as u64,
-            old: old as u64,
-            size: size as u64,
-        });
-        b.head.store(h + 1, Release);
+        // The append proper, marked busy: a signal handler's call that lands inside it would
+        // write the same entry, so it is dropped (and counted) instead. One landing between the
+        // test and the mark runs whole first, leaving the mark as it found it.
+        if b.busy.load(Relaxed) != 0 {
+            return drop_call(b, op);
+        }
+        b.busy.store(1, Relaxed);
+        // Read after the mark: a handler's call may have appended (or filled the ring) since.
+        let h = b.head.load(Relaxed);
+        if h.wrapping_sub(b.tail.load(Acquire)) < CAP as u64 {
+            let lg = if align > 1 { (usize::BITS - 1 - align.leading_zeros()).min(31) as u64 } else { 0 };
+            let rel = t.wrapping_sub(T0.load(Relaxed)) & ((1 << 56) - 1);
+            b.entry(h).write(Entry {
+                w0: rel << 8 | lg << 3 | op as u64,
+                addr: addr as u64,
+                old: old as u64,
+                size: size as u64,
+            });
+            b.head.store(h + 1, Release);
+            b.busy.store(0, Relaxed);
+        } else {
+            b.busy.store(0, Relaxed);
+            drop_call(b, op);
+        }
+    }
+}
+
+/// Counts a call the ring could not take (an [`OLD_SIZE`] marker is not a call).
+#[cold]
+#[inline(never)]
+fn drop_call(b: &Buf, op: u8) {
+    if op != OLD_SIZE {
+        b.dropped.store(b.dropped.load(Relaxed) + 1, Relaxed);
     }
 }
 
@@ -188,6 +234,36 @@ fn drained_inline(b: &Buf, h: u64) -> bool {
         f();
     }
     h.wrapping_sub(b.tail.load(Acquire)) < CAP as u64
+}
+
+/// A full ring while the shim's thread drains: wakes it and sleeps until the drain has made
+/// room (true), for at most [`WAIT_NS`] by CLOCK_MONOTONIC (vDSO; a sleep of 50 µs lasts 100-180
+/// µs on a busy machine, so the looks are counted by the clock, not by number); a wait that
+/// runs out (false) marks the ring so that its next calls drop at once until the drain has
+/// read it.
+#[cold]
+#[inline(never)]
+fn waited(b: &Buf) -> bool {
+    let wait = WAIT_NS.load(Relaxed);
+    let tail = b.tail.load(Acquire);
+    if wait == 0 || b.gave_up.load(Relaxed) == tail.wrapping_add(1) || !mailbox::wake_drain() {
+        return false;
+    }
+    let step = libc::timespec { tv_sec: 0, tv_nsec: WAIT_STEP_NS as i64 };
+    let end = clock::mono_ns().saturating_add(wait);
+    loop {
+        // SAFETY: a valid timespec and no remainder wanted; a sleep cut short by a signal only
+        // looks sooner.
+        unsafe { libc::nanosleep(&step, ptr::null_mut()) };
+        if b.head.load(Relaxed).wrapping_sub(b.tail.load(Acquire)) < CAP as u64 {
+            return true;
+        }
+        if clock::mono_ns() >= end {
+            break;
+        }
+    }
+    b.gave_up.store(b.tail.load(Acquire).wrapping_add(1), Relaxed);
+    false
 }
 
 /// The calling thread's first call in window `w`: its slot if it has none, then a free buffer
@@ -227,6 +303,7 @@ fn claim(st: *mut tls::ThreadState, w: u64) -> *mut Buf {
         r.dropped.store(0, Relaxed);
         r.claim.store(CLAIMS.fetch_add(1, Relaxed) + 1, Relaxed);
         let h = r.head.load(Relaxed);
+        r.busy.store(0, Relaxed);
         r.tail.store(h, Relaxed);
         r.window.store(w, Release);
     }

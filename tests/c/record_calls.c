@@ -9,10 +9,17 @@
  *           the parent waits, then 100 malloc(7777).
  *   churn N N short threads, each malloc(4321)/free, created and joined in waves of 16.
  *   busy MS allocates and frees (and reallocs one block per 1000 calls) for MS ms on 4 threads.
+ *   burst N a thread makes N malloc(64)/free pairs as fast as it can (its ring fills far faster
+ *           than the drain reads it); once it has made a tenth of them (its start, and under
+ *           heap profiles the first samples' unwinder set-up, behind it), main sends it SIGUSR2
+ *           every 200 us, whose handler calls free(NULL) (a traced call that touches no
+ *           allocator state: malloc itself is not async-signal-safe, and jemalloc alone
+ *           crashes when a handler's malloc interrupts its own); prints "tid burst=T handled=H".
  */
 #define _GNU_SOURCE
 #include <malloc.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,6 +103,56 @@ static void *short_thread(void *arg) {
     return NULL;
 }
 
+static long burst_pairs;
+static volatile int burst_done;
+static volatile long handled;
+static volatile pid_t burst_tid;
+static volatile long burst_made;
+static volatile int signals_stopped;
+
+static void *volatile nothing; /* NULL, read at run time: gcc drops a literal free(NULL) */
+
+static void on_usr2(int sig) {
+    (void)sig;
+    free(nothing);
+    handled++;
+}
+
+static void *burst(void *arg) {
+    (void)arg;
+    burst_tid = (pid_t)syscall(SYS_gettid);
+    for (long i = 0; i < burst_pairs; i++) {
+        free(keep(malloc(64)));
+        burst_made = i + 1;
+    }
+    burst_done = 1;
+    /* Stays until main has sent its last signal: one landing in the thread's exit, where the
+     * shim releases its slot, is not recorded. */
+    struct timespec step = {0, 100000};
+    while (!signals_stopped) nanosleep(&step, NULL);
+    return NULL;
+}
+
+static void burst_mode(long n) {
+    burst_pairs = n;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_usr2;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGUSR2, &sa, NULL);
+    pthread_t t;
+    pthread_create(&t, NULL, burst, NULL);
+    struct timespec step = {0, 200000};
+    while (burst_made < burst_pairs / 10) nanosleep(&step, NULL);
+    while (!burst_done) {
+        pthread_kill(t, SIGUSR2);
+        nanosleep(&step, NULL);
+    }
+    signals_stopped = 1;
+    pthread_join(t, NULL);
+    printf("tid burst=%d handled=%ld\n", (int)burst_tid, handled);
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "calls";
     if (!strcmp(mode, "calls")) {
@@ -128,6 +185,8 @@ int main(int argc, char **argv) {
             for (int k = 0; k < 16; k++) pthread_create(&t[k], NULL, short_thread, NULL);
             for (int k = 0; k < 16; k++) pthread_join(t[k], NULL);
         }
+    } else if (!strcmp(mode, "burst")) {
+        burst_mode(argc > 2 ? atol(argv[2]) : 1000000);
     } else if (!strcmp(mode, "busy")) {
         double end = now_ms() + (argc > 2 ? atof(argv[2]) : 500);
         pthread_t t[4];

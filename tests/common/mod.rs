@@ -7,6 +7,7 @@
 pub mod mariadb;
 pub mod storm;
 pub mod top_view;
+pub mod trace;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -212,9 +212,10 @@ pub fn drop_warning(events: u64, dropped: u64) -> String {
     }
     format!(
         "warning: {pct:.1}% of the window's calls were dropped ({dropped} of {}): the shim's thread, which drains each \
-         thread's ring every 10 ms, fell behind (a busy or loaded machine), so the trace misses them and `mallocshim \
-         replay` qualifies its verdict. Remedy: record again when the server has a core to spare (a quieter hour, or \
-         fewer client threads), or a shorter --seconds; docs/record.md\n",
+         thread's ring every 10 ms, fell behind for longer than the threads wait for it (a busy or loaded machine), so \
+         the trace misses them and `mallocshim replay` qualifies its verdict. Remedy: record again when the server has \
+         a core to spare (a quieter hour, or fewer client threads), with a shorter --seconds, or after `mallocshim set \
+         PID RECORD_WAIT_MS=50` (its threads then wait longer for the drain instead); docs/record.md\n",
         events + dropped
     )
 }

@@ -153,6 +153,10 @@ fn apply_hot(name: &str, c: &config::Config) -> Result<(), String> {
             crate::hot::record::set_sample_every(c.sample_every);
             Ok(())
         }
+        "MALLOCSHIM_RECORD_WAIT_MS" => {
+            crate::hot::tracebuf::set_wait_ms(c.record_wait_ms);
+            Ok(())
+        }
         "MALLOCSHIM_PROF_SAMPLE_BYTES" => {
             crate::hot::heapprof::set_rate(c.prof_sample_bytes).map_err(|_| {
                 format!("{name}: the heap profile's tables cannot be mapped; nothing changed")
