@@ -28,12 +28,18 @@ pub fn has_waker() -> bool {
 /// one non-blocking write(2) of `r` to its pipe, which asks for nothing else (`cold::worker`).
 /// False, writing nothing, when there is no worker. Async-signal-safe.
 pub fn wake_drain() -> bool {
+    poke(b"r")
+}
+
+/// Writes `byte` to the worker's pipe (non-blocking: a full pipe already wakes it); false,
+/// writing nothing, when there is no worker. Async-signal-safe.
+fn poke(byte: &'static [u8; 1]) -> bool {
     let fd = WAKER.load(Relaxed);
     if fd < 0 {
         return false;
     }
-    // SAFETY: writing one byte from a static buffer; a full pipe already holds a wake-up.
-    unsafe { libc::write(fd, b"r".as_ptr().cast(), 1) };
+    // SAFETY: writing one byte from a static buffer to the worker's pipe.
+    unsafe { libc::write(fd, byte.as_ptr().cast(), 1) };
     true
 }
 
@@ -42,11 +48,7 @@ pub fn wake_drain() -> bool {
 /// call takes the out-of-line path and sees the request).
 pub fn request() {
     ASKED.fetch_add(1, Relaxed);
-    let fd = WAKER.load(Relaxed);
-    if fd >= 0 {
-        // SAFETY: writing one byte from a static buffer; a full pipe already holds a request.
-        unsafe { libc::write(fd, b"d".as_ptr().cast(), 1) };
-    } else {
+    if !poke(b"d") {
         post();
     }
 }
@@ -55,11 +57,7 @@ pub fn request() {
 /// Async-signal-safe. Without a worker (a single-threaded process) nothing happens: the channel
 /// is served by the shim's thread, and the client falls back to the plain signal.
 pub fn attach() {
-    let fd = WAKER.load(Relaxed);
-    if fd >= 0 {
-        // SAFETY: writing one byte from a static buffer; a full pipe already wakes the worker.
-        unsafe { libc::write(fd, b"a".as_ptr().cast(), 1) };
-    }
+    poke(b"a");
 }
 
 /// Requests ever made (`cold::dumpbound` compares it with those answered, to say when requests
