@@ -35,15 +35,16 @@
 //!   effect it learnt from framehop under the same state (about a third of the instructions
 //!   of a framehop call), and in front of the memo the bank's [`super::walks`] give a stack
 //!   walked before at the same depth its frames back when the words that walk read are the
-//!   same (one load and compare a word, no module lookup).
+//!   same (one load and compare a word, no module lookup). A kept walk's first check interns
+//!   its frames in [`super::stacks`] (one shard lock, bank held, never across an unwind) and
+//!   remembers the id; later checks hand out the id and write no frames.
 //! - Within one walk, a frame inside the module the previous frame was checked in needs no
 //!   lookup: its return address is live on this stack, so that module stays mapped (and the
 //!   same) for the whole walk. Nothing about modules is kept from one walk to the next.
 //!   Every stack read is bounds-checked against this thread's stack ([`walk`]'s `lo..hi`).
 //! - A walk ends where the stack pointer reaches `hi`: for a thread the shim started, the
-//!   trampoline's frame that calls the start routine (`heapprof::thread_started`, passed down
-//!   by [`super::unwind::capture`]), so the trampoline, `start_thread` and `clone3` are neither
-//!   looked up nor unwound.
+//!   trampoline's frame that calls the start routine (`heapprof::thread_started`, passed down by
+//!   [`super::unwind::capture`]): the trampoline, `start_thread` and `clone3` are not unwound.
 
 use super::ehframe::{find, Key, FIND};
 use core::ptr::null_mut;
@@ -117,9 +118,10 @@ unsafe extern "C" fn after_fork_child() {
 }
 
 /// Continues the stack of the frame returning to `ret` (stack pointer `sp` after the return,
-/// `bp` its %rbp) into `out[n..]`, reading the stack only in `lo..hi`; frames inside the shim
-/// are left out. Returns the new count, or None when the CFI is unavailable (no
-/// `_dl_find_object`, no free cache): the caller walks frame pointers instead.
+/// `bp` its %rbp) into `out[n0..]`, reading the stack only in `lo..hi`; frames inside the shim
+/// are left out. Returns the new count and, when a kept walk gave the whole stack (`n0` 0), its
+/// id in `super::stacks` (then `out` holds no frames: the id stands for them); None when the CFI
+/// is unavailable (no `_dl_find_object`, no free bank): the caller walks frame pointers.
 pub fn walk(
     ret: usize,
     sp: usize,
@@ -128,7 +130,7 @@ pub fn walk(
     hi: usize,
     out: &mut [usize; super::unwind::MAX_FRAMES],
     n0: usize,
-) -> Option<usize> {
+) -> Option<(usize, Option<u32>)> {
     if FIND.load(Relaxed) == 0 {
         return None;
     }
@@ -136,7 +138,7 @@ pub fn walk(
         make_pool();
     }
     // The last address a read may start at, as an offset from `lo`: one compare per read.
-    let Some(span) = hi.checked_sub(lo).and_then(|d| d.checked_sub(8)) else { return Some(n0) };
+    let Some(span) = hi.checked_sub(lo).and_then(|d| d.checked_sub(8)) else { return Some((n0, None)) };
     let mut read = |a: u64| -> Result<u64, ()> {
         if (a as usize).wrapping_sub(lo) > span {
             return Err(());
@@ -146,9 +148,8 @@ pub fn walk(
         Ok(unsafe { (a as *const u64).read_unaligned() })
     };
     for pass in 0..PASSES {
-        let regs = UnwindRegsX86_64::new(ret as u64, sp as u64, bp as u64);
-        match one_pass(regs, &mut read, hi, out, n0) {
-            Pass::Done(n) => return Some(n),
+        match one_pass((ret as u64, sp as u64, bp as u64), &mut read, hi, out, n0) {
+            Pass::Done(n, id) => return Some((n, id)),
             Pass::NoCache => return None,
             Pass::Missing(k, mut n, pc, bp) => {
                 if pass + 1 == PASSES || !register(k) {
@@ -157,7 +158,7 @@ pub fn walk(
                         out[n] = pc;
                         n += 1;
                     }
-                    return Some(super::unwind::fp_walk(bp, lo, hi, out, n));
+                    return Some((super::unwind::fp_walk(bp, lo, hi, out, n), None));
                 }
             }
         }
@@ -166,7 +167,8 @@ pub fn walk(
 }
 
 enum Pass {
-    Done(usize),
+    /// The count reached, and the stack's id when a kept walk knows it.
+    Done(usize, Option<u32>),
     NoCache,
     /// A module to register first; meanwhile the count reached, and the frame's return address
     /// and %rbp there.
@@ -174,7 +176,7 @@ enum Pass {
 }
 
 fn one_pass<F: FnMut(u64) -> Result<u64, ()>>(
-    regs: UnwindRegsX86_64,
+    first: (u64, u64, u64),
     read: &mut F,
     hi: usize,
     out: &mut [usize; super::unwind::MAX_FRAMES],
@@ -187,18 +189,29 @@ fn one_pass<F: FnMut(u64) -> Result<u64, ()>>(
     let held = (!st.is_null()).then(|| unsafe { &*st });
     // SAFETY: the bank was taken from the pool by this thread alone.
     let bank = unsafe { &mut *bank };
-    let first = (regs.ip(), regs.sp(), regs.bp());
     let kept = held.and_then(|s| bank.walks.check(first, hi as u64, s.generation, out, n0));
-    let r = match kept {
-        Some(n) => Pass::Done(n),
-        None => walk_frames(regs, read, hi, out, n0, held, bank),
+    let (mut r, slot) = match kept {
+        Some((n, slot)) => (Pass::Done(n, None), Some(slot)),
+        None => {
+            let regs = UnwindRegsX86_64::new(first.0, first.1, first.2);
+            walk_frames(regs, read, hi, out, n0, held, bank)
+        }
     };
+    if let (Pass::Done(n, id), Some(slot), 0) = (&mut r, slot, n0) {
+        *id = bank.walks.stack(slot).or_else(|| {
+            // First use of this kept walk: its stack's id, remembered for the next checks.
+            let id = super::stacks::intern(&out[..*n])?;
+            bank.walks.set_stack(slot, id);
+            Some(id)
+        });
+    }
     READERS.fetch_sub(1, SeqCst);
     put_bank(bank);
     r
 }
 
-/// [`one_pass`]'s walk, frame by frame; kept in the bank's walks when a replay can repeat it.
+/// [`one_pass`]'s walk, frame by frame; kept in the bank's walks when a replay can repeat it
+/// (its slot returned).
 fn walk_frames<F: FnMut(u64) -> Result<u64, ()>>(
     mut regs: UnwindRegsX86_64,
     read: &mut F,
@@ -207,7 +220,7 @@ fn walk_frames<F: FnMut(u64) -> Result<u64, ()>>(
     n0: usize,
     held: Option<&State>,
     bank: &mut Bank,
-) -> Pass {
+) -> (Pass, Option<usize>) {
     bank.walks.start(regs.ip(), regs.sp(), hi as u64);
     let mut n = n0;
     let mut pc = regs.ip();
@@ -217,7 +230,7 @@ fn walk_frames<F: FnMut(u64) -> Result<u64, ()>>(
     let mut shim = false;
     let r = loop {
         if n >= out.len() || pc == 0 {
-            break Pass::Done(n);
+            break Pass::Done(n, None);
         }
         let look = pc - 1;
         if !same.contains(&look) {
@@ -236,8 +249,8 @@ fn walk_frames<F: FnMut(u64) -> Result<u64, ()>>(
             out[n] = pc as usize;
             n += 1;
         }
-        let Some(s) = held else { break Pass::Done(n) };
-        let Some(addr) = FrameAddress::from_return_address(pc) else { break Pass::Done(n) };
+        let Some(s) = held else { break Pass::Done(n, None) };
+        let Some(addr) = FrameAddress::from_return_address(pc) else { break Pass::Done(n, None) };
         let next = match super::memo::get(&bank.memo, look, s.generation) {
             Some(e) if e.replayable() => {
                 bank.walks.frame(pc, e, regs.sp(), regs.bp());
@@ -259,13 +272,14 @@ fn walk_frames<F: FnMut(u64) -> Result<u64, ()>>(
             // A frame at or above the top holds nothing the walk may read: the shim's
             // `pthread_create` trampoline, where a thread it started has its top.
             Some(next) if regs.sp() < hi as u64 => pc = next,
-            _ => break Pass::Done(n),
+            _ => break Pass::Done(n, None),
         }
     };
-    if let (Pass::Done(n), Some(s)) = (&r, held) {
-        bank.walks.keep(n - n0, s.generation);
-    }
-    r
+    let slot = match (&r, held) {
+        (Pass::Done(n, _), Some(s)) => bank.walks.keep(n - n0, s.generation),
+        _ => None,
+    };
+    (r, slot)
 }
 
 /// True when the state holds the module `k` with the loader's identity.

@@ -157,15 +157,12 @@ pub fn ensure() -> bool {
             Err(_) => core::hint::spin_loop(),
         }
     }
-    let [rb, hb, fb] = records::sizes();
     let live = map(SHARDS * SHARD_RESERVE * core::mem::size_of::<Live>());
-    let (recs, heads, frames) = (map(rb), map(hb), map(fb));
-    if [live, recs, heads, frames].iter().any(|p| p.is_null()) {
+    if live.is_null() || !records::map_tables(map) {
         STATE.store(3, Release);
         crate::base::diag::warn!("cannot map the heap profile's tables: heap profiles off");
         return false;
     }
-    records::attach(recs, heads, frames);
     for (i, s) in S.iter().enumerate() {
         let _l = s.lock.lock();
         // SAFETY: under the lock; each shard gets its own SHARD_RESERVE of the live mapping.
@@ -378,13 +375,14 @@ fn put(e: Live) {
     }
 }
 
-/// Records a sampled block.
-pub fn insert(addr: usize, size: u64, scale: f64, frames: &[usize], tid: u32, role: usize) {
+/// Records a sampled block whose stack is `stack` (its id in `super::stacks`; None: the stacks
+/// were full).
+pub fn insert(addr: usize, size: u64, scale: f64, stack: Option<u32>, tid: u32, role: usize) {
     if !ready() {
         return;
     }
     SAMPLES.fetch_add(1, Relaxed);
-    let Some(rec) = records::sample(frames, tid, role, scale, size) else {
+    let Some(rec) = stack.and_then(|st| records::sample(st, tid, role, scale, size)) else {
         DROPPED_RECORDS.fetch_add(1, Relaxed);
         return;
     };
@@ -477,7 +475,7 @@ pub fn copy() -> Copy {
     if !ready() {
         return c;
     }
-    let (nrecs, nframes) = records::counts();
+    let (nrecs, _, nframes) = records::counts();
     let nlive = NLIVE.load(Relaxed);
     let margin = |n: usize, cap: usize| (n + n / 8 + 64).min(cap);
     if c.records.try_reserve_exact(margin(nrecs, MAX_RECORDS)).is_err()

@@ -14,9 +14,10 @@
 //!   ([`live::filter_hit`]); only a hit (a sampled block, or a rare false positive) looks in
 //!   the live set;
 //! - a sampled allocation, and the free of a sampled block, are out of line: they take the
-//!   lock of one shard of the tables (16 record shards by stack hash, 16 live-set shards by
-//!   address hash; each lock held for a table update only, never across a call that could
-//!   block, never two at once). The locks are futex mutexes ([`lock`]): a waiter spins about
+//!   lock of one shard of each table they update (16 stack shards by frames hash, taken only
+//!   for a stack no kept walk names yet ([`stacks`]); 16 record shards by (stack id, tid); 16
+//!   live-set shards by address hash), one after the other: each lock held for a table update
+//!   only, never across a call that could block, never two at once. The locks are futex mutexes ([`lock`]): a waiter spins about
 //!   100 pauses, then sleeps in FUTEX_WAIT, and a release that finds a sleeper makes a
 //!   FUTEX_WAKE. These two syscalls are the exception to "no syscall but the clock": they
 //!   happen only on sampled calls (1 per 512 KiB allocated by default) that meet contention,
@@ -40,6 +41,7 @@ pub mod live;
 mod lock;
 mod memo;
 mod records;
+mod stacks;
 pub mod unwind;
 mod walks;
 
@@ -216,11 +218,26 @@ pub fn sampled(s: &Slot, p: *mut c_void, n: usize) {
     }
     let (lo, hi) = stack_bounds(tp);
     let mut frames = [0usize; unwind::MAX_FRAMES];
-    let k = unwind::capture(lo, hi, tp.stack_stop.load(Relaxed), &mut frames);
-    let scale = 1.0 / (1.0 - libm::exp(-(n as f64) / mean as f64));
+    // With the stack's id known, the frames are not needed (nor written).
+    let (k, stack) = unwind::capture(lo, hi, tp.stack_stop.load(Relaxed), &mut frames);
+    let stack = stack.or_else(|| stacks::intern(&frames[..k]));
+    let scale = weight(n as f64 / mean as f64);
     // In a forked child, the survivor's slot gets the child's tid before its first record.
     crate::hot::slots::adopt_if_survivor(s);
-    live::insert(p as usize, n as u64, scale, &frames[..k], s.tid.load(Relaxed), thread_role(s));
+    live::insert(p as usize, n as u64, scale, stack, s.tid.load(Relaxed), thread_role(s));
+}
+
+/// A sample's weight, the blocks it stands for: `1 / (1 - exp(-x))` for a block of `x` mean
+/// gaps. Below x = 1/8 (a block under 64 KiB at the default 512 KiB) from its Laurent series
+/// `1/x + 1/2 + x/12 - x^3/720` (the next term, x^5/30240, is below 1.2e-9 of the sum there:
+/// under a double's rounding of a weight summed over thousands of samples); above, from `libm`.
+#[inline]
+fn weight(x: f64) -> f64 {
+    if x < 0.125 {
+        1.0 / x + 0.5 + x * (1.0 / 12.0) - x * x * x * (1.0 / 720.0)
+    } else {
+        1.0 / (1.0 - libm::exp(-x))
+    }
 }
 
 /// The thread's start routine (the address the shim's `pthread_create` recorded in its slot),

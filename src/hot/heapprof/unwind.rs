@@ -57,9 +57,10 @@ pub fn in_shim(pc: usize) -> bool {
 /// (0: none) where a walk from below it ends (the start routine's caller's stack pointer: see
 /// `heapprof::thread_started`; a thread-exit destructor runs above it, and walks to `hi`).
 /// Returns the number of frames written (0 when the thread runs outside that stack, e.g. on a
-/// signal stack or a coroutine's).
+/// signal stack or a coroutine's), and the stack's id in [`super::stacks`] when a kept walk
+/// knew it (then `out` holds no frames: the id stands for them; else the caller interns them).
 #[inline(never)]
-pub fn capture(lo: usize, hi: usize, stop: usize, out: &mut [usize; MAX_FRAMES]) -> usize {
+pub fn capture(lo: usize, hi: usize, stop: usize, out: &mut [usize; MAX_FRAMES]) -> (usize, Option<u32>) {
     let (mut fp, sp): (usize, usize);
     // SAFETY: reads two registers; this function keeps a frame pointer (forced for the crate).
     unsafe {
@@ -67,35 +68,35 @@ pub fn capture(lo: usize, hi: usize, stop: usize, out: &mut [usize; MAX_FRAMES])
             options(nomem, nostack, preserves_flags));
     }
     if sp < lo || sp >= hi || hi < 16 {
-        return 0;
+        return (0, None);
     }
     let hi = if sp < stop { stop } else { hi };
     // The shim's own frames keep frame pointers: walk them to the first frame outside it,
     // then unwind from the CFI (`cfi`), or on by frame pointer when that is unavailable.
     for _ in 0..MAX_FRAMES * 4 {
         if fp < sp || fp > hi - 16 || fp & 7 != 0 {
-            return 0;
+            return (0, None);
         }
         // SAFETY: fp..fp+16 lies between this thread's stack pointer and the top of its
         // stack, which is mapped memory of this thread.
         let (next, ret) =
             unsafe { ((fp as *const usize).read_volatile(), ((fp + 8) as *const usize).read_volatile()) };
         if ret == 0 {
-            return 0;
+            return (0, None);
         }
         if !in_shim(ret) {
-            if let Some(n) = super::cfi::walk(ret, fp + 16, next, sp, hi, out, 0) {
-                return n;
+            if let Some(r) = super::cfi::walk(ret, fp + 16, next, sp, hi, out, 0) {
+                return r;
             }
             out[0] = ret;
-            return fp_walk(next, sp, hi, out, 1);
+            return (fp_walk(next, sp, hi, out, 1), None);
         }
         if next <= fp {
-            return 0;
+            return (0, None);
         }
         fp = next;
     }
-    0
+    (0, None)
 }
 
 /// Follows the frame-pointer chain from `fp` into `out[n..]`, reading only `lo..hi` (this

@@ -55,6 +55,8 @@ pub struct Walk<const N: usize> {
     reg: u64,
     /// Every offset checked + 8 is at most this.
     end: u64,
+    /// The id of its frames' stack in `super::stacks`, + 1 (0: not known yet).
+    stack: u32,
     ra_off: [u32; N],
     ra_val: [u64; N],
     bp_off: [u32; N],
@@ -85,7 +87,9 @@ fn slot(ip: u64, depth: u64) -> usize {
 impl<const N: usize> Walks<N> {
     /// The frames of the walk kept for the first frame `ip` at stack pointer `sp` (%rbp `bp`)
     /// under stack top `hi` and `generation`, written to `out[n0..]` when this stack holds the
-    /// words it checks: the new count, or None (none kept, or another stack: walk it).
+    /// words it checks: the new count and the kept walk's slot, or None (none kept, or another
+    /// stack: walk it). A kept walk whose stack id is known ([`Self::stack`]) writes no frames
+    /// when `n0` is 0: the id stands for the whole stack.
     #[inline]
     pub fn check(
         &self,
@@ -94,9 +98,10 @@ impl<const N: usize> Walks<N> {
         generation: u32,
         out: &mut [usize; N],
         n0: usize,
-    ) -> Option<usize> {
+    ) -> Option<(usize, usize)> {
         let depth = hi.checked_sub(sp)?;
-        let k = &self.kept[slot(ip, depth)];
+        let at = slot(ip, depth);
+        let k = &self.kept[at];
         let frames = k.frames as usize;
         let (n_ra, n_bp) = (k.n_ra as usize, k.n_bp as usize);
         let fits = n0 + frames <= N && n_ra <= N && n_bp <= N && frames <= n_ra + 1;
@@ -119,11 +124,24 @@ impl<const N: usize> Walks<N> {
         if diff != 0 {
             return None;
         }
-        out[n0] = ip as usize;
-        for (o, pc) in out[n0 + 1..n0 + frames].iter_mut().zip(&k.ra_val) {
-            *o = *pc as usize;
+        if k.stack == 0 || n0 != 0 {
+            out[n0] = ip as usize;
+            for (o, pc) in out[n0 + 1..n0 + frames].iter_mut().zip(&k.ra_val) {
+                *o = *pc as usize;
+            }
         }
-        Some(n0 + frames)
+        Some((n0 + frames, at))
+    }
+
+    /// The stack id remembered for the kept walk in `slot` (None: not known yet).
+    #[inline]
+    pub fn stack(&self, slot: usize) -> Option<u32> {
+        self.kept[slot % WALKS].stack.checked_sub(1)
+    }
+
+    /// Remembers `id` as the stack of the kept walk in `slot` (its frames' id in `stacks`).
+    pub fn set_stack(&mut self, slot: usize, id: u32) {
+        self.kept[slot % WALKS].stack = id.wrapping_add(1);
     }
 
     /// A walk begins at the first frame `ip`, stack pointer `sp`, under stack top `hi` (its
@@ -228,14 +246,16 @@ impl<const N: usize> Walks<N> {
     }
 
     /// The walk ended, having written `frames` frames under `generation`: kept when every
-    /// frame was recorded.
-    pub fn keep(&mut self, frames: usize, generation: u32) {
+    /// frame was recorded (its slot returned; its stack not known yet).
+    pub fn keep(&mut self, frames: usize, generation: u32) -> Option<usize> {
         if !self.ok || frames == 0 || frames != self.rec.frames as usize {
-            return;
+            return None;
         }
         self.rec.generation = generation;
+        self.rec.stack = 0;
         let i = slot(self.rec.ip, self.rec.depth);
         self.kept[i] = self.rec;
+        Some(i)
     }
 }
 

@@ -54,14 +54,14 @@ fn walk(w: &mut Walks, v: &[u64], at: usize, ip: u64, bp: u64, effect: &dyn Fn(u
             _ => break,
         }
     }
-    w.keep(out.len(), 7);
+    let _ = w.keep(out.len(), 7);
     out
 }
 
 fn check(w: &Walks, v: &[u64], at: usize, ip: u64, bp: u64, generation: u32) -> Option<Vec<usize>> {
     let (lo, hi) = bounds(v);
     let mut out = [0usize; MAX_FRAMES];
-    let n = w.check((ip, lo + 8 * at as u64, bp), hi, generation, &mut out, 0)?;
+    let (n, _) = w.check((ip, lo + 8 * at as u64, bp), hi, generation, &mut out, 0)?;
     Some(out[..n].to_vec())
 }
 
@@ -80,6 +80,28 @@ fn the_same_words_give_the_kept_frames_on_any_stack() {
     // The same words on another thread's stack (another address, same depth).
     let v2 = v.clone();
     assert_eq!(check(&w, &v2, 0, 0x1000, 0, 7), Some(frames));
+}
+
+#[test]
+fn a_kept_walk_remembers_its_stack_id_until_it_is_replaced() {
+    let mut w = new_walks();
+    let v = stack(&[0x2000, 0x3000, 0], 0);
+    let frames = walk(&mut w, &v, 0, 0x1000, 0, &sp32);
+    let (lo, hi) = bounds(&v);
+    let mut out = [0usize; MAX_FRAMES];
+    let (n, at) = w.check((0x1000, lo, 0), hi, 7, &mut out, 0).unwrap();
+    assert_eq!((&out[..n], w.stack(at)), (&frames[..], None), "frames written while the id is unknown");
+    w.set_stack(at, 41);
+    let mut out = [0usize; MAX_FRAMES];
+    assert_eq!(w.check((0x1000, lo, 0), hi, 7, &mut out, 0), Some((3, at)));
+    assert_eq!((w.stack(at), out[0]), (Some(41), 0), "the id stands for the frames: none written");
+    // Below other frames (n0 > 0) the frames are written all the same.
+    assert_eq!(w.check((0x1000, lo, 0), hi, 7, &mut out, 1), Some((4, at)));
+    assert_eq!(&out[1..4], &frames[..]);
+    // The same first frame and depth walked again with another caller replaces it: id forgotten.
+    let v2 = stack(&[0x2000, 0x3001, 0], 0);
+    walk(&mut w, &v2, 0, 0x1000, 0, &sp32);
+    assert_eq!(w.stack(at), None);
 }
 
 #[test]
