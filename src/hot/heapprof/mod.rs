@@ -114,6 +114,12 @@ pub fn init(sample_bytes: u64, profile: bool) {
     }
 }
 
+/// Maps the tables for a unit test of the stacks or the records (`live::ensure`).
+#[cfg(test)]
+pub(crate) fn tables_for_tests() -> bool {
+    live::ensure()
+}
+
 /// The current mean gap in bytes (0 = off).
 pub fn rate() -> u64 {
     MEAN.load(Relaxed)

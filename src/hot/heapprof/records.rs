@@ -239,7 +239,7 @@ mod tests {
 
     #[test]
     fn a_record_is_one_stack_and_thread_and_its_copy_has_the_stack_frames() {
-        assert!(super::super::live::ensure());
+        assert!(crate::hot::heapprof::tables_for_tests());
         let f: Vec<usize> = (0..12).map(|i| 0x7fed_0000_0000 + i * 16).collect();
         let st = stacks::intern(&f).unwrap();
         let r1 = sample(st, 4_000_001, 0, 2.0, 100).unwrap();

@@ -10,9 +10,10 @@
 //! nothing here runs under another shard's lock (nor under a record shard's).
 
 use super::lock::Shard;
-use super::unwind::MAX_FRAMES;
 use core::sync::atomic::{AtomicUsize, Ordering::*};
 
+/// Deepest stack kept, in frames (the walk's bound too: `super::unwind`).
+pub const MAX_FRAMES: usize = 64;
 /// Shards (a power of two).
 pub const SHARDS: usize = 16;
 /// Most distinct stacks, all shards together.
@@ -225,7 +226,7 @@ mod tests {
 
     #[test]
     fn a_stack_is_held_once_and_its_copy_gives_its_frames() {
-        assert!(super::super::live::ensure());
+        assert!(crate::hot::heapprof::tables_for_tests());
         let (a, b) = (frames(1, 30), frames(2, 30));
         let ia = intern(&a).unwrap();
         assert_eq!(intern(&a), Some(ia), "the same frames, the same id");

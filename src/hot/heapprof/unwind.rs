@@ -12,8 +12,7 @@
 
 use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-/// Deepest stack kept, in frames.
-pub const MAX_FRAMES: usize = 64;
+pub use super::stacks::MAX_FRAMES;
 
 static SHIM_LO: AtomicUsize = AtomicUsize::new(0);
 static SHIM_HI: AtomicUsize = AtomicUsize::new(0);
