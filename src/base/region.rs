@@ -35,8 +35,8 @@ pub const GUARD_BYTES: usize = 4096;
 pub const WORKER_STACK_BYTES: usize = 2 << 20;
 /// Room for the memory-history ring, bytes (the ring asserts it fits).
 pub const RING_MAX_BYTES: usize = 1 << 20;
-/// The bump area: the own heap's reserve (32 MiB), the heap profile's tables (about 43.3 MiB),
-/// slot chunks (820 KiB per 64 threads: room for 9, 576 threads), the per-class latency
+/// The bump area: the own heap's reserve (32 MiB), the heap profile's tables (about 44.5 MiB),
+/// slot chunks (820 KiB per 64 threads: room for 8, 512 threads), the per-class latency
 /// histograms' stripes (4.1 MiB, `hot::class_latency`), the worker's heap
 /// ([`WORKER_HEAP_BYTES`], taken at the worker's first start) and the heap profiler's heap
 /// ([`TABLES_HEAP_BYTES`], at its first sample); later requests get their own mapping. Address
