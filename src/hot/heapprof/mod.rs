@@ -17,9 +17,9 @@
 //!   lock of one shard of each table they update (16 stack shards by frames hash, taken only
 //!   for a stack no kept walk names yet ([`stacks`]); 16 record shards by (stack id, tid); 16
 //!   live-set shards by address hash), one after the other: each lock held for a table update
-//!   only, never across a call that could block, never two at once. The locks are futex mutexes ([`lock`]): a waiter spins about
-//!   100 pauses, then sleeps in FUTEX_WAIT, and a release that finds a sleeper makes a
-//!   FUTEX_WAKE. These two syscalls are the exception to "no syscall but the clock": they
+//!   only, never across a call that could block, never two at once. The locks are futex
+//!   mutexes ([`lock`]): a waiter spins about 100 pauses, then sleeps in FUTEX_WAIT, and a
+//!   release that finds a sleeper makes a FUTEX_WAKE. These two syscalls are the exception to "no syscall but the clock": they
 //!   happen only on sampled calls (1 per 512 KiB allocated by default) that meet contention,
 //!   and sleeping is what keeps a preempted holder from turning its waiters into a
 //!   `sched_yield` storm on an oversubscribed machine (the spin-then-yield lock it replaced:

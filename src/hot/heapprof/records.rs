@@ -194,7 +194,7 @@ pub fn copy_into(
 ) -> bool {
     let mut ids: Vec<u32> = Vec::new();
     let mut spans: Vec<(u32, u32)> = Vec::new();
-    let (_, nstacks, _) = counts();
+    let (nstacks, _) = stacks::counts();
     let room = recs.capacity() - recs.len();
     if ids.try_reserve_exact(room).is_err() || spans.try_reserve_exact(nstacks + nstacks / 8 + 64).is_err() {
         return true;
