@@ -2,7 +2,8 @@
 //! `mallocshim top PID`, black-box: tests/c/busy.c runs under the shim (every backend), the
 //! command signals exactly that pid, and what it prints is checked against the dump files and
 //! their exact counts. Also its one-line errors: no such process, a process not under the
-//! shim (left unsignalled), and no new dump within --timeout.
+//! shim (left unsignalled), and no new dump within --timeout (with its reason when the process
+//! has no shim thread: a single-threaded `sleep`).
 
 mod common;
 
@@ -195,6 +196,35 @@ fn dump_errors_are_one_line_and_signal_nothing_else() {
         "{}",
         stderr(&o)
     );
+    // busy.c has the shim's thread: the timeout gives no reason it cannot know.
+    assert!(!stderr(&o).contains("no mallocshim thread"), "{}", stderr(&o));
+    // A single-threaded program asleep (sleep(1) under the shim) has no shim thread: nothing
+    // writes the dump until its next malloc-family call, and the message says so.
+    let mut lone = preloaded("sleep", "glibc").arg("30").env("MALLOCSHIM_DUMP_DIR", &dir).spawn().unwrap();
+    let lone_pid = lone.id().to_string();
+    let t0 = std::time::Instant::now();
+    // Until the shim has caught the dump signal (SIGUSR1, bit 9 of SigCgt), it would end sleep.
+    let caught = || {
+        let st = std::fs::read_to_string(format!("/proc/{lone_pid}/status")).unwrap_or_default();
+        let cgt = st.lines().find_map(|l| l.strip_prefix("SigCgt:")).unwrap_or("0").trim().to_string();
+        u64::from_str_radix(&cgt, 16).unwrap_or(0) & (1 << 9) != 0
+    };
+    while !caught() {
+        assert!(t0.elapsed().as_secs() < 10, "sleep never caught SIGUSR1 under the shim");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let o = cli(&["dump", &lone_pid, "--timeout", "1"]);
+    let _ = lone.kill();
+    let _ = lone.wait();
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(
+        e.starts_with(&format!("mallocshim dump: no new dump of process {lone_pid} in "))
+            && e.contains("within 1s: it has no mallocshim thread (it never started a thread)")
+            && e.contains("at one of its next malloc-family calls or at its exit"),
+        "{e}"
+    );
+    assert_eq!(e.lines().count(), 1, "{e}");
     // Bad arguments: exit 2.
     let o = cli(&["dump", &pid.to_string(), "--timeout", "0"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));

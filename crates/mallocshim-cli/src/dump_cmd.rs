@@ -39,7 +39,9 @@ use std::time::{Duration, Instant};
                   Exit status: 0 dumped; 1 the process could not be dumped (no such process, not \
                   under the shim: no libmallocshim in /proc/PID/maps nor in its LD_PRELOAD, \
                   MALLOCSHIM_DUMP_SIGNAL=none, the signal not caught or no new dump within \
-                  --timeout, not permitted); 2 bad arguments or an unreadable directory. One line \
+                  --timeout, not permitted; a process that never started a thread has no shim \
+                  thread and writes its dump itself at its next malloc-family calls or at exit, \
+                  which the message then says); 2 bad arguments or an unreadable directory. One line \
                   on stderr, prefixed \"mallocshim dump:\". With --mysql-socket the heap profile \
                   gets labels connection, user, host from PROCESSLIST (heap --by connection and \
                   pprof -tagfocus read them later; 2 when they cannot be written).",
@@ -383,7 +385,11 @@ fn wait_files(
             return Err(fail(
                 1,
                 if alive {
-                    format!("no new dump of process {pid} in {} within {timeout}s", dir.display())
+                    format!(
+                        "no new dump of process {pid} in {} within {timeout}s{}",
+                        dir.display(),
+                        why_no_dump(pid)
+                    )
                 } else {
                     format!("process {pid} exited before it dumped")
                 },
@@ -391,6 +397,22 @@ fn wait_files(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Why a live process under the shim wrote no dump, when it can be told: a process that never
+/// started a thread has no shim thread (its `comm` is `mallocshim`, /proc/PID/task/*/comm) to
+/// write one, and the process writes it itself at one of its next malloc-family calls or at
+/// exit (`mallocshim dump --help`). Empty otherwise.
+fn why_no_dump(pid: u32) -> &'static str {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return "" };
+    let shim_thread = tasks
+        .flatten()
+        .any(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == "mallocshim"));
+    if shim_thread {
+        return "";
+    }
+    ": it has no mallocshim thread (it never started a thread), so the process writes the dump \
+     itself at one of its next malloc-family calls or at its exit, and it made none meanwhile"
 }
 
 pub fn run(args: &Args) -> Result<String, Fail> {
