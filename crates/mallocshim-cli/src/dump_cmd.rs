@@ -381,38 +381,14 @@ fn wait_files(
                 return Ok(paths.into_iter().map(|p| p.1).collect());
             }
         } else if Instant::now() >= deadline {
-            let alive = std::path::Path::new(&format!("/proc/{pid}")).exists();
-            return Err(fail(
-                1,
-                if alive {
-                    format!(
-                        "no new dump of process {pid} in {} within {timeout}s{}",
-                        dir.display(),
-                        why_no_dump(pid)
-                    )
-                } else {
-                    format!("process {pid} exited before it dumped")
-                },
-            ));
+            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                return Err(fail(1, format!("process {pid} exited before it dumped")));
+            }
+            let (d, why) = (dir.display(), crate::procstate::why_no_dump(pid));
+            return Err(fail(1, format!("no new dump of process {pid} in {d} within {timeout}s{why}")));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// Why a live process under the shim wrote no dump, when it can be told: a process that never
-/// started a thread has no shim thread (its `comm` is `mallocshim`, /proc/PID/task/*/comm) to
-/// write one, and the process writes it itself at one of its next malloc-family calls or at
-/// exit (`mallocshim dump --help`). Empty otherwise.
-fn why_no_dump(pid: u32) -> &'static str {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return "" };
-    let shim_thread = tasks
-        .flatten()
-        .any(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == "mallocshim"));
-    if shim_thread {
-        return "";
-    }
-    ": it has no mallocshim thread (it never started a thread), so the process writes the dump \
-     itself at one of its next malloc-family calls or at its exit, and it made none meanwhile"
 }
 
 pub fn run(args: &Args) -> Result<String, Fail> {

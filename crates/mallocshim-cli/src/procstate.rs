@@ -3,7 +3,8 @@
 //! caller's, the process not dumpable so that its /proc files are root's, the channel directory's
 //! owner and mode) and what to run instead; a zombie is named a zombie; a process whose
 //! LD_PRELOAD names a shim that is not mapped is told that the loader did not load it, and why
-//! where /proc says. Reads /proc and /etc/passwd only; callers decide when to ask.
+//! where /proc says; a process without the shim's thread is told why no dump came. Reads /proc
+//! and /etc/passwd only; callers decide when to ask.
 
 use mallocshim_proc::environ_var;
 use std::os::unix::fs::MetadataExt;
@@ -149,4 +150,20 @@ pub fn read_maps(pid: u32) -> Result<String, crate::dump_cmd::Fail> {
 fn secure(pid: u32) -> bool {
     let differs = |f: &str| status_field(pid, f).is_some_and(|v| v.first() != v.get(1));
     differs("Uid:") || differs("Gid:")
+}
+
+/// Why a live process under the shim wrote no dump, when it can be told: a process that never
+/// started a thread has no shim thread (its `comm` is `mallocshim`, /proc/PID/task/*/comm) to
+/// write one, and the process writes it itself at one of its next malloc-family calls or at
+/// exit (`mallocshim dump --help`). Empty otherwise.
+pub fn why_no_dump(pid: u32) -> &'static str {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return "" };
+    let shim_thread = tasks
+        .flatten()
+        .any(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == "mallocshim"));
+    if shim_thread {
+        return "";
+    }
+    ": it has no mallocshim thread (it never started a thread), so the process writes the dump \
+     itself at one of its next malloc-family calls or at its exit, and it made none meanwhile"
 }
