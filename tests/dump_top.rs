@@ -203,13 +203,8 @@ fn dump_errors_are_one_line_and_signal_nothing_else() {
     let mut lone = preloaded("sleep", "glibc").arg("30").env("MALLOCSHIM_DUMP_DIR", &dir).spawn().unwrap();
     let lone_pid = lone.id().to_string();
     let t0 = std::time::Instant::now();
-    // Until the shim has caught the dump signal (SIGUSR1, bit 9 of SigCgt), it would end sleep.
-    let caught = || {
-        let st = std::fs::read_to_string(format!("/proc/{lone_pid}/status")).unwrap_or_default();
-        let cgt = st.lines().find_map(|l| l.strip_prefix("SigCgt:")).unwrap_or("0").trim().to_string();
-        u64::from_str_radix(&cgt, 16).unwrap_or(0) & (1 << 9) != 0
-    };
-    while !caught() {
+    // Until the shim has caught the dump signal (SIGUSR1), it would end sleep.
+    while !common::storm::catches_usr1(lone.id() as i32) {
         assert!(t0.elapsed().as_secs() < 10, "sleep never caught SIGUSR1 under the shim");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
