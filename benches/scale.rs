@@ -16,8 +16,9 @@
 //! it does under threads: `shim-every-call-timed` (heap profiles off, `MALLOCSHIM_SAMPLE=1`:
 //! the latency path on every call) and `shim-heap-8k` (`MALLOCSHIM_PROF_SAMPLE_BYTES=8192`:
 //! one heap-profile sample in ~6 pairs of the `small` mix). With `--before PATH` (an earlier
-//! build of libmallocshim.so), `before` and `before-every-call-timed` run that build as `shim`
-//! and `shim-every-call-timed` do, in the same rounds: a change's before and after in one run.
+//! build of libmallocshim.so), `before`, `before-every-call-timed` and `before-heap-8k` run that
+//! build as `shim`, `shim-every-call-timed` and `shim-heap-8k` do, in the same rounds: a change's
+//! before and after in one run.
 //! Per mix (`all`: mariadbd's size mix with its
 //! 64 KiB-2 MiB per-query buffers; `small`: its classes up to 32 KiB; see scale.c) and thread
 //! count T (default 1, 2, 4, 8, 16 capped to the CPUs this process may use; `--threads` is
@@ -55,7 +56,7 @@ mod plot;
 use common::median_or_nan;
 
 /// The configurations `--configs` may name; `direct` is always measured, first (the base).
-const KINDS: [&str; 8] = [
+const KINDS: [&str; 9] = [
     "direct",
     "shim",
     "shim-profile-off",
@@ -64,6 +65,7 @@ const KINDS: [&str; 8] = [
     "shim-heap-8k",
     "before",
     "before-every-call-timed",
+    "before-heap-8k",
 ];
 
 /// The shim's environment of each configuration of [`KINDS`] but `direct`.
@@ -74,7 +76,7 @@ fn kind_env(kind: &str) -> &'static [(&'static str, &'static str)] {
         "shim-every-call-timed" | "before-every-call-timed" => {
             &[("MALLOCSHIM_PROF_SAMPLE_BYTES", "0"), ("MALLOCSHIM_SAMPLE", "1")]
         }
-        "shim-heap-8k" => &[("MALLOCSHIM_PROF_SAMPLE_BYTES", "8192")],
+        "shim-heap-8k" | "before-heap-8k" => &[("MALLOCSHIM_PROF_SAMPLE_BYTES", "8192")],
         _ => &[],
     }
 }

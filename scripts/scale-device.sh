@@ -22,7 +22,7 @@
 # shim,shim-every-call-timed,shim-heap-8k to see the two shared paths at 16 threads).
 # Before and after in one run: `BEFORE=path/to/an/earlier/libmallocshim.so scale-device.sh prepare`
 # packs that build as .device/scale/before.so, and run then passes it to the bench (--before), for
-# CONFIGS naming before and before-every-call-timed.
+# CONFIGS naming before, before-every-call-timed and before-heap-8k.
 # Estimate: 12 runs per T and round per mix (4 backends x 3 configurations); `run` here (2 CPUs,
 # THREADS=1,2, the defaults otherwise) took 98 s for both mixes, ~0.2 s a run; every thread runs
 # the same pairs, so 5 T take ~2.5x that where threads scale: ~125 s per mix, within LIMIT_S.

@@ -61,13 +61,18 @@ pub fn draw(out: &Path, rep: &Report) -> Result<(), String> {
             "ns added per pair",
             series(&cells, &["shim", "shim-profile-off"], |c| c.added_ns),
         ));
-        let timed = series(&cells, &["shim-every-call-timed", "before-every-call-timed"], |c| c.added_ns);
-        if !timed.is_empty() {
-            panels.push(panel(
-                format!("mix {mix}: every call timed (thick: --shim, thin: --before)"),
-                "ns added per pair",
-                timed,
-            ));
+        for (what, kinds) in [
+            ("every call timed", ["shim-every-call-timed", "before-every-call-timed"]),
+            ("heap profiles at 8 KiB", ["shim-heap-8k", "before-heap-8k"]),
+        ] {
+            let s = series(&cells, &kinds, |c| c.added_ns);
+            if !s.is_empty() {
+                panels.push(panel(
+                    format!("mix {mix}: {what} (thick: --shim, thin: --before)"),
+                    "ns added per pair",
+                    s,
+                ));
+            }
         }
     }
     let title = format!("Scaling without a server: {} ({} CPUs)", rep.machine, rep.cpus);
