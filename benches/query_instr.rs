@@ -13,7 +13,9 @@
 //! - `shim-heapprof` / `shim-noheapprof`: the shim at defaults with `MALLOCSHIM_PROF_SAMPLE_BYTES`
 //!   524288 (heap profiles at the default mean) / 0 (off); with both, a table of their ratio
 //!   (the goal: at most 1.005); `shim-heapprof-fp`: 524288 with `MALLOCSHIM_PROF_UNWIND=fp`
-//!   (frame pointers only), its own table against off;
+//!   (frame pointers only), its own table against off; `shim-heapprof-1m`, `shim-heapprof-2m`:
+//!   a mean of 1 and 2 MiB, each its own table against off (the harness clears `MALLOCSHIM_*`
+//!   from the bench's own environment: a mean set there would not reach the server);
 //! - `shim-recording`: the shim at defaults with a recording window open from start to exit
 //!   (`MALLOCSHIM_RECORD`, issue 24); with `shim`, a table of their ratio (the goal: at most 1.10).
 //!   Only the server's threads inside `do_command` are counted: the traced entry points and the
@@ -228,6 +230,8 @@ fn main() {
     let pairs = [
         ("shim-heapprof", "shim-noheapprof", "heap profiles at the default mean (MALLOCSHIM_PROF_SAMPLE_BYTES=524288), stacks from the CFI, against off (0)", 1.005),
         ("shim-heapprof-fp", "shim-noheapprof", "heap profiles at the default mean, MALLOCSHIM_PROF_UNWIND=fp, against off (0)", 1.005),
+        ("shim-heapprof-1m", "shim-noheapprof", "heap profiles at a mean of 1 MiB (MALLOCSHIM_PROF_SAMPLE_BYTES=1048576) against off (0)", 1.005),
+        ("shim-heapprof-2m", "shim-noheapprof", "heap profiles at a mean of 2 MiB (MALLOCSHIM_PROF_SAMPLE_BYTES=2097152) against off (0)", 1.005),
         ("shim-recording", "shim", "a recording window open from start to exit (MALLOCSHIM_RECORD) against the shim at defaults", 1.10),
     ];
     for (on_mode, off_mode, how, goal) in pairs {

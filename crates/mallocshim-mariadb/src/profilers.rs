@@ -23,7 +23,9 @@ pub const PROF_SAMPLE_BYTES: &str = "524288";
 
 /// Every mode: `direct` (the backend's allocator without the shim: glibc unpreloaded, or
 /// Debian's library preloaded), `shim` (defaults), `routing` (`MALLOCSHIM_PROFILE=off`),
-/// `shim-heapprof` (defaults, `MALLOCSHIM_PROF_SAMPLE_BYTES=524288`), `shim-noheapprof` (the same
+/// `shim-heapprof` (defaults, `MALLOCSHIM_PROF_SAMPLE_BYTES=524288`), `shim-heapprof-1m` and
+/// `shim-heapprof-2m` (the same at a mean of 1 and 2 MiB, to price the mean; the harness clears
+/// the caller's `MALLOCSHIM_*`, so a rate can only come from a mode), `shim-noheapprof` (the same
 /// with `0`), `shim-heapprof-fp` (as `shim-heapprof`, stacks by frame pointers only:
 /// `MALLOCSHIM_PROF_UNWIND=fp`, to price the CFI unwinding), `shim-recording` (defaults, with a
 /// recording window open from start to exit: `MALLOCSHIM_RECORD=<dir>/trace.%p.mst`, budget 8G,
@@ -31,11 +33,13 @@ pub const PROF_SAMPLE_BYTES: &str = "524288";
 /// history off, `MALLOCSHIM_HISTORY_MS=0`, to price the ring against `shim`), `jeprof` (jemalloc
 /// only: Debian's libjemalloc2 preloaded with
 /// `MALLOC_CONF=prof:true,lg_prof_sample:19`), `heaptrack` (glibc only: heaptrack's preload).
-pub const MODES: [&str; 10] = [
+pub const MODES: [&str; 12] = [
     "direct",
     "shim",
     "routing",
     "shim-heapprof",
+    "shim-heapprof-1m",
+    "shim-heapprof-2m",
     "shim-noheapprof",
     "shim-heapprof-fp",
     "shim-recording",
@@ -102,6 +106,12 @@ pub fn start(shim: &Path, backend: &str, mode: &str, dir: &Path) -> Result<Start
         ("routing", b) => (Launch::shim(shim, b).var("MALLOCSHIM_PROFILE", "off"), Some(shim_s), None),
         ("shim-heapprof", b) => {
             (Launch::shim(shim, b).var("MALLOCSHIM_PROF_SAMPLE_BYTES", PROF_SAMPLE_BYTES), Some(shim_s), None)
+        }
+        ("shim-heapprof-1m", b) => {
+            (Launch::shim(shim, b).var("MALLOCSHIM_PROF_SAMPLE_BYTES", "1048576"), Some(shim_s), None)
+        }
+        ("shim-heapprof-2m", b) => {
+            (Launch::shim(shim, b).var("MALLOCSHIM_PROF_SAMPLE_BYTES", "2097152"), Some(shim_s), None)
         }
         ("shim-heapprof-fp", b) => (
             Launch::shim(shim, b)
@@ -275,6 +285,11 @@ mod tests {
         assert_eq!(s.launch.get("LD_PRELOAD"), Some("/x/libmallocshim.so"));
         let s = start(Path::new("/x/libmallocshim.so"), "jemalloc", "shim-heapprof", &dir).unwrap();
         assert_eq!(s.launch.get("MALLOCSHIM_PROF_SAMPLE_BYTES"), Some(PROF_SAMPLE_BYTES));
+        for (mode, mean) in [("shim-heapprof-1m", "1048576"), ("shim-heapprof-2m", "2097152")] {
+            let s = start(Path::new("/x/libmallocshim.so"), "mimalloc", mode, &dir).unwrap();
+            assert_eq!(s.launch.get("MALLOCSHIM_PROF_SAMPLE_BYTES"), Some(mean), "{mode}");
+            assert!(expected_lib("mimalloc", mode, "jemalloc mallocshim 0.1.0 (mimalloc 2.0.9)"), "{mode}");
+        }
         let s = start(Path::new("/x/libmallocshim.so"), "jemalloc", "jeprof", &dir).unwrap();
         assert!(s.launch.get("MALLOC_CONF").unwrap().starts_with(JEPROF_CONF));
         assert_eq!(s.launch.get("LD_PRELOAD"), Some(crate::JEMALLOC_LIB));

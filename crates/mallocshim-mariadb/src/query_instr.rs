@@ -19,8 +19,8 @@ pub struct Config {
     pub shim: PathBuf,
     pub backends: Vec<String>,
     /// Modes of [`profilers::MODES`]: `direct` (no preload / the allocator preloaded), `shim`,
-    /// `routing` (`MALLOCSHIM_PROFILE=off`), `shim-heapprof`, `shim-noheapprof`, `jeprof`,
-    /// `heaptrack`. Pairs that do not apply ([`profilers::valid`]) are left out.
+    /// `routing` (`MALLOCSHIM_PROFILE=off`), `shim-heapprof` (and `-1m`, `-2m`: other means),
+    /// `shim-noheapprof`, `jeprof`, `heaptrack`. Pairs that do not apply ([`profilers::valid`]) are left out.
     pub modes: Vec<String>,
     pub workloads: Vec<String>,
     pub threads: Vec<u32>,
