@@ -20,6 +20,9 @@ pub const HEAPTRACK_INTERPRET: &str = "/usr/lib/heaptrack/libexec/heaptrack_inte
 pub const JEPROF_CONF: &str = "prof:true,lg_prof_sample:19";
 /// The shim's default heap-profile sampling mean, set explicitly by `shim-heapprof`.
 pub const PROF_SAMPLE_BYTES: &str = "524288";
+/// The modes that set a heap-profile mean, and the mean each sets (`shim-heapprof`: the default).
+pub const HEAP_MEANS: [(&str, &str); 3] =
+    [("shim-heapprof", PROF_SAMPLE_BYTES), ("shim-heapprof-1m", "1048576"), ("shim-heapprof-2m", "2097152")];
 
 /// Every mode: `direct` (the backend's allocator without the shim: glibc unpreloaded, or
 /// Debian's library preloaded), `shim` (defaults), `routing` (`MALLOCSHIM_PROFILE=off`),
@@ -85,6 +88,7 @@ pub fn start(shim: &Path, backend: &str, mode: &str, dir: &Path) -> Result<Start
         fail!("mode {mode} does not apply to backend {backend}");
     }
     let shim_s = shim.display().to_string();
+    let heap_mean = HEAP_MEANS.iter().find(|e| e.0 == mode).map(|e| e.1);
     let (launch, lib, heaptrack) = match (mode, backend) {
         ("direct", b) => match crate::direct_lib(b) {
             Some(lib) => (Launch::preload(lib), Some(lib.into()), None),
@@ -104,15 +108,11 @@ pub fn start(shim: &Path, backend: &str, mode: &str, dir: &Path) -> Result<Start
             (h.launch(), Some(HEAPTRACK_PRELOAD.into()), Some(h))
         }
         ("routing", b) => (Launch::shim(shim, b).var("MALLOCSHIM_PROFILE", "off"), Some(shim_s), None),
-        ("shim-heapprof", b) => {
-            (Launch::shim(shim, b).var("MALLOCSHIM_PROF_SAMPLE_BYTES", PROF_SAMPLE_BYTES), Some(shim_s), None)
-        }
-        ("shim-heapprof-1m", b) => {
-            (Launch::shim(shim, b).var("MALLOCSHIM_PROF_SAMPLE_BYTES", "1048576"), Some(shim_s), None)
-        }
-        ("shim-heapprof-2m", b) => {
-            (Launch::shim(shim, b).var("MALLOCSHIM_PROF_SAMPLE_BYTES", "2097152"), Some(shim_s), None)
-        }
+        (_, b) if heap_mean.is_some() => (
+            Launch::shim(shim, b).var("MALLOCSHIM_PROF_SAMPLE_BYTES", heap_mean.unwrap_or_default()),
+            Some(shim_s),
+            None,
+        ),
         ("shim-heapprof-fp", b) => (
             Launch::shim(shim, b)
                 .var("MALLOCSHIM_PROF_SAMPLE_BYTES", PROF_SAMPLE_BYTES)
